@@ -1,0 +1,170 @@
+//! `floe`: the command line over the same library the Lambdas use.
+//!
+//! ```text
+//! floe demo [--dir DIR]                     local demo: SQLite catalog + local warehouse, nothing but cargo
+//! floe ingest --config F s3://b/k [...]     ingest objects by hand through the Lambda code path
+//! floe status --config F [--json]           per table: snapshots, files, records, freshness, quarantine
+//! floe bench [--big-mb N] [--small N] ...   ingest benchmark vs PyIceberg and plain arrow-rs
+//! ```
+
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use floe::config::Config;
+use floe::ingest::{Ingestor, ObjectReport};
+
+mod bench;
+mod demo;
+mod status;
+
+fn usage() -> &'static str {
+    "usage:\n  floe demo [--dir DIR]\n  floe ingest --config FILE s3://bucket/key [...]\n  floe status --config FILE [--json]\n  floe bench [--big-mb N] [--small N] [--dir DIR] [--python PY] [--skip-pyiceberg]"
+}
+
+/// Minimal flag parsing: `--name value` pairs, bare `--flag`s and positionals.
+pub struct Args {
+    items: Vec<String>,
+}
+
+impl Args {
+    fn value(&mut self, name: &str) -> Option<String> {
+        let i = self.items.iter().position(|a| a == name)?;
+        if i + 1 < self.items.len() {
+            let v = self.items.remove(i + 1);
+            self.items.remove(i);
+            Some(v)
+        } else {
+            None
+        }
+    }
+    fn flag(&mut self, name: &str) -> bool {
+        match self.items.iter().position(|a| a == name) {
+            Some(i) => {
+                self.items.remove(i);
+                true
+            }
+            None => false,
+        }
+    }
+    fn rest(self) -> Vec<String> {
+        self.items
+    }
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let mut argv: Vec<String> = std::env::args().skip(1).collect();
+    if argv.is_empty() {
+        bail!("{}", usage());
+    }
+    let cmd = argv.remove(0);
+    if cmd == "demo" {
+        // The demo prints its own table; EMF lines and info logs would bury it.
+        if std::env::var_os("FLOE_METRICS").is_none() {
+            std::env::set_var("FLOE_METRICS", "off");
+        }
+        floe::lambda::init_tracing_with("warn");
+    } else {
+        floe::lambda::init_tracing();
+    }
+    let mut args = Args { items: argv };
+    match cmd.as_str() {
+        "demo" => {
+            demo::run(
+                args.value("--dir")
+                    .unwrap_or_else(|| "target/floe-demo".into()),
+            )
+            .await
+        }
+        "ingest" => {
+            let config = load(&mut args).await?;
+            let objects = args.rest();
+            if objects.is_empty() {
+                bail!("name at least one s3://bucket/key\n{}", usage());
+            }
+            let ingestor = Ingestor::new(config).await?;
+            let mut reports = Vec::new();
+            for o in objects {
+                let rest = o
+                    .strip_prefix("s3://")
+                    .with_context(|| format!("`{o}`: expected s3://bucket/key"))?;
+                let (bucket, key) = rest
+                    .split_once('/')
+                    .with_context(|| format!("`{o}`: expected s3://bucket/key"))?;
+                let obj = floe::event::ObjectRef {
+                    bucket: bucket.into(),
+                    key: key.into(),
+                    size: None,
+                    etag: None,
+                    version_id: None,
+                    event_time: None,
+                };
+                reports.push(
+                    ingestor
+                        .ingest(&obj, Instant::now() + Duration::from_secs(600))
+                        .await?,
+                );
+            }
+            print_reports(&reports);
+            Ok(())
+        }
+        "status" => {
+            let json = args.flag("--json");
+            let config = load(&mut args).await?;
+            status::run(&config, json).await
+        }
+        "bench" => bench::run(args).await,
+        "help" | "--help" | "-h" => {
+            println!("{}", usage());
+            Ok(())
+        }
+        other => bail!("unknown command `{other}`\n{}", usage()),
+    }
+}
+
+async fn load(args: &mut Args) -> Result<Config> {
+    let path = args
+        .value("--config")
+        .or_else(|| std::env::var("FLOE_CONFIG").ok())
+        .unwrap_or_else(|| "floe.toml".into());
+    Ok(Config::load(&path).await?)
+}
+
+/// Prints ingest reports as a table.
+pub fn print_reports(reports: &[ObjectReport]) {
+    println!(
+        "{:<44} {:<15} {:>8} {:>9} {:>11} {:>6} {:>20}",
+        "object", "status", "in", "committed", "quarantined", "late", "snapshot"
+    );
+    for r in reports {
+        let name = if r.object.len() > 44 {
+            format!("…{}", &r.object[r.object.len() - 43..])
+        } else {
+            r.object.clone()
+        };
+        println!(
+            "{:<44} {:<15} {:>8} {:>9} {:>11} {:>6} {:>20}",
+            name,
+            format!("{:?}", r.status),
+            r.records_in,
+            r.records_committed,
+            r.records_quarantined,
+            r.late_records,
+            r.snapshot_id
+                .map(|s| s.to_string())
+                .unwrap_or_else(|| "-".into())
+        );
+        if let Some(reason) = &r.reason {
+            println!("    reason: {reason}");
+        }
+        if !r.unknown_fields.is_empty() {
+            println!(
+                "    unknown fields (ignored): {}",
+                r.unknown_fields.join(", ")
+            );
+        }
+        if let Some(q) = &r.quarantine {
+            println!("    quarantine: {q}");
+        }
+    }
+}

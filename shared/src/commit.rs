@@ -1,0 +1,365 @@
+//! The commit path: turns written data files into a new table version, exactly once per source object.
+//!
+//! iceberg's `Transaction::commit` retries a conflict by re-applying the action blindly. floe needs
+//! its own validation (has this object already been committed by someone else?) re-run against every
+//! snapshot that lands between its base and its commit, so it disables that retry with [`NoRetry`]
+//! and loops itself: load → validate → fast-append with a `RefSnapshotIdMatch` requirement → on a
+//! conflict, back off and start again from a fresh load.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use iceberg::spec::{DataFile, TableMetadata};
+use iceberg::table::Table;
+use iceberg::transaction::{ApplyTransactionAction, Transaction};
+use iceberg::{Catalog, Namespace, NamespaceIdent, TableCommit, TableCreation, TableIdent};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, ErrorKind, Result};
+
+/// Snapshot-summary key listing the source objects whose rows the snapshot adds (a JSON array).
+pub const SUMMARY_SOURCE_OBJECTS: &str = "floe.source-objects";
+/// Snapshot-summary key naming the write attempt (the id in its data file names).
+pub const SUMMARY_WRITER_ID: &str = "floe.writer-id";
+
+/// Where an object's rows were found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Found {
+    /// The snapshot that added them.
+    pub snapshot_id: i64,
+    /// The write attempt that committed them.
+    pub writer_id: Option<String>,
+}
+
+/// A consumed source object's identity: bucket, key and the version that was read.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SourceObject {
+    /// Bucket.
+    pub bucket: String,
+    /// Key.
+    pub key: String,
+    /// ETag of the version read (or the version id on versioned buckets).
+    pub version: String,
+    /// The object's LastModified (epoch ms): no commit of it can be older (bounds the search).
+    #[serde(skip)]
+    pub modified_ms: i64,
+}
+
+impl SourceObject {
+    /// `s3://bucket/key#version`: the string recorded in snapshot summaries.
+    pub fn id(&self) -> String {
+        format!("s3://{}/{}#{}", self.bucket, self.key, self.version)
+    }
+}
+
+/// Looks for `object_id` in the summaries of main's ancestry, newest first, stopping at the first
+/// snapshot older than `not_before_ms` (no commit of an object can predate the object itself).
+pub fn find_committed(
+    metadata: &TableMetadata,
+    object_id: &str,
+    not_before_ms: i64,
+) -> Option<Found> {
+    let mut current = metadata.current_snapshot();
+    while let Some(snap) = current {
+        if snap.timestamp_ms() < not_before_ms {
+            return None;
+        }
+        let props = &snap.summary().additional_properties;
+        if let Some(list) = props.get(SUMMARY_SOURCE_OBJECTS) {
+            let ids: Vec<String> = serde_json::from_str(list).unwrap_or_default();
+            if ids.iter().any(|id| id == object_id) {
+                return Some(Found {
+                    snapshot_id: snap.snapshot_id(),
+                    writer_id: props.get(SUMMARY_WRITER_ID).cloned(),
+                });
+            }
+        }
+        current = snap
+            .parent_snapshot_id()
+            .and_then(|p| metadata.snapshot_by_id(p));
+    }
+    None
+}
+
+/// Bounds on one commit.
+#[derive(Debug, Clone)]
+pub struct CommitLimits {
+    /// Most attempts.
+    pub max_attempts: u32,
+    /// Give up (retryable) after this instant.
+    pub deadline: Instant,
+    /// Clock skew tolerated when bounding the duplicate search.
+    pub skew: Duration,
+}
+
+/// What an exactly-once append did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AppendOutcome {
+    /// This call committed the snapshot.
+    Committed {
+        /// The new snapshot.
+        snapshot_id: i64,
+        /// Attempts needed (1 = no conflict).
+        attempts: u32,
+    },
+    /// The object's rows were already committed; nothing added by this call.
+    AlreadyCommitted {
+        /// The snapshot holding them.
+        snapshot_id: i64,
+        /// True when that snapshot is this writer's own earlier attempt whose answer was lost
+        /// (its files are referenced); false for another delivery's commit (ours are unreferenced).
+        by_us: bool,
+    },
+}
+
+/// Appends `files` unless `object` was already committed, retrying conflicts with re-validation.
+///
+/// The duplicate search walks back to the object's LastModified minus the skew margin. `writer_id` names this write attempt (recorded as `floe.writer-id`).
+///
+/// On an error the outcome may be unknown (the catalog may have applied the commit before the
+/// answer was lost): callers must not delete the files then; a retry re-validates.
+pub async fn append_exactly_once(
+    catalog: &Arc<dyn Catalog>,
+    ident: &TableIdent,
+    object: &SourceObject,
+    writer_id: &str,
+    files: Vec<DataFile>,
+    mut properties: HashMap<String, String>,
+    limits: &CommitLimits,
+) -> Result<AppendOutcome> {
+    let id = object.id();
+    properties.insert(SUMMARY_WRITER_ID.into(), writer_id.to_string());
+    properties.insert(
+        SUMMARY_SOURCE_OBJECTS.into(),
+        serde_json::to_string(&[&id]).unwrap_or_default(),
+    );
+    let not_before = object.modified_ms - limits.skew.as_millis() as i64;
+    let mut attempt = 0u32;
+    loop {
+        attempt += 1;
+        let result = try_append(
+            catalog,
+            ident,
+            &id,
+            writer_id,
+            not_before,
+            &files,
+            &properties,
+        )
+        .await;
+        match result {
+            Ok(outcome) => {
+                return Ok(match outcome {
+                    AppendOutcome::Committed { snapshot_id, .. } => AppendOutcome::Committed {
+                        snapshot_id,
+                        attempts: attempt,
+                    },
+                    other => other,
+                })
+            }
+            Err(e) if e.is_retryable() => {
+                if attempt >= limits.max_attempts || Instant::now() >= limits.deadline {
+                    return Err(Error::new(
+                        ErrorKind::DeadlineExceeded,
+                        format!("commit of {id} to {ident} gave up after {attempt} attempts"),
+                    )
+                    .with_retryable(true)
+                    .with_source(e));
+                }
+                let pause =
+                    backoff(attempt).min(limits.deadline.saturating_duration_since(Instant::now()));
+                tracing::info!(object = %id, table = %ident, attempt, error = %e, pause_ms = pause.as_millis() as u64, "commit conflict; re-validating");
+                tokio::time::sleep(pause).await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+async fn try_append(
+    catalog: &Arc<dyn Catalog>,
+    ident: &TableIdent,
+    id: &str,
+    writer_id: &str,
+    not_before: i64,
+    files: &[DataFile],
+    properties: &HashMap<String, String>,
+) -> Result<AppendOutcome> {
+    let table = catalog
+        .load_table(ident)
+        .await
+        .map_err(|e| Error::iceberg(format!("loading {ident}"), e))?;
+    if let Some(found) = find_committed(table.metadata(), id, not_before) {
+        let by_us = found.writer_id.as_deref() == Some(writer_id);
+        return Ok(AppendOutcome::AlreadyCommitted {
+            snapshot_id: found.snapshot_id,
+            by_us,
+        });
+    }
+    let tx = Transaction::new(&table);
+    let action = tx
+        .fast_append()
+        .with_check_duplicate(false)
+        .add_data_files(files.to_vec())
+        .set_snapshot_properties(properties.clone());
+    let tx = action
+        .apply(tx)
+        .map_err(|e| Error::iceberg(format!("preparing append to {ident}"), e))?;
+    let guard = Hooked::new(Arc::clone(catalog), NoRetry::default());
+    match tx.commit(&guard).await {
+        Ok(t) => Ok(AppendOutcome::Committed {
+            snapshot_id: t.metadata().current_snapshot_id().unwrap_or_default(),
+            attempts: 1,
+        }),
+        Err(e) => {
+            let retryable = guard.hook.was_retryable() || e.retryable();
+            Err(Error::iceberg(format!("committing to {ident}"), e).with_retryable(retryable))
+        }
+    }
+}
+
+/// Exponential backoff with full jitter: 25 ms doubling to 2 s.
+fn backoff(attempt: u32) -> Duration {
+    let cap = 25u64.saturating_mul(1 << attempt.min(7)).min(2000);
+    let r = (uuid::Uuid::new_v4().as_u128() % 1000) as u64;
+    Duration::from_millis(cap / 2 + cap * r / 2000)
+}
+
+/// Intercepts `update_table` of a wrapped catalog; everything else passes through. floe uses it to
+/// take retries away from iceberg ([`NoRetry`]); tests use it to inject crashes and conflicts.
+#[async_trait]
+pub trait UpdateHook: std::fmt::Debug + Send + Sync {
+    /// Called instead of `inner.update_table(commit)`.
+    async fn update_table(
+        &self,
+        inner: &dyn Catalog,
+        commit: TableCommit,
+    ) -> iceberg::Result<Table>;
+
+    /// Called instead of `inner.create_table(ns, creation)`; passes through by default.
+    async fn create_table(
+        &self,
+        inner: &dyn Catalog,
+        ns: &NamespaceIdent,
+        creation: TableCreation,
+    ) -> iceberg::Result<Table> {
+        inner.create_table(ns, creation).await
+    }
+}
+
+/// A catalog whose `update_table` goes through a hook.
+#[derive(Debug)]
+pub struct Hooked<H> {
+    inner: Arc<dyn Catalog>,
+    /// The hook.
+    pub hook: H,
+}
+
+impl<H: UpdateHook> Hooked<H> {
+    /// Wraps `inner`.
+    pub fn new(inner: Arc<dyn Catalog>, hook: H) -> Self {
+        Self { inner, hook }
+    }
+}
+
+/// The hook that makes `update_table` errors non-retryable to iceberg, so `Transaction::commit`
+/// returns on the first conflict and floe re-validates before retrying; it remembers whether the
+/// failure was retryable.
+#[derive(Debug, Default)]
+pub struct NoRetry {
+    retryable: AtomicBool,
+}
+
+impl NoRetry {
+    /// Whether the last `update_table` failure was retryable.
+    pub fn was_retryable(&self) -> bool {
+        self.retryable.load(Ordering::SeqCst)
+    }
+}
+
+#[async_trait]
+impl UpdateHook for NoRetry {
+    async fn update_table(
+        &self,
+        inner: &dyn Catalog,
+        commit: TableCommit,
+    ) -> iceberg::Result<Table> {
+        inner.update_table(commit).await.map_err(|e| {
+            if e.retryable() || e.kind() == iceberg::ErrorKind::CatalogCommitConflicts {
+                self.retryable.store(true, Ordering::SeqCst);
+            }
+            iceberg::Error::new(e.kind(), "update_table failed")
+                .with_retryable(false)
+                .with_source(e)
+        })
+    }
+}
+
+#[async_trait]
+impl<H: UpdateHook> Catalog for Hooked<H> {
+    async fn list_namespaces(
+        &self,
+        parent: Option<&NamespaceIdent>,
+    ) -> iceberg::Result<Vec<NamespaceIdent>> {
+        self.inner.list_namespaces(parent).await
+    }
+    async fn create_namespace(
+        &self,
+        ns: &NamespaceIdent,
+        props: HashMap<String, String>,
+    ) -> iceberg::Result<Namespace> {
+        self.inner.create_namespace(ns, props).await
+    }
+    async fn get_namespace(&self, ns: &NamespaceIdent) -> iceberg::Result<Namespace> {
+        self.inner.get_namespace(ns).await
+    }
+    async fn namespace_exists(&self, ns: &NamespaceIdent) -> iceberg::Result<bool> {
+        self.inner.namespace_exists(ns).await
+    }
+    async fn update_namespace(
+        &self,
+        ns: &NamespaceIdent,
+        props: HashMap<String, String>,
+    ) -> iceberg::Result<()> {
+        self.inner.update_namespace(ns, props).await
+    }
+    async fn drop_namespace(&self, ns: &NamespaceIdent) -> iceberg::Result<()> {
+        self.inner.drop_namespace(ns).await
+    }
+    async fn list_tables(&self, ns: &NamespaceIdent) -> iceberg::Result<Vec<TableIdent>> {
+        self.inner.list_tables(ns).await
+    }
+    async fn create_table(
+        &self,
+        ns: &NamespaceIdent,
+        creation: TableCreation,
+    ) -> iceberg::Result<Table> {
+        self.hook
+            .create_table(self.inner.as_ref(), ns, creation)
+            .await
+    }
+    async fn load_table(&self, t: &TableIdent) -> iceberg::Result<Table> {
+        self.inner.load_table(t).await
+    }
+    async fn drop_table(&self, t: &TableIdent) -> iceberg::Result<()> {
+        self.inner.drop_table(t).await
+    }
+    async fn purge_table(&self, t: &TableIdent) -> iceberg::Result<()> {
+        self.inner.purge_table(t).await
+    }
+    async fn table_exists(&self, t: &TableIdent) -> iceberg::Result<bool> {
+        self.inner.table_exists(t).await
+    }
+    async fn rename_table(&self, src: &TableIdent, dest: &TableIdent) -> iceberg::Result<()> {
+        self.inner.rename_table(src, dest).await
+    }
+    async fn register_table(&self, t: &TableIdent, loc: String) -> iceberg::Result<Table> {
+        self.inner.register_table(t, loc).await
+    }
+    async fn update_table(&self, commit: TableCommit) -> iceberg::Result<Table> {
+        self.hook.update_table(self.inner.as_ref(), commit).await
+    }
+}

@@ -1,0 +1,488 @@
+//! `floe.toml`: the catalog, the warehouse, the tables and the routes from landing objects to tables.
+//!
+//! Loaded once at start-up from a local path or an `s3://` URI (env `FLOE_CONFIG`). Every problem
+//! is reported with the file, the key and the reason, before any event is handled.
+
+use std::collections::{BTreeMap, HashSet};
+
+use serde::Deserialize;
+
+use crate::error::{Error, Result};
+
+/// The whole configuration.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Which catalog holds the tables.
+    pub catalog: CatalogConfig,
+    /// Object storage settings (endpoint overrides for emulators, or a local directory).
+    #[serde(default)]
+    pub storage: StorageConfig,
+    /// Ingest settings shared by every route.
+    #[serde(default)]
+    pub ingest: IngestConfig,
+    /// The tables floe writes.
+    #[serde(default)]
+    pub tables: Vec<TableConfig>,
+    /// Where landing objects go: bucket + key prefix → table.
+    #[serde(default)]
+    pub routes: Vec<RouteConfig>,
+}
+
+/// The catalog kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CatalogKind {
+    /// An embedded SQLite catalog (the laptop default).
+    Sqlite,
+    /// AWS Glue Data Catalog.
+    Glue,
+    /// An Iceberg REST catalog.
+    Rest,
+}
+
+/// Catalog settings.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CatalogConfig {
+    /// `sqlite`, `glue` or `rest`.
+    pub kind: CatalogKind,
+    /// SQLite: the database file or `sqlite:` URL; Glue: endpoint override (emulators); REST: the URI.
+    #[serde(default)]
+    pub uri: Option<String>,
+    /// Where new tables are created: `s3://bucket/prefix` or `file:///abs/path` (or a relative path).
+    pub warehouse: String,
+    /// The Iceberg namespace (Glue database) of the tables.
+    #[serde(default = "default_namespace")]
+    pub namespace: String,
+    /// Catalog name (SQLite catalogs key their rows by it).
+    #[serde(default = "default_catalog_name")]
+    pub name: String,
+    /// Extra catalog properties passed through verbatim.
+    #[serde(default)]
+    pub properties: BTreeMap<String, String>,
+}
+
+/// Object storage settings.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StorageConfig {
+    /// S3 endpoint override, e.g. `http://127.0.0.1:5000` for moto or MinIO.
+    #[serde(default)]
+    pub endpoint: Option<String>,
+    /// AWS region (defaults to the environment's).
+    #[serde(default)]
+    pub region: Option<String>,
+    /// Path-style addressing (needed by MinIO and emulators).
+    #[serde(default)]
+    pub path_style: bool,
+    /// Static access key (emulators only; in AWS the function's role is used).
+    #[serde(default)]
+    pub access_key_id: Option<String>,
+    /// Static secret key (emulators only).
+    #[serde(default)]
+    pub secret_access_key: Option<String>,
+    /// Serve buckets from this local directory (`<root>/<bucket>/<key>`) instead of S3: the laptop demo.
+    #[serde(default)]
+    pub local_root: Option<String>,
+}
+
+/// Ingest settings.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IngestConfig {
+    /// Bucket for quarantined records (default: the object's own bucket).
+    #[serde(default)]
+    pub quarantine_bucket: Option<String>,
+    /// Key prefix for quarantined records.
+    #[serde(default = "default_quarantine_prefix")]
+    pub quarantine_prefix: String,
+    /// Clock skew tolerated between S3 and the committers when looking for an earlier commit.
+    #[serde(default = "default_skew")]
+    pub dedup_skew_seconds: u64,
+    /// Most commit attempts per object before giving the event back for a later retry.
+    #[serde(default = "default_attempts")]
+    pub max_commit_attempts: u32,
+    /// Most seconds spent retrying one commit (kept well inside the Lambda timeout).
+    #[serde(default = "default_commit_seconds")]
+    pub commit_timeout_seconds: u64,
+    /// A record is counted late when ingestion time − event time exceeds this.
+    #[serde(default = "default_late")]
+    pub late_after_seconds: i64,
+    /// Records decoded per chunk (the unit of decode and of bad-record isolation).
+    #[serde(default = "default_chunk")]
+    pub chunk_records: usize,
+}
+
+impl Default for IngestConfig {
+    fn default() -> Self {
+        Self {
+            quarantine_bucket: None,
+            quarantine_prefix: default_quarantine_prefix(),
+            dedup_skew_seconds: default_skew(),
+            max_commit_attempts: default_attempts(),
+            commit_timeout_seconds: default_commit_seconds(),
+            late_after_seconds: default_late(),
+            chunk_records: default_chunk(),
+        }
+    }
+}
+
+/// One table.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TableConfig {
+    /// Table name inside the namespace.
+    pub name: String,
+    /// The column holding the source-event time (a `timestamptz` or `timestamp` column; required).
+    pub event_time: String,
+    /// Partition fields, e.g. `["day(event_time)", "identity(region)"]`.
+    #[serde(default)]
+    pub partition: Vec<String>,
+    /// Target data file size in MiB.
+    #[serde(default = "default_target_mb")]
+    pub target_file_size_mb: u64,
+    /// The columns, in order. floe adds `_ingested_at` and `_source`.
+    pub columns: Vec<ColumnConfig>,
+    /// Extra table properties.
+    #[serde(default)]
+    pub properties: BTreeMap<String, String>,
+}
+
+/// One column.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ColumnConfig {
+    /// Column name as it appears in the input.
+    pub name: String,
+    /// `string`, `int`, `long`, `float`, `double`, `boolean`, `date`, `timestamp`, `timestamptz`,
+    /// `decimal(P,S)`.
+    #[serde(rename = "type")]
+    pub type_name: String,
+    /// Whether the field must be present and non-null.
+    #[serde(default)]
+    pub required: bool,
+    /// Documentation.
+    #[serde(default)]
+    pub doc: Option<String>,
+}
+
+/// Input format of a route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Format {
+    /// One JSON object per line.
+    Jsonl,
+    /// CSV with a header row.
+    Csv,
+    /// Apache Parquet.
+    Parquet,
+}
+
+/// One route: objects under `s3://bucket/prefix` go to `table`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteConfig {
+    /// Landing bucket.
+    pub bucket: String,
+    /// Key prefix (may be empty).
+    #[serde(default)]
+    pub prefix: String,
+    /// Target table name.
+    pub table: String,
+    /// Input format; compression is detected from `.gz`/`.zst` or magic bytes.
+    pub format: Format,
+}
+
+fn default_namespace() -> String {
+    "floe".into()
+}
+fn default_catalog_name() -> String {
+    "floe".into()
+}
+fn default_quarantine_prefix() -> String {
+    "quarantine/".into()
+}
+fn default_skew() -> u64 {
+    900
+}
+fn default_attempts() -> u32 {
+    20
+}
+fn default_commit_seconds() -> u64 {
+    120
+}
+fn default_late() -> i64 {
+    3600
+}
+fn default_chunk() -> usize {
+    16_384
+}
+fn default_target_mb() -> u64 {
+    128
+}
+
+impl Config {
+    /// Parses and validates a config text; `origin` names the file in errors.
+    pub fn parse(text: &str, origin: &str) -> Result<Self> {
+        let config: Config = toml::from_str(text).map_err(|e| {
+            let key = e
+                .span()
+                .map(|s| {
+                    let line = text[..s.start.min(text.len())].lines().count().max(1);
+                    format!("line {line}")
+                })
+                .unwrap_or_else(|| "?".into());
+            Error::config(origin, &key, e.message())
+        })?;
+        config.validate(origin)?;
+        Ok(config)
+    }
+
+    /// Loads the config from a local path, or from S3 for `s3://bucket/key`.
+    pub async fn load(location: &str) -> Result<Self> {
+        let text = if let Some(rest) = location.strip_prefix("s3://") {
+            let (bucket, key) = rest.split_once('/').ok_or_else(|| {
+                Error::config(location, "FLOE_CONFIG", "expected s3://bucket/key")
+            })?;
+            let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+            let client = aws_sdk_s3::Client::new(&sdk);
+            let out = client
+                .get_object()
+                .bucket(bucket)
+                .key(key)
+                .send()
+                .await
+                .map_err(|e| {
+                    Error::config(
+                        location,
+                        "FLOE_CONFIG",
+                        aws_sdk_s3::error::DisplayErrorContext(e),
+                    )
+                })?;
+            let bytes = out
+                .body
+                .collect()
+                .await
+                .map_err(|e| Error::config(location, "FLOE_CONFIG", e))?;
+            String::from_utf8(bytes.to_vec())
+                .map_err(|e| Error::config(location, "FLOE_CONFIG", e))?
+        } else {
+            std::fs::read_to_string(location)
+                .map_err(|e| Error::config(location, "FLOE_CONFIG", e))?
+        };
+        Self::parse(&text, location)
+    }
+
+    /// Loads from `FLOE_CONFIG` (default `floe.toml`).
+    pub async fn from_env() -> Result<Self> {
+        let location = std::env::var("FLOE_CONFIG").unwrap_or_else(|_| "floe.toml".into());
+        Self::load(&location).await
+    }
+
+    fn validate(&self, origin: &str) -> Result<()> {
+        if self.catalog.warehouse.trim().is_empty() {
+            return Err(Error::config(
+                origin,
+                "catalog.warehouse",
+                "must not be empty",
+            ));
+        }
+        if self.catalog.kind == CatalogKind::Rest && self.catalog.uri.is_none() {
+            return Err(Error::config(
+                origin,
+                "catalog.uri",
+                "a REST catalog needs its URI",
+            ));
+        }
+        let mut names = HashSet::new();
+        for (i, table) in self.tables.iter().enumerate() {
+            let at = |k: &str| format!("tables[{i}].{k}");
+            if !names.insert(table.name.as_str()) {
+                return Err(Error::config(
+                    origin,
+                    &at("name"),
+                    format!("duplicate table `{}`", table.name),
+                ));
+            }
+            if table.columns.is_empty() {
+                return Err(Error::config(
+                    origin,
+                    &at("columns"),
+                    "at least one column is needed",
+                ));
+            }
+            let mut cols = HashSet::new();
+            for (j, col) in table.columns.iter().enumerate() {
+                if col.name.starts_with('_') {
+                    return Err(Error::config(
+                        origin,
+                        &at(&format!("columns[{j}].name")),
+                        "names starting with `_` are reserved for floe's columns",
+                    ));
+                }
+                if !cols.insert(col.name.as_str()) {
+                    return Err(Error::config(
+                        origin,
+                        &at(&format!("columns[{j}].name")),
+                        format!("duplicate column `{}`", col.name),
+                    ));
+                }
+                crate::schema::parse_type(&col.type_name).map_err(|reason| {
+                    Error::config(origin, &at(&format!("columns[{j}].type")), reason)
+                })?;
+            }
+            let Some(et) = table.columns.iter().find(|c| c.name == table.event_time) else {
+                return Err(Error::config(
+                    origin,
+                    &at("event_time"),
+                    format!("no column named `{}`", table.event_time),
+                ));
+            };
+            if !matches!(et.type_name.as_str(), "timestamptz" | "timestamp") {
+                return Err(Error::config(
+                    origin,
+                    &at("event_time"),
+                    format!(
+                        "column `{}` must be timestamptz or timestamp, not {}",
+                        et.name, et.type_name
+                    ),
+                ));
+            }
+            for (j, p) in table.partition.iter().enumerate() {
+                crate::schema::parse_partition(p, &cols).map_err(|reason| {
+                    Error::config(origin, &at(&format!("partition[{j}]")), reason)
+                })?;
+            }
+            if table.target_file_size_mb == 0 {
+                return Err(Error::config(
+                    origin,
+                    &at("target_file_size_mb"),
+                    "must be at least 1",
+                ));
+            }
+        }
+        for (i, route) in self.routes.iter().enumerate() {
+            if !names.contains(route.table.as_str()) {
+                return Err(Error::config(
+                    origin,
+                    &format!("routes[{i}].table"),
+                    format!("no table named `{}`", route.table),
+                ));
+            }
+            if route.bucket.is_empty() {
+                return Err(Error::config(
+                    origin,
+                    &format!("routes[{i}].bucket"),
+                    "must not be empty",
+                ));
+            }
+        }
+        if self.ingest.chunk_records == 0 {
+            return Err(Error::config(
+                origin,
+                "ingest.chunk_records",
+                "must be at least 1",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The route for an object, the longest matching prefix winning.
+    pub fn route(&self, bucket: &str, key: &str) -> Option<&RouteConfig> {
+        self.routes
+            .iter()
+            .filter(|r| r.bucket == bucket && key.starts_with(&r.prefix))
+            .max_by_key(|r| r.prefix.len())
+    }
+
+    /// A table by name.
+    pub fn table(&self, name: &str) -> Option<&TableConfig> {
+        self.tables.iter().find(|t| t.name == name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+[catalog]
+kind = "sqlite"
+uri = "sqlite://target/x.db"
+warehouse = "file:///tmp/wh"
+
+[[tables]]
+name = "orders"
+event_time = "event_time"
+partition = ["day(event_time)"]
+columns = [
+  { name = "order_id", type = "string", required = true },
+  { name = "amount", type = "double" },
+  { name = "event_time", type = "timestamptz", required = true },
+]
+
+[[routes]]
+bucket = "landing"
+prefix = "orders/"
+table = "orders"
+format = "jsonl"
+
+[[routes]]
+bucket = "landing"
+prefix = "orders/eu/"
+table = "orders"
+format = "csv"
+"#;
+
+    #[test]
+    fn parses_and_routes_longest_prefix() {
+        let c = Config::parse(GOOD, "floe.toml").unwrap();
+        assert_eq!(
+            c.route("landing", "orders/eu/a.csv").unwrap().format,
+            Format::Csv
+        );
+        assert_eq!(
+            c.route("landing", "orders/us/a.json").unwrap().format,
+            Format::Jsonl
+        );
+        assert!(c.route("landing", "other/a.json").is_none());
+        assert!(c.route("elsewhere", "orders/a.json").is_none());
+    }
+
+    #[test]
+    fn errors_name_file_key_and_reason() {
+        let bad = GOOD.replace("event_time = \"event_time\"", "event_time = \"when\"");
+        let e = Config::parse(&bad, "conf/floe.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("conf/floe.toml")
+                && e.contains("tables[0].event_time")
+                && e.contains("when"),
+            "{e}"
+        );
+
+        let bad = GOOD.replace("type = \"double\"", "type = \"money\"");
+        let e = Config::parse(&bad, "f.toml").unwrap_err().to_string();
+        assert!(
+            e.contains("tables[0].columns[1].type") && e.contains("money"),
+            "{e}"
+        );
+
+        let bad = GOOD.replace("day(event_time)", "day(nope)");
+        let e = Config::parse(&bad, "f.toml").unwrap_err().to_string();
+        assert!(e.contains("partition[0]"), "{e}");
+
+        let bad = GOOD.replace(
+            "table = \"orders\"\nformat = \"csv\"",
+            "table = \"nope\"\nformat = \"csv\"",
+        );
+        let e = Config::parse(&bad, "f.toml").unwrap_err().to_string();
+        assert!(e.contains("routes[1].table"), "{e}");
+
+        let bad = GOOD.replace("kind = \"sqlite\"", "kind = \"oracle\"");
+        let e = Config::parse(&bad, "f.toml").unwrap_err().to_string();
+        assert!(e.contains("f.toml") && e.contains("line"), "{e}");
+    }
+}

@@ -1,0 +1,109 @@
+//! The one error type of the library: every failure carries a kind and whether retrying can help.
+
+use std::fmt;
+
+/// What went wrong, coarse enough for a caller to decide what to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// The configuration is invalid (file, key and reason in the message).
+    Config,
+    /// A Lambda payload could not be understood.
+    Event,
+    /// An object could not be read or decoded as a whole (corrupt compression, wrong format, empty).
+    UnreadableObject,
+    /// Object storage failed (S3 or the local file system).
+    Storage,
+    /// The catalog failed (SQLite, Glue, REST).
+    Catalog,
+    /// Another writer committed first; the commit must be re-validated and retried.
+    CommitConflict,
+    /// The commit could not finish inside its deadline.
+    DeadlineExceeded,
+    /// Anything else: a bug or an unexpected state.
+    Internal,
+}
+
+/// The library's error: a kind, a message naming what failed, whether a retry can help, and the cause.
+#[derive(Debug, thiserror::Error)]
+pub struct Error {
+    kind: ErrorKind,
+    message: String,
+    retryable: bool,
+    #[source]
+    source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}: {}", self.kind, self.message)?;
+        if let Some(source) = &self.source {
+            write!(f, ": {source}")?;
+        }
+        Ok(())
+    }
+}
+
+/// The library's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// A new error of `kind`; permanent unless marked with [`Error::retryable`].
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+            retryable: matches!(kind, ErrorKind::CommitConflict),
+            source: None,
+        }
+    }
+
+    /// Marks whether a retry of the same work can succeed.
+    pub fn with_retryable(mut self, retryable: bool) -> Self {
+        self.retryable = retryable;
+        self
+    }
+
+    /// Attaches the underlying cause.
+    pub fn with_source(mut self, source: impl std::error::Error + Send + Sync + 'static) -> Self {
+        self.source = Some(Box::new(source));
+        self
+    }
+
+    /// The kind of failure.
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
+    }
+
+    /// The message, without the cause.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// Whether a retry of the same work can succeed (throttling, 5xx, conflicts, timeouts).
+    pub fn is_retryable(&self) -> bool {
+        self.retryable
+    }
+
+    /// A configuration error naming the file, the key and the reason.
+    pub fn config(file: &str, key: &str, reason: impl fmt::Display) -> Self {
+        Self::new(ErrorKind::Config, format!("{file}: `{key}`: {reason}"))
+    }
+
+    /// Wraps an iceberg error, keeping its retryable flag.
+    pub fn iceberg(context: impl Into<String>, err: iceberg::Error) -> Self {
+        let kind = match err.kind() {
+            iceberg::ErrorKind::CatalogCommitConflicts => ErrorKind::CommitConflict,
+            _ => ErrorKind::Catalog,
+        };
+        let retryable = err.retryable() || kind == ErrorKind::CommitConflict;
+        Self::new(kind, context)
+            .with_retryable(retryable)
+            .with_source(err)
+    }
+}
+
+impl From<iceberg::Error> for Error {
+    fn from(err: iceberg::Error) -> Self {
+        Error::iceberg("iceberg", err)
+    }
+}

@@ -1,0 +1,307 @@
+//! Lambda payloads → work items.
+//!
+//! The ingest function is reached three ways: an S3 notification invoking it directly, S3
+//! notifications inside SQS messages (optionally wrapped by SNS), and EventBridge "Object Created"
+//! events (directly or through SQS). All of them become [`ObjectRef`]s; an SQS message keeps its id so
+//! a failure can be reported for that message alone.
+
+use aws_lambda_events::event::sqs::SqsEvent;
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+
+use crate::error::{Error, ErrorKind, Result};
+
+/// One object to ingest, as named by the notification.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectRef {
+    /// Bucket name.
+    pub bucket: String,
+    /// Object key, already URL-decoded.
+    pub key: String,
+    /// Size in bytes if the event says.
+    pub size: Option<i64>,
+    /// ETag if the event says (quotes removed).
+    pub etag: Option<String>,
+    /// Version id on versioned buckets.
+    pub version_id: Option<String>,
+    /// When S3 emitted the event.
+    pub event_time: Option<DateTime<Utc>>,
+}
+
+impl ObjectRef {
+    /// `s3://bucket/key`.
+    pub fn uri(&self) -> String {
+        format!("s3://{}/{}", self.bucket, self.key)
+    }
+}
+
+/// What one delivery unit (the whole event, or one SQS message) asks for.
+#[derive(Debug)]
+pub struct Delivery {
+    /// The SQS message id, when the event came through SQS.
+    pub message_id: Option<String>,
+    /// The objects named, or why the message could not be understood.
+    pub objects: Result<Vec<ObjectRef>>,
+}
+
+/// Splits a Lambda payload into deliveries. Unknown payload shapes are an error naming the shape.
+pub fn parse_payload(payload: &Value) -> Result<Vec<Delivery>> {
+    if let Some(records) = payload.get("Records").and_then(Value::as_array) {
+        let source = records
+            .first()
+            .and_then(|r| r.get("eventSource").or_else(|| r.get("EventSource")))
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        if source == "aws:sqs" {
+            let event: SqsEvent = serde_json::from_value(payload.clone())
+                .map_err(|e| Error::new(ErrorKind::Event, "malformed SQS event").with_source(e))?;
+            return Ok(event
+                .records
+                .into_iter()
+                .map(|m| Delivery {
+                    objects: match &m.body {
+                        Some(body) => parse_body(body),
+                        None => Err(Error::new(ErrorKind::Event, "SQS message without a body")),
+                    },
+                    message_id: m.message_id,
+                })
+                .collect());
+        }
+    }
+    Ok(vec![Delivery {
+        message_id: None,
+        objects: parse_value(payload),
+    }])
+}
+
+/// Parses an SQS message body: an S3 event, an SNS envelope, an EventBridge event or `s3:TestEvent`.
+pub fn parse_body(body: &str) -> Result<Vec<ObjectRef>> {
+    let value: Value = serde_json::from_str(body).map_err(|e| {
+        Error::new(
+            ErrorKind::Event,
+            format!("message body is not JSON: {}", truncate(body, 200)),
+        )
+        .with_source(e)
+    })?;
+    parse_value(&value)
+}
+
+fn parse_value(value: &Value) -> Result<Vec<ObjectRef>> {
+    // S3's test message sent when a notification is configured.
+    if value.get("Event").and_then(Value::as_str) == Some("s3:TestEvent") {
+        return Ok(Vec::new());
+    }
+    // SNS envelope: the S3 event is a JSON string in `Message`.
+    if value.get("Type").and_then(Value::as_str) == Some("Notification") {
+        let msg = value
+            .get("Message")
+            .and_then(Value::as_str)
+            .ok_or_else(|| Error::new(ErrorKind::Event, "SNS notification without a Message"))?;
+        return parse_body(msg);
+    }
+    if value.get("detail-type").is_some() {
+        return parse_eventbridge(value);
+    }
+    if let Some(records) = value.get("Records").and_then(Value::as_array) {
+        return records
+            .iter()
+            .filter_map(|r| parse_s3_record(r).transpose())
+            .collect();
+    }
+    Err(Error::new(
+        ErrorKind::Event,
+        format!(
+            "unrecognised event shape: {}",
+            truncate(&value.to_string(), 200)
+        ),
+    ))
+}
+
+/// One S3 notification record. Parsed leniently from JSON (emulators omit fields such as
+/// `userIdentity` that the typed `aws_lambda_events` record requires); non-create events are skipped.
+fn parse_s3_record(r: &Value) -> Result<Option<ObjectRef>> {
+    let name = r.get("eventName").and_then(Value::as_str).unwrap_or("");
+    if !name.starts_with("ObjectCreated") {
+        tracing::info!(event_name = %name, "skipping non-create S3 event");
+        return Ok(None);
+    }
+    let bucket = r
+        .pointer("/s3/bucket/name")
+        .and_then(Value::as_str)
+        .ok_or_else(|| Error::new(ErrorKind::Event, "S3 record without s3.bucket.name"))?;
+    let raw_key = r
+        .pointer("/s3/object/key")
+        .and_then(Value::as_str)
+        .ok_or_else(|| {
+            Error::new(
+                ErrorKind::Event,
+                format!("S3 record in bucket {bucket} without s3.object.key"),
+            )
+        })?;
+    let s = |p: &str| r.pointer(p).and_then(Value::as_str).map(str::to_string);
+    Ok(Some(ObjectRef {
+        bucket: bucket.to_string(),
+        key: decode_key(raw_key)?,
+        size: r.pointer("/s3/object/size").and_then(Value::as_i64),
+        etag: s("/s3/object/eTag")
+            .map(|e| e.trim_matches('"').to_string())
+            .filter(|e| !e.is_empty()),
+        version_id: s("/s3/object/versionId").filter(|v| !v.is_empty() && v != "null"),
+        event_time: s("/eventTime")
+            .and_then(|t| DateTime::parse_from_rfc3339(&t).ok())
+            .map(|t| t.with_timezone(&Utc)),
+    }))
+}
+
+fn parse_eventbridge(value: &Value) -> Result<Vec<ObjectRef>> {
+    let detail_type = value
+        .get("detail-type")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    if detail_type != "Object Created" {
+        tracing::info!(
+            detail_type,
+            "skipping EventBridge event that is not Object Created"
+        );
+        return Ok(Vec::new());
+    }
+    let detail = value
+        .get("detail")
+        .ok_or_else(|| Error::new(ErrorKind::Event, "EventBridge event without detail"))?;
+    let bucket = detail
+        .pointer("/bucket/name")
+        .and_then(Value::as_str)
+        .ok_or_else(|| {
+            Error::new(
+                ErrorKind::Event,
+                "Object Created event without detail.bucket.name",
+            )
+        })?;
+    let key = detail
+        .pointer("/object/key")
+        .and_then(Value::as_str)
+        .ok_or_else(|| {
+            Error::new(
+                ErrorKind::Event,
+                "Object Created event without detail.object.key",
+            )
+        })?;
+    let event_time = value
+        .get("time")
+        .and_then(Value::as_str)
+        .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
+        .map(|t| t.with_timezone(&Utc));
+    Ok(vec![ObjectRef {
+        bucket: bucket.to_string(),
+        // EventBridge keys are URL-encoded like notification keys.
+        key: decode_key(key)?,
+        size: detail.pointer("/object/size").and_then(Value::as_i64),
+        etag: detail
+            .pointer("/object/etag")
+            .and_then(Value::as_str)
+            .map(|e| e.trim_matches('"').to_string()),
+        version_id: detail
+            .pointer("/object/version-id")
+            .and_then(Value::as_str)
+            .map(str::to_string),
+        event_time,
+    }])
+}
+
+/// Form-URL-decodes an S3 event key: `+` is a space, `%XX` a byte.
+pub fn decode_key(raw: &str) -> Result<String> {
+    let plus = raw.replace('+', " ");
+    percent_encoding::percent_decode_str(&plus)
+        .decode_utf8()
+        .map(|s| s.into_owned())
+        .map_err(|e| {
+            Error::new(
+                ErrorKind::Event,
+                format!("key `{raw}` is not valid UTF-8 after decoding"),
+            )
+            .with_source(e)
+        })
+}
+
+fn truncate(s: &str, n: usize) -> &str {
+    match s.char_indices().nth(n) {
+        Some((i, _)) => &s[..i],
+        None => s,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn s3_event(key: &str) -> Value {
+        json!({"Records": [{
+            "eventVersion": "2.1", "eventSource": "aws:s3", "awsRegion": "us-east-1",
+            "eventTime": "2026-11-30T10:00:00.000Z", "eventName": "ObjectCreated:Put",
+            "userIdentity": {"principalId": "x"}, "requestParameters": {"sourceIPAddress": "1.2.3.4"},
+            "responseElements": {}, "s3": {"s3SchemaVersion": "1.0", "configurationId": "c",
+              "bucket": {"name": "landing", "ownerIdentity": {"principalId": "x"}, "arn": "arn:aws:s3:::landing"},
+              "object": {"key": key, "size": 10, "eTag": "\"abc\"", "sequencer": "01"}}}]})
+    }
+
+    #[test]
+    fn direct_s3_event_decodes_key() {
+        let d = parse_payload(&s3_event("orders/my+file%3A1.json")).unwrap();
+        let objs = d[0].objects.as_ref().unwrap();
+        assert_eq!(objs[0].key, "orders/my file:1.json");
+        assert_eq!(objs[0].etag.as_deref(), Some("abc"));
+        // moto encodes `/` as %2F
+        let d = parse_payload(&s3_event("orders%2Fa.json")).unwrap();
+        assert_eq!(d[0].objects.as_ref().unwrap()[0].key, "orders/a.json");
+    }
+
+    #[test]
+    fn sqs_wrapping_sns_eventbridge_and_test_event() {
+        let s3 = s3_event("a.json").to_string();
+        let sns = json!({"Type": "Notification", "Message": s3}).to_string();
+        let eb = json!({"detail-type": "Object Created", "source": "aws.s3", "time": "2026-11-30T10:00:00Z",
+            "detail": {"bucket": {"name": "landing"}, "object": {"key": "b+c.json", "size": 5, "etag": "e1"}}}).to_string();
+        let test = json!({"Event": "s3:TestEvent", "Bucket": "landing"}).to_string();
+        let payload = json!({"Records": [
+            {"messageId": "m1", "eventSource": "aws:sqs", "body": s3},
+            {"messageId": "m2", "eventSource": "aws:sqs", "body": sns},
+            {"messageId": "m3", "eventSource": "aws:sqs", "body": eb},
+            {"messageId": "m4", "eventSource": "aws:sqs", "body": test},
+            {"messageId": "m5", "eventSource": "aws:sqs", "body": "not json"},
+        ]});
+        let d = parse_payload(&payload).unwrap();
+        assert_eq!(d.len(), 5);
+        assert_eq!(d[0].objects.as_ref().unwrap()[0].key, "a.json");
+        assert_eq!(d[1].objects.as_ref().unwrap()[0].key, "a.json");
+        assert_eq!(d[2].objects.as_ref().unwrap()[0].key, "b c.json");
+        assert!(d[3].objects.as_ref().unwrap().is_empty());
+        assert!(d[4].objects.is_err());
+        assert_eq!(d[4].message_id.as_deref(), Some("m5"));
+    }
+
+    #[test]
+    fn emulator_records_without_user_identity_parse() {
+        let mut e = s3_event("k.json");
+        let rec = e["Records"][0].as_object_mut().unwrap();
+        rec.remove("userIdentity");
+        rec.remove("requestParameters");
+        rec.remove("responseElements");
+        let d = parse_payload(&e).unwrap();
+        assert_eq!(d[0].objects.as_ref().unwrap()[0].key, "k.json");
+    }
+
+    #[test]
+    fn removal_events_are_skipped_and_unknown_shapes_fail() {
+        let mut e = s3_event("a.json");
+        e["Records"][0]["eventName"] = json!("ObjectRemoved:Delete");
+        assert!(parse_payload(&e).unwrap()[0]
+            .objects
+            .as_ref()
+            .unwrap()
+            .is_empty());
+        assert!(parse_payload(&json!({"hello": 1})).unwrap()[0]
+            .objects
+            .is_err());
+    }
+}

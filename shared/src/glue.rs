@@ -1,0 +1,294 @@
+//! Glue Data Catalog commits that floe controls: create and update with Glue's `VersionId`
+//! compare-and-swap, and Glue column types for every Iceberg type floe writes.
+//!
+//! iceberg-catalog-glue 0.10.1 refuses any schema holding `timestamptz` ("Conversion from
+//! Timestamptz is not supported") on both create and commit, and floe's tables always have one
+//! (`_ingested_at`). Reads still go through iceberg's Glue catalog; `create_table` and
+//! `update_table` go through this hook.
+
+use std::collections::HashMap;
+use std::str::FromStr;
+
+use async_trait::async_trait;
+use aws_sdk_glue::error::DisplayErrorContext;
+use aws_sdk_glue::types::{Column, StorageDescriptor, TableInput};
+use iceberg::spec::{PrimitiveType, TableMetadata, TableMetadataBuilder, Type};
+use iceberg::table::Table;
+use iceberg::{Catalog, MetadataLocation, NamespaceIdent, TableCommit, TableCreation, TableIdent};
+
+use crate::commit::UpdateHook;
+use crate::config::Config;
+
+/// The hook giving a Glue catalog floe's create and commit.
+#[derive(Debug, Clone)]
+pub struct GlueHook {
+    client: aws_sdk_glue::Client,
+    warehouse: String,
+    file_io: iceberg::io::FileIO,
+}
+
+impl GlueHook {
+    /// A Glue client honouring the config's endpoint override, region and static keys.
+    pub async fn new(cfg: &Config, warehouse: String) -> Self {
+        let file_io = iceberg::io::FileIOBuilder::new(std::sync::Arc::new(
+            iceberg_storage_opendal::OpenDalResolvingStorageFactory::new(),
+        ))
+        .with_props(crate::catalog::storage_props(cfg))
+        .build();
+        let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest());
+        if let Some(region) = &cfg.storage.region {
+            loader = loader.region(aws_config::Region::new(region.clone()));
+        }
+        if let (Some(k), Some(s)) = (&cfg.storage.access_key_id, &cfg.storage.secret_access_key) {
+            loader = loader.credentials_provider(aws_sdk_glue::config::Credentials::new(
+                k.clone(),
+                s.clone(),
+                None,
+                None,
+                "floe-config",
+            ));
+        }
+        if let Some(uri) = &cfg.catalog.uri {
+            loader = loader.endpoint_url(uri);
+        }
+        let sdk = loader.load().await;
+        Self {
+            client: aws_sdk_glue::Client::new(&sdk),
+            warehouse,
+            file_io,
+        }
+    }
+
+    async fn version_and_location(
+        &self,
+        ident: &TableIdent,
+    ) -> iceberg::Result<(Option<String>, Option<String>)> {
+        let out = self
+            .client
+            .get_table()
+            .database_name(db(ident.namespace())?)
+            .name(ident.name())
+            .send()
+            .await
+            .map_err(|e| unexpected(format!("Glue GetTable {ident}"), DisplayErrorContext(&e)))?;
+        let table = out.table();
+        let location = table
+            .and_then(|t| t.parameters())
+            .and_then(|p| p.get("metadata_location"))
+            .cloned();
+        Ok((
+            table.and_then(|t| t.version_id()).map(str::to_string),
+            location,
+        ))
+    }
+}
+
+fn db(ns: &NamespaceIdent) -> iceberg::Result<String> {
+    match ns.as_ref().as_slice() {
+        [one] => Ok(one.clone()),
+        _ => Err(iceberg::Error::new(
+            iceberg::ErrorKind::DataInvalid,
+            format!("Glue needs a one-level namespace, got {ns:?}"),
+        )),
+    }
+}
+
+fn unexpected(what: String, e: impl std::fmt::Display) -> iceberg::Error {
+    iceberg::Error::new(iceberg::ErrorKind::Unexpected, format!("{what}: {e}"))
+}
+
+/// Glue (Hive) type name of an Iceberg type.
+pub fn glue_type(ty: &Type) -> String {
+    match ty {
+        Type::Primitive(p) => match p {
+            PrimitiveType::Boolean => "boolean".into(),
+            PrimitiveType::Int => "int".into(),
+            PrimitiveType::Long => "bigint".into(),
+            PrimitiveType::Float => "float".into(),
+            PrimitiveType::Double => "double".into(),
+            PrimitiveType::Decimal { precision, scale } => format!("decimal({precision},{scale})"),
+            PrimitiveType::Date => "date".into(),
+            PrimitiveType::Time => "string".into(),
+            PrimitiveType::Timestamp
+            | PrimitiveType::Timestamptz
+            | PrimitiveType::TimestampNs
+            | PrimitiveType::TimestamptzNs => "timestamp".into(),
+            PrimitiveType::String | PrimitiveType::Uuid => "string".into(),
+            PrimitiveType::Fixed(_) | PrimitiveType::Binary => "binary".into(),
+        },
+        Type::Struct(s) => format!(
+            "struct<{}>",
+            s.fields()
+                .iter()
+                .map(|f| format!("{}:{}", f.name, glue_type(&f.field_type)))
+                .collect::<Vec<_>>()
+                .join(",")
+        ),
+        Type::List(l) => format!("array<{}>", glue_type(&l.element_field.field_type)),
+        Type::Map(m) => format!(
+            "map<{},{}>",
+            glue_type(&m.key_field.field_type),
+            glue_type(&m.value_field.field_type)
+        ),
+    }
+}
+
+fn table_input(
+    name: &str,
+    md: &TableMetadata,
+    location: &str,
+    previous: Option<String>,
+) -> iceberg::Result<TableInput> {
+    let columns = md
+        .current_schema()
+        .as_struct()
+        .fields()
+        .iter()
+        .map(|f| {
+            Column::builder()
+                .name(&f.name)
+                .r#type(glue_type(&f.field_type))
+                .set_comment(f.doc.clone())
+                .parameters("iceberg.field.id", f.id.to_string())
+                .parameters("iceberg.field.optional", (!f.required).to_string())
+                .parameters("iceberg.field.current", "true")
+                .build()
+                .map_err(|e| unexpected("Glue column".into(), e))
+        })
+        .collect::<iceberg::Result<Vec<_>>>()?;
+    let mut params = HashMap::from([
+        ("table_type".to_string(), "ICEBERG".to_string()),
+        ("metadata_location".to_string(), location.to_string()),
+    ]);
+    if let Some(p) = previous {
+        params.insert("previous_metadata_location".into(), p);
+    }
+    TableInput::builder()
+        .name(name)
+        .table_type("EXTERNAL_TABLE")
+        .set_parameters(Some(params))
+        .storage_descriptor(
+            StorageDescriptor::builder()
+                .location(md.location())
+                .set_columns(Some(columns))
+                .build(),
+        )
+        .build()
+        .map_err(|e| unexpected("Glue table input".into(), e))
+}
+
+#[async_trait]
+impl UpdateHook for GlueHook {
+    async fn update_table(
+        &self,
+        inner: &dyn Catalog,
+        commit: TableCommit,
+    ) -> iceberg::Result<Table> {
+        let ident = commit.identifier().clone();
+        let (version, glue_location) = self.version_and_location(&ident).await?;
+        let current = inner.load_table(&ident).await?;
+        let current_location = current.metadata_location_result()?.to_string();
+        if glue_location.as_deref() != Some(current_location.as_str()) {
+            // The table moved between the two reads: let the caller reload and retry.
+            return Err(iceberg::Error::new(
+                iceberg::ErrorKind::CatalogCommitConflicts,
+                format!("{ident} changed while committing"),
+            )
+            .with_retryable(true));
+        }
+        let staged = commit.apply(current)?;
+        let new_location = staged.metadata_location_result()?.to_string();
+        staged
+            .metadata()
+            .write_to(
+                staged.file_io(),
+                &MetadataLocation::from_str(&new_location)?,
+            )
+            .await?;
+        let mut req = self
+            .client
+            .update_table()
+            .database_name(db(ident.namespace())?)
+            .skip_archive(true)
+            .table_input(table_input(
+                ident.name(),
+                staged.metadata(),
+                &new_location,
+                Some(current_location),
+            )?);
+        if let Some(v) = version {
+            req = req.version_id(v);
+        }
+        match req.send().await {
+            Ok(_) => Ok(staged),
+            Err(e) => {
+                let svc = e.as_service_error();
+                if svc
+                    .map(|s| s.is_concurrent_modification_exception())
+                    .unwrap_or(false)
+                {
+                    Err(iceberg::Error::new(
+                        iceberg::ErrorKind::CatalogCommitConflicts,
+                        format!("Glue rejected a stale VersionId for {ident}"),
+                    )
+                    .with_retryable(true))
+                } else {
+                    let retryable = svc.is_none()
+                        || svc
+                            .map(|s| s.is_internal_service_exception())
+                            .unwrap_or(false);
+                    Err(
+                        unexpected(format!("Glue UpdateTable {ident}"), DisplayErrorContext(&e))
+                            .with_retryable(retryable),
+                    )
+                }
+            }
+        }
+    }
+
+    async fn create_table(
+        &self,
+        inner: &dyn Catalog,
+        ns: &NamespaceIdent,
+        mut creation: TableCreation,
+    ) -> iceberg::Result<Table> {
+        let database = db(ns)?;
+        let location = creation.location.clone().unwrap_or_else(|| {
+            format!(
+                "{}/{}/{}",
+                self.warehouse.trim_end_matches('/'),
+                database,
+                creation.name
+            )
+        });
+        creation.location = Some(location.clone());
+        let name = creation.name.clone();
+        let md = TableMetadataBuilder::from_table_creation(creation)?
+            .build()?
+            .metadata;
+        let meta_loc = MetadataLocation::new_with_metadata(&location, &md);
+        let probe = inner
+            .load_table(&TableIdent::new(ns.clone(), name.clone()))
+            .await;
+        if probe.is_ok() {
+            return Err(iceberg::Error::new(
+                iceberg::ErrorKind::TableAlreadyExists,
+                format!("{database}.{name} exists"),
+            ));
+        }
+        md.write_to(&self.file_io, &meta_loc).await?;
+        self.client
+            .create_table()
+            .database_name(&database)
+            .table_input(table_input(&name, &md, &meta_loc.to_string(), None)?)
+            .send()
+            .await
+            .map_err(|e| {
+                unexpected(
+                    format!("Glue CreateTable {database}.{name}"),
+                    DisplayErrorContext(&e),
+                )
+            })?;
+        inner.load_table(&TableIdent::new(ns.clone(), name)).await
+    }
+}

@@ -1,0 +1,913 @@
+//! Ingest: one landed object → decoded, validated rows → Parquet data files → one exactly-once commit.
+//!
+//! Data path: the object is streamed (never held whole) through decompression and decoding on a
+//! blocking thread; batches cross a small bounded channel to the writer, which adds `_ingested_at`
+//! and `_source`, splits by partition and rolls Parquet files at the target size. Bad records are
+//! spooled to a local file and uploaded as one quarantine object. Finally [`crate::commit`] adds
+//! the files in one snapshot whose summary names the object, unless it was committed already.
+
+use std::collections::{BTreeSet, HashMap};
+use std::io::Write;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arrow::array::{Array, ArrayRef, RecordBatch, StringArray, TimestampMicrosecondArray};
+use arrow_schema::{DataType, SchemaRef, TimeUnit};
+use chrono::{DateTime, Utc};
+use iceberg::arrow::{schema_to_arrow_schema, RecordBatchPartitionSplitter};
+use iceberg::spec::{DataFile, DataFileFormat};
+use iceberg::table::Table;
+use iceberg::writer::base_writer::data_file_writer::DataFileWriterBuilder;
+use iceberg::writer::file_writer::location_generator::{
+    DefaultFileNameGenerator, DefaultLocationGenerator,
+};
+use iceberg::writer::file_writer::rolling_writer::RollingFileWriterBuilder;
+use iceberg::writer::file_writer::ParquetWriterBuilder;
+use iceberg::writer::partitioning::fanout_writer::FanoutWriter;
+use iceberg::writer::partitioning::unpartitioned_writer::UnpartitionedWriter;
+use iceberg::writer::partitioning::PartitioningWriter;
+use iceberg::{Catalog, TableIdent};
+use parquet::basic::{Compression as PqCompression, ZstdLevel};
+use parquet::file::properties::WriterProperties;
+use serde::Serialize;
+use serde_json::json;
+use tokio_util::io::SyncIoBridge;
+
+use crate::catalog;
+use crate::commit::{self, AppendOutcome, CommitLimits, SourceObject};
+use crate::config::{Config, RouteConfig, TableConfig};
+use crate::decode::{self, DecodeFailure, DecodeSpec, Piece, Rejected};
+use crate::error::{Error, ErrorKind, Result};
+use crate::event::{self, ObjectRef};
+use crate::metrics::{self, Metric};
+use crate::schema::{self, INGESTED_AT, SOURCE};
+use crate::store::ObjectStore;
+
+/// What happened to one object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    /// Rows committed in a new snapshot.
+    Committed,
+    /// Already committed earlier (duplicate or concurrent delivery); nothing added.
+    Duplicate,
+    /// Every record was bad: all went to quarantine, nothing to commit.
+    AllQuarantined,
+    /// The object could not be read at all and was quarantined whole.
+    Unreadable,
+    /// No route covers the object: refused.
+    Unrouted,
+    /// The object no longer exists.
+    Missing,
+}
+
+/// The report of one object's ingestion.
+#[derive(Debug, Clone, Serialize)]
+pub struct ObjectReport {
+    /// `s3://bucket/key`.
+    pub object: String,
+    /// Target table (empty when unrouted).
+    pub table: String,
+    /// Outcome.
+    pub status: Status,
+    /// Records seen.
+    pub records_in: u64,
+    /// Records in the table from this object.
+    pub records_committed: u64,
+    /// Records sent to quarantine.
+    pub records_quarantined: u64,
+    /// Input fields not in the table (ignored).
+    pub unknown_fields: Vec<String>,
+    /// Data files added.
+    pub data_files: usize,
+    /// Bytes of data files added.
+    pub data_bytes: u64,
+    /// The snapshot holding the rows (new or earlier).
+    pub snapshot_id: Option<i64>,
+    /// Commit attempts.
+    pub attempts: u32,
+    /// Quarantine object written, if any.
+    pub quarantine: Option<String>,
+    /// Earliest and latest event time among committed rows (RFC 3339).
+    pub event_time_range: Option<(String, String)>,
+    /// Rows whose ingestion − event time exceeded the late threshold.
+    pub late_records: u64,
+    /// Largest ingestion − event time, seconds.
+    pub max_lateness_seconds: f64,
+    /// Commit time − latest event time, seconds (freshness lag).
+    pub freshness_seconds: Option<f64>,
+    /// Why, for unreadable/unrouted objects.
+    pub reason: Option<String>,
+    /// Wall time spent, milliseconds.
+    pub millis: u64,
+}
+
+impl ObjectReport {
+    fn new(object: String, table: &str, status: Status) -> Self {
+        Self {
+            object,
+            table: table.into(),
+            status,
+            records_in: 0,
+            records_committed: 0,
+            records_quarantined: 0,
+            unknown_fields: Vec::new(),
+            data_files: 0,
+            data_bytes: 0,
+            snapshot_id: None,
+            attempts: 0,
+            quarantine: None,
+            event_time_range: None,
+            late_records: 0,
+            max_lateness_seconds: 0.0,
+            freshness_seconds: None,
+            reason: None,
+            millis: 0,
+        }
+    }
+
+    /// Emits this report as EMF metrics and a structured log line.
+    pub fn emit(&self) {
+        let status = format!("{:?}", self.status);
+        let mut m = vec![
+            Metric {
+                name: "RecordsIn",
+                value: self.records_in as f64,
+                unit: "Count",
+            },
+            Metric {
+                name: "RecordsCommitted",
+                value: self.records_committed as f64,
+                unit: "Count",
+            },
+            Metric {
+                name: "RecordsQuarantined",
+                value: self.records_quarantined as f64,
+                unit: "Count",
+            },
+            Metric {
+                name: "LateRecords",
+                value: self.late_records as f64,
+                unit: "Count",
+            },
+            Metric {
+                name: "MaxLatenessSeconds",
+                value: self.max_lateness_seconds,
+                unit: "Seconds",
+            },
+            Metric {
+                name: "IngestMillis",
+                value: self.millis as f64,
+                unit: "Milliseconds",
+            },
+            Metric {
+                name: "CommitAttempts",
+                value: self.attempts as f64,
+                unit: "Count",
+            },
+        ];
+        if let Some(f) = self.freshness_seconds {
+            m.push(Metric {
+                name: "FreshnessLagSeconds",
+                value: f,
+                unit: "Seconds",
+            });
+        }
+        match self.status {
+            Status::Unrouted => {
+                m = vec![Metric {
+                    name: "UnroutedObjects",
+                    value: 1.0,
+                    unit: "Count",
+                }]
+            }
+            Status::Unreadable => m.push(Metric {
+                name: "UnreadableObjects",
+                value: 1.0,
+                unit: "Count",
+            }),
+            Status::Duplicate => m.push(Metric {
+                name: "DuplicateDeliveries",
+                value: 1.0,
+                unit: "Count",
+            }),
+            _ => {}
+        }
+        let table = if self.table.is_empty() {
+            "-"
+        } else {
+            self.table.as_str()
+        };
+        metrics::emit(&[("Table", table)], &m);
+        tracing::info!(object = %self.object, table, status, records_in = self.records_in,
+            committed = self.records_committed, quarantined = self.records_quarantined,
+            snapshot = ?self.snapshot_id, millis = self.millis, "ingested object");
+    }
+}
+
+/// Per-table state kept across invocations: the loaded table's schema and writer settings.
+struct TableCtx {
+    ident: TableIdent,
+    cfg: TableConfig,
+}
+
+/// The ingest service: built once per Lambda container (clients, config), used per event.
+pub struct Ingestor {
+    config: Arc<Config>,
+    catalog: Arc<dyn Catalog>,
+    store: Arc<dyn ObjectStore>,
+    tables: HashMap<String, TableCtx>,
+}
+
+/// Result of handling one Lambda payload.
+#[derive(Debug, Default)]
+pub struct PayloadResult {
+    /// Whether the payload was an SQS batch (answer with partial failures).
+    pub is_sqs: bool,
+    /// SQS message ids to retry.
+    pub failed_message_ids: Vec<String>,
+    /// One report per object handled.
+    pub reports: Vec<ObjectReport>,
+    /// Errors, each with the object or message it concerns.
+    pub errors: Vec<String>,
+}
+
+impl Ingestor {
+    /// Connects the catalog and store named by the config and creates missing tables.
+    pub async fn new(config: Config) -> Result<Self> {
+        let catalog = catalog::connect(&config).await?;
+        let store = crate::store::from_config(&config.storage).await;
+        Self::with_parts(config, catalog, store).await
+    }
+
+    /// Builds from explicit parts (tests, the CLI).
+    pub async fn with_parts(
+        config: Config,
+        catalog: Arc<dyn Catalog>,
+        store: Arc<dyn ObjectStore>,
+    ) -> Result<Self> {
+        catalog::ensure_tables(catalog.as_ref(), &config).await?;
+        let mut tables = HashMap::new();
+        for t in &config.tables {
+            tables.insert(
+                t.name.clone(),
+                TableCtx {
+                    ident: catalog::table_ident(&config, &t.name)?,
+                    cfg: t.clone(),
+                },
+            );
+        }
+        Ok(Self {
+            config: Arc::new(config),
+            catalog,
+            store,
+            tables,
+        })
+    }
+
+    /// The catalog in use.
+    pub fn catalog(&self) -> &Arc<dyn Catalog> {
+        &self.catalog
+    }
+
+    /// The object store in use.
+    pub fn store(&self) -> &Arc<dyn ObjectStore> {
+        &self.store
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Handles a whole Lambda payload (direct S3, SQS batch, EventBridge).
+    pub async fn handle_payload(
+        &self,
+        payload: &serde_json::Value,
+        deadline: Instant,
+    ) -> PayloadResult {
+        let mut result = PayloadResult::default();
+        let deliveries = match event::parse_payload(payload) {
+            Ok(d) => d,
+            Err(e) => {
+                result.errors.push(e.to_string());
+                return result;
+            }
+        };
+        for delivery in deliveries {
+            if delivery.message_id.is_some() {
+                result.is_sqs = true;
+            }
+            let label = delivery
+                .message_id
+                .clone()
+                .unwrap_or_else(|| "event".into());
+            let mut failed = false;
+            match delivery.objects {
+                Err(e) => {
+                    tracing::error!(message = %label, error = %e, "cannot parse message; leaving it for retry and the DLQ");
+                    result.errors.push(format!("message {label}: {e}"));
+                    failed = true;
+                }
+                Ok(objects) => {
+                    for obj in objects {
+                        match self.ingest(&obj, deadline).await {
+                            Ok(report) => {
+                                report.emit();
+                                result.reports.push(report);
+                            }
+                            Err(e) => {
+                                tracing::error!(object = %obj.uri(), error = %e, retryable = e.is_retryable(), "ingest failed");
+                                result.errors.push(format!("{}: {e}", obj.uri()));
+                                failed = true;
+                            }
+                        }
+                    }
+                }
+            }
+            if failed {
+                if let Some(id) = delivery.message_id {
+                    result.failed_message_ids.push(id);
+                }
+            }
+        }
+        result
+    }
+
+    /// Ingests one object. Unreadable content is quarantined (Ok); failures that a retry can fix
+    /// are errors marked retryable.
+    pub async fn ingest(&self, obj: &ObjectRef, deadline: Instant) -> Result<ObjectReport> {
+        let started = Instant::now();
+        let uri = obj.uri();
+        let Some(route) = self.config.route(&obj.bucket, &obj.key).cloned() else {
+            let mut r = ObjectReport::new(uri, "", Status::Unrouted);
+            r.reason = Some(format!(
+                "no route covers bucket `{}` key `{}`",
+                obj.bucket, obj.key
+            ));
+            tracing::warn!(object = %r.object, "refusing object outside every route");
+            return Ok(r);
+        };
+        let tctx = self.tables.get(&route.table).ok_or_else(|| {
+            Error::new(
+                ErrorKind::Config,
+                format!("route to unknown table `{}`", route.table),
+            )
+        })?;
+        let opened = match self.store.open(&obj.bucket, &obj.key).await {
+            Ok(o) => o,
+            Err(e) if !e.is_retryable() && e.to_string().contains("NoSuchKey") => {
+                let mut r = ObjectReport::new(uri, &route.table, Status::Missing);
+                r.reason = Some(e.to_string());
+                return Ok(r);
+            }
+            Err(e) => return Err(e),
+        };
+        let version = opened
+            .meta
+            .version_id
+            .clone()
+            .unwrap_or_else(|| opened.meta.etag.clone());
+        let modified_ms = opened.meta.last_modified.timestamp_millis();
+        let source = SourceObject {
+            bucket: obj.bucket.clone(),
+            key: obj.key.clone(),
+            version,
+            modified_ms,
+        };
+        let limits = CommitLimits {
+            max_attempts: self.config.ingest.max_commit_attempts,
+            deadline: deadline.min(
+                Instant::now() + Duration::from_secs(self.config.ingest.commit_timeout_seconds),
+            ),
+            skew: Duration::from_secs(self.config.ingest.dedup_skew_seconds),
+        };
+
+        let table = self
+            .catalog
+            .load_table(&tctx.ident)
+            .await
+            .map_err(|e| Error::iceberg(format!("loading {}", tctx.ident), e))?;
+        // Cheap early exit for duplicates: the commit re-checks anyway.
+        if let Some(found) = commit::find_committed(
+            table.metadata(),
+            &source.id(),
+            modified_ms - limits.skew.as_millis() as i64,
+        ) {
+            let mut r = ObjectReport::new(uri, &route.table, Status::Duplicate);
+            r.snapshot_id = Some(found.snapshot_id);
+            r.millis = started.elapsed().as_millis() as u64;
+            return Ok(r);
+        }
+
+        let ingested_at = Utc::now();
+        let writer_id = uuid::Uuid::now_v7().to_string();
+        let written = write_object(
+            &table,
+            tctx,
+            &route,
+            &uri,
+            &writer_id,
+            opened.body,
+            ingested_at,
+            self.config.ingest.chunk_records,
+            self.config.ingest.late_after_seconds,
+        )
+        .await;
+        let written = match written {
+            Ok(w) => w,
+            Err(WriteFailure::Unreadable(reason)) => {
+                let key = self.quarantine_key(&route, obj, &source.version, "error.json");
+                let bucket = self.quarantine_bucket(obj);
+                let doc = json!({"source": uri, "version": source.version, "table": route.table,
+                    "error": reason, "quarantined_at": Utc::now().to_rfc3339()});
+                self.store
+                    .put(
+                        &bucket,
+                        &key,
+                        serde_json::to_vec_pretty(&doc).unwrap_or_default(),
+                    )
+                    .await?;
+                let mut r = ObjectReport::new(uri, &route.table, Status::Unreadable);
+                r.reason = Some(reason);
+                r.quarantine = Some(format!("s3://{bucket}/{key}"));
+                r.millis = started.elapsed().as_millis() as u64;
+                tracing::warn!(object = %r.object, reason = ?r.reason, "object unreadable; quarantined whole");
+                return Ok(r);
+            }
+            Err(WriteFailure::Error(e)) => return Err(e),
+        };
+
+        let mut r = ObjectReport::new(uri.clone(), &route.table, Status::Committed);
+        r.records_in = written.records_in;
+        r.records_committed = written.rows;
+        r.records_quarantined = written.quarantined;
+        r.unknown_fields = written.unknown.iter().cloned().collect();
+        r.data_files = written.files.len();
+        r.data_bytes = written.files.iter().map(|f| f.file_size_in_bytes()).sum();
+        r.late_records = written.late;
+        r.max_lateness_seconds = written.max_lateness_us as f64 / 1e6;
+        if let (Some(lo), Some(hi)) = (written.et_min, written.et_max) {
+            r.event_time_range = Some((micros_to_rfc3339(lo), micros_to_rfc3339(hi)));
+        }
+        if r.records_in != r.records_committed + r.records_quarantined {
+            return Err(Error::new(
+                ErrorKind::Internal,
+                format!(
+                    "{uri}: counts do not reconcile: in {} != committed {} + quarantined {}",
+                    r.records_in, r.records_committed, r.records_quarantined
+                ),
+            ));
+        }
+        if !r.unknown_fields.is_empty() {
+            tracing::warn!(object = %uri, fields = ?r.unknown_fields, "input has fields the table lacks; ignored");
+        }
+        if let Some(spool) = written.quarantine_spool {
+            let key = self.quarantine_key(&route, obj, &source.version, "jsonl");
+            let bucket = self.quarantine_bucket(obj);
+            let body = std::fs::read(&spool).map_err(|e| {
+                Error::new(
+                    ErrorKind::Storage,
+                    format!("reading quarantine spool {}", spool.display()),
+                )
+                .with_source(e)
+            });
+            let _ = std::fs::remove_file(&spool);
+            self.store.put(&bucket, &key, body?).await?;
+            r.quarantine = Some(format!("s3://{bucket}/{key}"));
+        }
+        if written.files.is_empty() {
+            r.status = Status::AllQuarantined;
+            r.millis = started.elapsed().as_millis() as u64;
+            return Ok(r);
+        }
+
+        let mut props = HashMap::from([
+            ("records-in".to_string(), r.records_in.to_string()),
+            (
+                "records-committed".to_string(),
+                r.records_committed.to_string(),
+            ),
+            (
+                "records-quarantined".to_string(),
+                r.records_quarantined.to_string(),
+            ),
+            ("floe.ingested-at".to_string(), ingested_at.to_rfc3339()),
+            ("floe.late-records".to_string(), r.late_records.to_string()),
+            (
+                "floe.max-lateness-seconds".to_string(),
+                format!("{:.3}", r.max_lateness_seconds),
+            ),
+            ("floe.operation".to_string(), "ingest".to_string()),
+        ]);
+        if let Some((lo, hi)) = &r.event_time_range {
+            props.insert("floe.event-time-min".into(), lo.clone());
+            props.insert("floe.event-time-max".into(), hi.clone());
+        }
+        if !r.unknown_fields.is_empty() {
+            props.insert("floe.unknown-fields".into(), r.unknown_fields.join(","));
+        }
+        if let Some(q) = &r.quarantine {
+            props.insert("floe.quarantine".into(), q.clone());
+        }
+        let files = written.files;
+        let outcome = commit::append_exactly_once(
+            &self.catalog,
+            &tctx.ident,
+            &source,
+            &writer_id,
+            files.clone(),
+            props,
+            &limits,
+        )
+        .await;
+        match outcome {
+            Ok(AppendOutcome::Committed {
+                snapshot_id,
+                attempts,
+            }) => {
+                r.snapshot_id = Some(snapshot_id);
+                r.attempts = attempts;
+                if let Some(hi) = written.et_max {
+                    r.freshness_seconds = Some((Utc::now().timestamp_micros() - hi) as f64 / 1e6);
+                }
+            }
+            Ok(AppendOutcome::AlreadyCommitted {
+                snapshot_id,
+                by_us: true,
+            }) => {
+                // Our own commit whose answer was lost: the rows are ours and in the table.
+                r.snapshot_id = Some(snapshot_id);
+            }
+            Ok(AppendOutcome::AlreadyCommitted {
+                snapshot_id,
+                by_us: false,
+            }) => {
+                // Another delivery won: our files are referenced by nothing and can go now.
+                r.status = Status::Duplicate;
+                r.snapshot_id = Some(snapshot_id);
+                delete_files(&table, &files).await;
+            }
+            // The outcome may be unknown (a lost answer): never delete files that might be
+            // referenced; unreferenced ones are left to orphan cleanup.
+            Err(e) => return Err(e),
+        }
+        r.millis = started.elapsed().as_millis() as u64;
+        Ok(r)
+    }
+
+    fn quarantine_bucket(&self, obj: &ObjectRef) -> String {
+        self.config
+            .ingest
+            .quarantine_bucket
+            .clone()
+            .unwrap_or_else(|| obj.bucket.clone())
+    }
+
+    /// Deterministic, so a redelivery rewrites the same object instead of adding another.
+    fn quarantine_key(
+        &self,
+        route: &RouteConfig,
+        obj: &ObjectRef,
+        version: &str,
+        ext: &str,
+    ) -> String {
+        let v: String = version
+            .chars()
+            .filter(|c| c.is_ascii_alphanumeric() || *c == '-')
+            .collect();
+        format!(
+            "{}{}/{}.{}.{}",
+            self.config.ingest.quarantine_prefix, route.table, obj.key, v, ext
+        )
+    }
+}
+
+fn micros_to_rfc3339(us: i64) -> String {
+    DateTime::<Utc>::from_timestamp_micros(us)
+        .map(|t| t.to_rfc3339())
+        .unwrap_or_default()
+}
+
+/// Best-effort removal of files written by an attempt that will not commit (else orphan cleanup does it).
+async fn delete_files(table: &Table, files: &[DataFile]) {
+    for f in files {
+        if let Err(e) = table.file_io().delete(f.file_path()).await {
+            tracing::warn!(file = f.file_path(), error = %e, "could not delete uncommitted data file; orphan cleanup will");
+        }
+    }
+}
+
+struct Written {
+    files: Vec<DataFile>,
+    records_in: u64,
+    rows: u64,
+    quarantined: u64,
+    unknown: BTreeSet<String>,
+    quarantine_spool: Option<std::path::PathBuf>,
+    et_min: Option<i64>,
+    et_max: Option<i64>,
+    late: u64,
+    max_lateness_us: i64,
+}
+
+enum WriteFailure {
+    Unreadable(String),
+    Error(Error),
+}
+
+impl From<Error> for WriteFailure {
+    fn from(e: Error) -> Self {
+        WriteFailure::Error(e)
+    }
+}
+
+type DataWriterBuilder =
+    DataFileWriterBuilder<ParquetWriterBuilder, DefaultLocationGenerator, DefaultFileNameGenerator>;
+
+/// Where rows go: a partition fan-out or a single unpartitioned writer (both large: boxed).
+enum Sink {
+    Fanout(
+        Box<(
+            FanoutWriter<DataWriterBuilder>,
+            RecordBatchPartitionSplitter,
+        )>,
+    ),
+    Plain(Box<UnpartitionedWriter<DataWriterBuilder>>),
+}
+
+impl Sink {
+    async fn write(&mut self, batch: RecordBatch) -> iceberg::Result<()> {
+        match self {
+            Sink::Fanout(fan) => {
+                let (w, splitter) = &mut **fan;
+                for (key, part) in splitter.split(&batch)? {
+                    w.write(key, part).await?;
+                }
+                Ok(())
+            }
+            Sink::Plain(w) => w.write(batch).await,
+        }
+    }
+    async fn close(self) -> iceberg::Result<Vec<DataFile>> {
+        match self {
+            Sink::Fanout(fan) => fan.0.close().await,
+            Sink::Plain(w) => w.close().await,
+        }
+    }
+}
+
+/// Parquet writer settings: zstd, row groups small enough to bound memory per open file.
+pub fn writer_properties() -> WriterProperties {
+    WriterProperties::builder()
+        .set_compression(PqCompression::ZSTD(
+            ZstdLevel::try_new(1).unwrap_or_default(),
+        ))
+        .set_max_row_group_row_count(Some(128 * 1024))
+        .build()
+}
+
+fn build_sink(table: &Table, target_bytes: usize, writer_id: &str) -> iceberg::Result<Sink> {
+    let md = table.metadata();
+    let schema = md.current_schema().clone();
+    let pw = ParquetWriterBuilder::new(writer_properties(), schema.clone());
+    let loc = DefaultLocationGenerator::new(md)?;
+    let names =
+        DefaultFileNameGenerator::new(format!("floe-{writer_id}"), None, DataFileFormat::Parquet);
+    let rolling =
+        RollingFileWriterBuilder::new(pw, target_bytes, table.file_io().clone(), loc, names);
+    let dfw = DataFileWriterBuilder::new(rolling);
+    let spec = md.default_partition_spec().clone();
+    if spec.is_unpartitioned() {
+        Ok(Sink::Plain(Box::new(UnpartitionedWriter::new(dfw))))
+    } else {
+        let splitter = RecordBatchPartitionSplitter::try_new_with_computed_values(schema, spec)?;
+        Ok(Sink::Fanout(Box::new((FanoutWriter::new(dfw), splitter))))
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn write_object(
+    table: &Table,
+    tctx: &TableCtx,
+    route: &RouteConfig,
+    uri: &str,
+    writer_id: &str,
+    body: std::pin::Pin<Box<dyn tokio::io::AsyncRead + Send>>,
+    ingested_at: DateTime<Utc>,
+    chunk_records: usize,
+    late_after_seconds: i64,
+) -> std::result::Result<Written, WriteFailure> {
+    let iceberg_schema = table.metadata().current_schema().clone();
+    let arrow_schema: SchemaRef = Arc::new(
+        schema_to_arrow_schema(&iceberg_schema)
+            .map_err(|e| Error::iceberg(format!("schema of {}", tctx.ident), e))?,
+    );
+    let decode_schema = schema::decode_schema(&arrow_schema);
+    let required: Vec<String> = iceberg_schema
+        .as_struct()
+        .fields()
+        .iter()
+        .filter(|f| f.required && !f.name.starts_with('_'))
+        .map(|f| f.name.clone())
+        .collect();
+    let spec = DecodeSpec {
+        format: route.format,
+        key: uri.to_string(),
+        schema: decode_schema,
+        required,
+        chunk_records,
+    };
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Piece>(2);
+    let decoder = tokio::task::spawn_blocking(move || {
+        let reader = SyncIoBridge::new(body);
+        let mut send = |p: Piece| tx.blocking_send(p).is_ok();
+        decode::decode(reader, &spec, &mut send)
+    });
+
+    let target = (tctx.cfg.target_file_size_mb as usize) << 20;
+    let mut sink = build_sink(table, target, writer_id)
+        .map_err(|e| Error::iceberg(format!("writer for {}", tctx.ident), e))?;
+    let mut w = Written {
+        files: Vec::new(),
+        records_in: 0,
+        rows: 0,
+        quarantined: 0,
+        unknown: BTreeSet::new(),
+        quarantine_spool: None,
+        et_min: None,
+        et_max: None,
+        late: 0,
+        max_lateness_us: 0,
+    };
+    let mut spool: Option<std::io::BufWriter<std::fs::File>> = None;
+    let ingested_us = ingested_at.timestamp_micros();
+    let late_us = late_after_seconds.saturating_mul(1_000_000);
+    let et_col = tctx.cfg.event_time.clone();
+    let mut write_err: Option<Error> = None;
+    while let Some(piece) = rx.recv().await {
+        match piece {
+            Piece::Batch(batch) => {
+                let n = batch.num_rows();
+                if let Ok(idx) = batch.schema().index_of(&et_col) {
+                    event_time_stats(batch.column(idx), ingested_us, late_us, &mut w);
+                }
+                let full = match with_floe_columns(&batch, &arrow_schema, ingested_us, uri) {
+                    Ok(b) => b,
+                    Err(e) => {
+                        write_err = Some(e);
+                        break;
+                    }
+                };
+                if let Err(e) = sink.write(full).await {
+                    write_err = Some(Error::iceberg(format!("writing data files for {uri}"), e));
+                    break;
+                }
+                w.rows += n as u64;
+            }
+            Piece::Rejected(rejected) => {
+                w.quarantined += rejected.len() as u64;
+                if let Err(e) = spool_rejected(&mut spool, &mut w.quarantine_spool, uri, &rejected)
+                {
+                    write_err = Some(e);
+                    break;
+                }
+            }
+            Piece::UnknownFields(u) => w.unknown.extend(u),
+        }
+    }
+    drop(rx);
+    if let Some(mut s) = spool.take() {
+        if let Err(e) = s.flush() {
+            write_err.get_or_insert(
+                Error::new(ErrorKind::Storage, "flushing quarantine spool").with_source(e),
+            );
+        }
+    }
+    let decoded = decoder.await.map_err(|e| {
+        Error::new(
+            ErrorKind::Internal,
+            format!("decoder task for {uri} failed: {e}"),
+        )
+    })?;
+    let files = sink.close().await;
+    let cleanup = |files: &iceberg::Result<Vec<DataFile>>, spool: &Option<std::path::PathBuf>| {
+        let paths: Vec<String> = files
+            .as_ref()
+            .map(|f| f.iter().map(|d| d.file_path().to_string()).collect())
+            .unwrap_or_default();
+        if let Some(p) = spool {
+            let _ = std::fs::remove_file(p);
+        }
+        paths
+    };
+    if let Some(e) = write_err {
+        let paths = cleanup(&files, &w.quarantine_spool);
+        for p in paths {
+            let _ = table.file_io().delete(&p).await;
+        }
+        return Err(WriteFailure::Error(e));
+    }
+    match decoded {
+        Ok(seen) => w.records_in = seen,
+        Err(failure) => {
+            let paths = cleanup(&files, &w.quarantine_spool);
+            for p in paths {
+                let _ = table.file_io().delete(&p).await;
+            }
+            return Err(match failure {
+                DecodeFailure::Unreadable(reason) => WriteFailure::Unreadable(reason),
+                DecodeFailure::Transient(e) => WriteFailure::Error(
+                    Error::new(ErrorKind::Storage, format!("reading {uri}"))
+                        .with_retryable(true)
+                        .with_source(e),
+                ),
+                DecodeFailure::Closed => WriteFailure::Error(Error::new(
+                    ErrorKind::Internal,
+                    format!("writer for {uri} stopped early"),
+                )),
+            });
+        }
+    }
+    w.files = files.map_err(|e| Error::iceberg(format!("closing data files for {uri}"), e))?;
+    Ok(w)
+}
+
+fn event_time_stats(col: &ArrayRef, ingested_us: i64, late_us: i64, w: &mut Written) {
+    let Some(ts) = col.as_any().downcast_ref::<TimestampMicrosecondArray>() else {
+        return;
+    };
+    for v in ts.iter().flatten() {
+        w.et_min = Some(w.et_min.map_or(v, |m| m.min(v)));
+        w.et_max = Some(w.et_max.map_or(v, |m| m.max(v)));
+        let lateness = ingested_us - v;
+        if lateness > late_us {
+            w.late += 1;
+        }
+        if lateness > w.max_lateness_us {
+            w.max_lateness_us = lateness;
+        }
+    }
+}
+
+/// Adds `_ingested_at` and `_source` and puts the columns in the table's order and types.
+fn with_floe_columns(
+    batch: &RecordBatch,
+    target: &SchemaRef,
+    ingested_us: i64,
+    uri: &str,
+) -> Result<RecordBatch> {
+    let n = batch.num_rows();
+    let mut cols: Vec<ArrayRef> = Vec::with_capacity(target.fields().len());
+    for f in target.fields() {
+        let col: ArrayRef = if f.name() == INGESTED_AT {
+            let tz = match f.data_type() {
+                DataType::Timestamp(TimeUnit::Microsecond, tz) => tz.clone(),
+                _ => Some("+00:00".into()),
+            };
+            Arc::new(TimestampMicrosecondArray::from_value(ingested_us, n).with_timezone_opt(tz))
+        } else if f.name() == SOURCE {
+            Arc::new(StringArray::from_iter_values(std::iter::repeat_n(uri, n)))
+        } else {
+            let idx = batch.schema().index_of(f.name()).map_err(|e| {
+                Error::new(
+                    ErrorKind::Internal,
+                    format!("decoded batch lacks column `{}`", f.name()),
+                )
+                .with_source(e)
+            })?;
+            batch.column(idx).clone()
+        };
+        cols.push(col);
+    }
+    RecordBatch::try_new(target.clone(), cols).map_err(|e| {
+        Error::new(ErrorKind::Internal, format!("assembling rows of {uri}")).with_source(e)
+    })
+}
+
+fn spool_rejected(
+    spool: &mut Option<std::io::BufWriter<std::fs::File>>,
+    path: &mut Option<std::path::PathBuf>,
+    uri: &str,
+    rejected: &[Rejected],
+) -> Result<()> {
+    let io = |e: std::io::Error| {
+        Error::new(ErrorKind::Storage, "writing quarantine spool").with_source(e)
+    };
+    if spool.is_none() {
+        let p =
+            std::env::temp_dir().join(format!("floe-quarantine-{}.jsonl", uuid::Uuid::new_v4()));
+        *spool = Some(std::io::BufWriter::new(
+            std::fs::File::create(&p).map_err(io)?,
+        ));
+        *path = Some(p);
+    }
+    if let Some(s) = spool.as_mut() {
+        for r in rejected {
+            let line = json!({"source": uri, "record": r.record, "raw": r.raw, "reason": r.reason});
+            serde_json::to_writer(&mut *s, &line).map_err(|e| io(e.into()))?;
+            s.write_all(b"\n").map_err(io)?;
+        }
+    }
+    Ok(())
+}

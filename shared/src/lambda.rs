@@ -1,0 +1,117 @@
+//! Glue between the Lambda runtime and the library: deadlines, responses, logging set-up.
+
+use std::time::{Duration, Instant};
+
+use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse};
+use serde_json::{json, Value};
+
+use crate::ingest::PayloadResult;
+
+/// Safety margin kept between our own deadline and the Lambda's hard timeout.
+pub const DEADLINE_MARGIN: Duration = Duration::from_secs(5);
+
+/// Converts the Lambda context deadline (epoch milliseconds) to an `Instant`, minus the margin.
+pub fn deadline_from_epoch_ms(deadline_ms: u64) -> Instant {
+    let now_ms = chrono::Utc::now().timestamp_millis().max(0) as u64;
+    let left = Duration::from_millis(deadline_ms.saturating_sub(now_ms));
+    Instant::now() + left.saturating_sub(DEADLINE_MARGIN)
+}
+
+/// The ingest function's answer: SQS batches get `batchItemFailures` so that only the failed
+/// messages are retried; other payloads fail as a whole when anything failed (so Lambda retries).
+pub fn ingest_response(result: &PayloadResult) -> Result<Value, String> {
+    if result.is_sqs {
+        let mut resp = SqsBatchResponse::default();
+        resp.batch_item_failures = result
+            .failed_message_ids
+            .iter()
+            .map(|id| {
+                let mut f = BatchItemFailure::default();
+                f.item_identifier = id.clone();
+                f
+            })
+            .collect();
+        return serde_json::to_value(resp).map_err(|e| e.to_string());
+    }
+    if !result.errors.is_empty() {
+        return Err(result.errors.join("; "));
+    }
+    Ok(json!({ "reports": result.reports }))
+}
+
+/// Initialises `tracing`: JSON lines for CloudWatch in Lambda, human-readable text elsewhere.
+/// `RUST_LOG` filters (default `info`).
+pub fn init_tracing() {
+    init_tracing_with("info");
+}
+
+/// Like [`init_tracing`] with another default level (the CLI's demo uses `warn`).
+pub fn init_tracing_with(default_level: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
+    let in_lambda = std::env::var("AWS_LAMBDA_FUNCTION_NAME").is_ok();
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = if in_lambda {
+        builder
+            .json()
+            .with_current_span(false)
+            .without_time()
+            .try_init()
+    } else {
+        builder.compact().try_init()
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sqs_partial_failures() {
+        let r = PayloadResult {
+            is_sqs: true,
+            failed_message_ids: vec!["m2".into()],
+            ..Default::default()
+        };
+        let v = ingest_response(&r).unwrap();
+        assert_eq!(v["batchItemFailures"][0]["itemIdentifier"], "m2");
+        let r = PayloadResult {
+            errors: vec!["boom".into()],
+            ..Default::default()
+        };
+        assert!(ingest_response(&r).unwrap_err().contains("boom"));
+    }
+}
+
+/// What woke a process or maintain function.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Trigger {
+    /// A floe commit event (EventBridge `detail-type` "floe.commit").
+    FloeCommit,
+    /// A Glue Data Catalog table state change.
+    GlueTableChange,
+    /// An S3 event (e.g. a new metadata.json).
+    S3,
+    /// An EventBridge schedule.
+    Schedule,
+    /// Anything else (manual invocation).
+    Other,
+}
+
+/// Classifies a process/maintain payload.
+pub fn classify_trigger(payload: &Value) -> Trigger {
+    let detail_type = payload
+        .get("detail-type")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    match detail_type {
+        "floe.commit" => Trigger::FloeCommit,
+        "Glue Data Catalog Table State Change" => Trigger::GlueTableChange,
+        "Scheduled Event" => Trigger::Schedule,
+        "Object Created" => Trigger::S3,
+        _ if payload.get("Records").is_some() => Trigger::S3,
+        _ => Trigger::Other,
+    }
+}

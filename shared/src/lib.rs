@@ -1,0 +1,22 @@
+//! floe: one transactional Iceberg table on S3 as the system of record for batch and streaming.
+//!
+//! The library behind the three Lambda functions (ingest, process, maintain) and the `floe` CLI.
+//! Modules follow the data's path: [`config`] → [`event`] → [`ingest`] (via [`decode`] and
+//! [`commit`]); beside them [`catalog`], [`store`], [`schema`] and [`metrics`].
+#![deny(missing_docs)]
+
+pub mod catalog;
+pub mod commit;
+pub mod config;
+pub mod decode;
+pub mod error;
+pub mod event;
+pub mod glue;
+pub mod ingest;
+pub mod lambda;
+pub mod metrics;
+pub mod sample;
+pub mod schema;
+pub mod store;
+
+pub use error::{Error, ErrorKind, Result};

@@ -1,0 +1,213 @@
+//! From the config's column list to an Iceberg schema and partition spec, and to the Arrow schemas
+//! used while decoding.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use arrow_schema::{Field, Schema as ArrowSchema, SchemaRef as ArrowSchemaRef};
+use iceberg::spec::{NestedField, PrimitiveType, Schema, Transform, Type, UnboundPartitionSpec};
+
+use crate::config::TableConfig;
+use crate::error::{Error, ErrorKind, Result};
+
+/// Column holding the ingestion time of every row (timestamptz, required).
+pub const INGESTED_AT: &str = "_ingested_at";
+/// Column holding the source object URI of every row (string, required).
+pub const SOURCE: &str = "_source";
+
+/// Parses a config type name into an Iceberg primitive type.
+pub fn parse_type(name: &str) -> std::result::Result<PrimitiveType, String> {
+    let n = name.trim().to_ascii_lowercase();
+    Ok(match n.as_str() {
+        "string" => PrimitiveType::String,
+        "int" | "integer" => PrimitiveType::Int,
+        "long" | "bigint" => PrimitiveType::Long,
+        "float" => PrimitiveType::Float,
+        "double" => PrimitiveType::Double,
+        "boolean" | "bool" => PrimitiveType::Boolean,
+        "date" => PrimitiveType::Date,
+        "timestamp" => PrimitiveType::Timestamp,
+        "timestamptz" => PrimitiveType::Timestamptz,
+        _ => {
+            if let Some(args) = n.strip_prefix("decimal(").and_then(|r| r.strip_suffix(')')) {
+                let (p, s) = args
+                    .split_once(',')
+                    .ok_or_else(|| format!("`{name}`: expected decimal(P,S)"))?;
+                let precision: u32 = p
+                    .trim()
+                    .parse()
+                    .map_err(|_| format!("`{name}`: bad precision"))?;
+                let scale: u32 = s
+                    .trim()
+                    .parse()
+                    .map_err(|_| format!("`{name}`: bad scale"))?;
+                if precision == 0 || precision > 38 || scale > precision {
+                    return Err(format!(
+                        "`{name}`: precision must be 1..=38 and scale <= precision"
+                    ));
+                }
+                PrimitiveType::Decimal { precision, scale }
+            } else {
+                return Err(format!(
+                    "unknown type `{name}`; expected string, int, long, float, double, boolean, date, timestamp, timestamptz or decimal(P,S)"
+                ));
+            }
+        }
+    })
+}
+
+/// Parses a partition expression (`day(col)`, `hour(col)`, `month(col)`, `year(col)`,
+/// `identity(col)` or `col`, `bucket(N, col)`, `truncate(W, col)`) into a transform and column.
+pub fn parse_partition(
+    expr: &str,
+    columns: &HashSet<&str>,
+) -> std::result::Result<(Transform, String), String> {
+    let e = expr.trim();
+    let (transform, col) = match e.split_once('(') {
+        None => (Transform::Identity, e.to_string()),
+        Some((func, rest)) => {
+            let args = rest
+                .strip_suffix(')')
+                .ok_or_else(|| format!("`{expr}`: missing `)`"))?;
+            let func = func.trim().to_ascii_lowercase();
+            match func.as_str() {
+                "identity" => (Transform::Identity, args.trim().to_string()),
+                "year" | "years" => (Transform::Year, args.trim().to_string()),
+                "month" | "months" => (Transform::Month, args.trim().to_string()),
+                "day" | "days" => (Transform::Day, args.trim().to_string()),
+                "hour" | "hours" => (Transform::Hour, args.trim().to_string()),
+                "bucket" | "truncate" => {
+                    let (n, c) = args
+                        .split_once(',')
+                        .ok_or_else(|| format!("`{expr}`: expected {func}(N, column)"))?;
+                    let n: u32 = n
+                        .trim()
+                        .parse()
+                        .map_err(|_| format!("`{expr}`: N must be a positive integer"))?;
+                    if n == 0 {
+                        return Err(format!("`{expr}`: N must be a positive integer"));
+                    }
+                    let t = if func == "bucket" {
+                        Transform::Bucket(n)
+                    } else {
+                        Transform::Truncate(n)
+                    };
+                    (t, c.trim().to_string())
+                }
+                other => return Err(format!("`{expr}`: unknown transform `{other}`")),
+            }
+        }
+    };
+    if !columns.contains(col.as_str()) {
+        return Err(format!("`{expr}`: no column named `{col}`"));
+    }
+    Ok((transform, col))
+}
+
+/// The Iceberg schema for a table config: its columns plus `_ingested_at` and `_source`.
+pub fn table_schema(table: &TableConfig) -> Result<Schema> {
+    let mut fields = Vec::with_capacity(table.columns.len() + 2);
+    let mut id = 0;
+    for col in &table.columns {
+        id += 1;
+        let ty = parse_type(&col.type_name).map_err(|r| Error::new(ErrorKind::Config, r))?;
+        let mut f = if col.required || col.name == table.event_time {
+            NestedField::required(id, &col.name, Type::Primitive(ty))
+        } else {
+            NestedField::optional(id, &col.name, Type::Primitive(ty))
+        };
+        if let Some(doc) = &col.doc {
+            f = f.with_doc(doc);
+        }
+        fields.push(Arc::new(f));
+    }
+    fields.push(Arc::new(
+        NestedField::required(
+            id + 1,
+            INGESTED_AT,
+            Type::Primitive(PrimitiveType::Timestamptz),
+        )
+        .with_doc("when floe ingested the row"),
+    ));
+    fields.push(Arc::new(
+        NestedField::required(id + 2, SOURCE, Type::Primitive(PrimitiveType::String))
+            .with_doc("the source object, s3://bucket/key"),
+    ));
+    Schema::builder()
+        .with_fields(fields)
+        .build()
+        .map_err(|e| Error::iceberg(format!("schema of table `{}`", table.name), e))
+}
+
+/// The unbound partition spec for a table config, resolved against `schema`.
+pub fn partition_spec(table: &TableConfig, schema: &Schema) -> Result<UnboundPartitionSpec> {
+    let names: HashSet<&str> = table.columns.iter().map(|c| c.name.as_str()).collect();
+    let mut builder = UnboundPartitionSpec::builder().with_spec_id(0);
+    for expr in &table.partition {
+        let (transform, col) =
+            parse_partition(expr, &names).map_err(|r| Error::new(ErrorKind::Config, r))?;
+        let field = schema
+            .field_by_name(&col)
+            .ok_or_else(|| Error::new(ErrorKind::Config, format!("no column `{col}`")))?;
+        let name = match transform {
+            Transform::Identity => col.clone(),
+            Transform::Year => format!("{col}_year"),
+            Transform::Month => format!("{col}_month"),
+            Transform::Day => format!("{col}_day"),
+            Transform::Hour => format!("{col}_hour"),
+            Transform::Bucket(_) => format!("{col}_bucket"),
+            Transform::Truncate(_) => format!("{col}_trunc"),
+            _ => format!("{col}_part"),
+        };
+        builder = builder
+            .add_partition_field(field.id, name, transform)
+            .map_err(|e| Error::iceberg(format!("partition `{expr}`"), e))?;
+    }
+    Ok(builder.build())
+}
+
+/// The Arrow schema input is decoded into: the table's user columns, all nullable and without
+/// field-id metadata, so that missing required values are found by floe and reported per record.
+pub fn decode_schema(table_arrow: &ArrowSchema) -> ArrowSchemaRef {
+    let fields: Vec<Field> = table_arrow
+        .fields()
+        .iter()
+        .filter(|f| !f.name().starts_with('_'))
+        .map(|f| Field::new(f.name(), f.data_type().clone(), true))
+        .collect();
+    Arc::new(ArrowSchema::new(fields))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn types_and_partitions_parse() {
+        assert_eq!(parse_type("LONG").unwrap(), PrimitiveType::Long);
+        assert_eq!(
+            parse_type("decimal(10, 2)").unwrap(),
+            PrimitiveType::Decimal {
+                precision: 10,
+                scale: 2
+            }
+        );
+        assert!(parse_type("decimal(2,5)").is_err());
+        assert!(parse_type("money").unwrap_err().contains("money"));
+        let cols: HashSet<&str> = ["t", "r"].into_iter().collect();
+        assert_eq!(
+            parse_partition("day(t)", &cols).unwrap(),
+            (Transform::Day, "t".into())
+        );
+        assert_eq!(
+            parse_partition("r", &cols).unwrap(),
+            (Transform::Identity, "r".into())
+        );
+        assert_eq!(
+            parse_partition("bucket(16, r)", &cols).unwrap(),
+            (Transform::Bucket(16), "r".into())
+        );
+        assert!(parse_partition("day(x)", &cols).is_err());
+        assert!(parse_partition("week(t)", &cols).is_err());
+    }
+}

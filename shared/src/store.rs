@@ -1,0 +1,327 @@
+//! Object storage for landing objects and quarantine output: S3 (or any S3-protocol server), or a
+//! local directory standing in for buckets on a laptop.
+
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use async_trait::async_trait;
+use aws_sdk_s3::error::{DisplayErrorContext, ProvideErrorMetadata};
+use aws_sdk_s3::primitives::ByteStream;
+use chrono::{DateTime, Utc};
+use tokio::io::{AsyncRead, ReadBuf};
+
+use crate::config::StorageConfig;
+use crate::error::{Error, ErrorKind, Result};
+
+/// What floe needs to know about an object before reading it.
+#[derive(Debug, Clone)]
+pub struct ObjectMeta {
+    /// Size in bytes.
+    pub size: u64,
+    /// ETag (or a content fingerprint for local files), without quotes.
+    pub etag: String,
+    /// Version id on versioned buckets.
+    pub version_id: Option<String>,
+    /// When the object was last written.
+    pub last_modified: DateTime<Utc>,
+}
+
+/// An object opened for streaming.
+pub struct OpenedObject {
+    /// Its metadata.
+    pub meta: ObjectMeta,
+    /// Its bytes. Read errors caused by the transport are marked [`TransientIo`].
+    pub body: Pin<Box<dyn AsyncRead + Send>>,
+}
+
+/// Marks an I/O error that came from the transport (a retry may succeed), as opposed to bad content.
+#[derive(Debug, thiserror::Error)]
+#[error("transient read error: {0}")]
+pub struct TransientIo(#[source] pub std::io::Error);
+
+/// Whether an I/O error is a [`TransientIo`].
+pub fn is_transient_io(err: &std::io::Error) -> bool {
+    err.get_ref()
+        .map(|e| e.is::<TransientIo>())
+        .unwrap_or(false)
+        || matches!(
+            err.kind(),
+            std::io::ErrorKind::ConnectionReset
+                | std::io::ErrorKind::ConnectionAborted
+                | std::io::ErrorKind::TimedOut
+                | std::io::ErrorKind::Interrupted
+        )
+}
+
+/// Object storage as floe uses it.
+#[async_trait]
+pub trait ObjectStore: Send + Sync {
+    /// Opens an object for streaming. A missing object is an error of kind `Storage`, not retryable.
+    async fn open(&self, bucket: &str, key: &str) -> Result<OpenedObject>;
+    /// Writes a whole object (quarantine files, demo inputs).
+    async fn put(&self, bucket: &str, key: &str, body: Vec<u8>) -> Result<()>;
+    /// Lists keys under a prefix (all pages).
+    async fn list(&self, bucket: &str, prefix: &str) -> Result<Vec<String>>;
+}
+
+/// Builds the store the config asks for: a local directory when `storage.local_root` is set, else S3.
+pub async fn from_config(cfg: &StorageConfig) -> std::sync::Arc<dyn ObjectStore> {
+    match &cfg.local_root {
+        Some(root) => std::sync::Arc::new(LocalStore::new(root)),
+        None => std::sync::Arc::new(S3Store::new(s3_client(cfg).await)),
+    }
+}
+
+/// An S3 client honouring the config's endpoint, region, path style and static keys.
+pub async fn s3_client(cfg: &StorageConfig) -> aws_sdk_s3::Client {
+    let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest());
+    if let Some(region) = &cfg.region {
+        loader = loader.region(aws_config::Region::new(region.clone()));
+    }
+    if let (Some(k), Some(s)) = (&cfg.access_key_id, &cfg.secret_access_key) {
+        loader = loader.credentials_provider(aws_sdk_s3::config::Credentials::new(
+            k.clone(),
+            s.clone(),
+            None,
+            None,
+            "floe-config",
+        ));
+    }
+    let sdk = loader.load().await;
+    let mut b = aws_sdk_s3::config::Builder::from(&sdk).force_path_style(cfg.path_style);
+    if let Some(endpoint) = &cfg.endpoint {
+        b = b.endpoint_url(endpoint);
+    }
+    aws_sdk_s3::Client::from_conf(b.build())
+}
+
+/// S3 through the AWS SDK.
+#[derive(Clone, Debug)]
+pub struct S3Store {
+    client: aws_sdk_s3::Client,
+}
+
+impl S3Store {
+    /// Wraps a client.
+    pub fn new(client: aws_sdk_s3::Client) -> Self {
+        Self { client }
+    }
+}
+
+fn s3_error<E, R>(what: String, err: aws_sdk_s3::error::SdkError<E, R>) -> Error
+where
+    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    R: std::fmt::Debug + Send + Sync + 'static,
+{
+    use aws_sdk_s3::error::SdkError;
+    let retryable = match &err {
+        SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) | SdkError::ResponseError(_) => {
+            true
+        }
+        SdkError::ServiceError(se) => {
+            let code = se.err().code().unwrap_or("");
+            matches!(
+                code,
+                "SlowDown"
+                    | "InternalError"
+                    | "ServiceUnavailable"
+                    | "RequestTimeout"
+                    | "Throttling"
+                    | "ThrottlingException"
+            ) || code.is_empty()
+        }
+        _ => false,
+    };
+    let msg = format!("{what}: {}", DisplayErrorContext(&err));
+    Error::new(ErrorKind::Storage, msg).with_retryable(retryable)
+}
+
+#[async_trait]
+impl ObjectStore for S3Store {
+    async fn open(&self, bucket: &str, key: &str) -> Result<OpenedObject> {
+        let out = self
+            .client
+            .get_object()
+            .bucket(bucket)
+            .key(key)
+            .send()
+            .await
+            .map_err(|e| s3_error(format!("GetObject s3://{bucket}/{key}"), e))?;
+        let last_modified = out
+            .last_modified()
+            .and_then(|t| DateTime::<Utc>::from_timestamp(t.secs(), t.subsec_nanos()))
+            .unwrap_or_else(Utc::now);
+        let meta = ObjectMeta {
+            size: out.content_length().unwrap_or(0).max(0) as u64,
+            etag: out.e_tag().unwrap_or("").trim_matches('"').to_string(),
+            version_id: out.version_id().map(str::to_string).filter(|v| v != "null"),
+            last_modified,
+        };
+        let body = TransientReader(out.body.into_async_read());
+        Ok(OpenedObject {
+            meta,
+            body: Box::pin(body),
+        })
+    }
+
+    async fn put(&self, bucket: &str, key: &str, body: Vec<u8>) -> Result<()> {
+        self.client
+            .put_object()
+            .bucket(bucket)
+            .key(key)
+            .body(ByteStream::from(body))
+            .send()
+            .await
+            .map_err(|e| s3_error(format!("PutObject s3://{bucket}/{key}"), e))?;
+        Ok(())
+    }
+
+    async fn list(&self, bucket: &str, prefix: &str) -> Result<Vec<String>> {
+        let mut keys = Vec::new();
+        let mut pages = self
+            .client
+            .list_objects_v2()
+            .bucket(bucket)
+            .prefix(prefix)
+            .into_paginator()
+            .send();
+        while let Some(page) = pages.next().await {
+            let page =
+                page.map_err(|e| s3_error(format!("ListObjectsV2 s3://{bucket}/{prefix}"), e))?;
+            keys.extend(
+                page.contents()
+                    .iter()
+                    .filter_map(|o| o.key().map(str::to_string)),
+            );
+        }
+        Ok(keys)
+    }
+}
+
+/// Marks every error of the inner reader as transient (network, not content).
+struct TransientReader<R>(R);
+
+impl<R: AsyncRead + Unpin> AsyncRead for TransientReader<R> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        match Pin::new(&mut self.0).poll_read(cx, buf) {
+            Poll::Ready(Err(e)) => Poll::Ready(Err(std::io::Error::other(TransientIo(e)))),
+            other => other,
+        }
+    }
+}
+
+/// Buckets as directories: `<root>/<bucket>/<key>`.
+#[derive(Clone, Debug)]
+pub struct LocalStore {
+    root: PathBuf,
+}
+
+impl LocalStore {
+    /// A store rooted at `root`.
+    pub fn new(root: impl AsRef<Path>) -> Self {
+        Self {
+            root: root.as_ref().to_path_buf(),
+        }
+    }
+
+    fn path(&self, bucket: &str, key: &str) -> Result<PathBuf> {
+        if bucket.contains("..") || key.split('/').any(|p| p == "..") {
+            return Err(Error::new(
+                ErrorKind::Storage,
+                format!("refusing path with `..`: {bucket}/{key}"),
+            ));
+        }
+        Ok(self.root.join(bucket).join(key))
+    }
+}
+
+fn io_error(what: String, err: std::io::Error) -> Error {
+    let retryable = is_transient_io(&err);
+    Error::new(ErrorKind::Storage, what)
+        .with_retryable(retryable)
+        .with_source(err)
+}
+
+#[async_trait]
+impl ObjectStore for LocalStore {
+    async fn open(&self, bucket: &str, key: &str) -> Result<OpenedObject> {
+        let path = self.path(bucket, key)?;
+        let file = tokio::fs::File::open(&path)
+            .await
+            .map_err(|e| io_error(format!("open {}", path.display()), e))?;
+        let md = file
+            .metadata()
+            .await
+            .map_err(|e| io_error(format!("stat {}", path.display()), e))?;
+        let modified: DateTime<Utc> = md
+            .modified()
+            .map(DateTime::<Utc>::from)
+            .unwrap_or_else(|_| Utc::now());
+        let meta = ObjectMeta {
+            size: md.len(),
+            etag: format!(
+                "{:x}-{:x}",
+                md.len(),
+                modified.timestamp_nanos_opt().unwrap_or(0)
+            ),
+            version_id: None,
+            last_modified: modified,
+        };
+        Ok(OpenedObject {
+            meta,
+            body: Box::pin(file),
+        })
+    }
+
+    async fn put(&self, bucket: &str, key: &str, body: Vec<u8>) -> Result<()> {
+        let path = self.path(bucket, key)?;
+        if let Some(dir) = path.parent() {
+            tokio::fs::create_dir_all(dir)
+                .await
+                .map_err(|e| io_error(format!("mkdir {}", dir.display()), e))?;
+        }
+        // Write then rename, so a reader never sees half an object.
+        let tmp = path.with_extension(format!("tmp-{}", uuid::Uuid::new_v4()));
+        tokio::fs::write(&tmp, body)
+            .await
+            .map_err(|e| io_error(format!("write {}", tmp.display()), e))?;
+        tokio::fs::rename(&tmp, &path)
+            .await
+            .map_err(|e| io_error(format!("rename to {}", path.display()), e))
+    }
+
+    async fn list(&self, bucket: &str, prefix: &str) -> Result<Vec<String>> {
+        let base = self.root.join(bucket);
+        let mut out = Vec::new();
+        let mut stack = vec![base.clone()];
+        while let Some(dir) = stack.pop() {
+            let mut rd = match tokio::fs::read_dir(&dir).await {
+                Ok(rd) => rd,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(io_error(format!("list {}", dir.display()), e)),
+            };
+            while let Some(entry) = rd
+                .next_entry()
+                .await
+                .map_err(|e| io_error(format!("list {}", dir.display()), e))?
+            {
+                let p = entry.path();
+                if p.is_dir() {
+                    stack.push(p);
+                } else if let Ok(rel) = p.strip_prefix(&base) {
+                    let key = rel.to_string_lossy().replace('\\', "/");
+                    if key.starts_with(prefix) {
+                        out.push(key);
+                    }
+                }
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+}

@@ -1,0 +1,285 @@
+//! Shared set-up: one moto_server per test process, a fresh bucket/namespace per test.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use floe::config::Config;
+use floe::event::ObjectRef;
+use floe::ingest::{Ingestor, ObjectReport};
+use iceberg::Catalog;
+
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+pub fn python() -> PathBuf {
+    std::env::var("FLOE_TEST_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| repo_root().join("target/venv/bin/python"))
+}
+
+/// The moto endpoint: `FLOE_TEST_MOTO`, or a server this process starts (and that exits with it).
+// The server outlives this function on purpose: it watches our pid and exits with the test process.
+#[allow(clippy::zombie_processes)]
+pub fn moto() -> &'static str {
+    static ENDPOINT: OnceLock<String> = OnceLock::new();
+    ENDPOINT.get_or_init(|| {
+        if let Ok(e) = std::env::var("FLOE_TEST_MOTO") {
+            return e;
+        }
+        let port_file = std::env::temp_dir().join(format!("floe-moto-{}.port", std::process::id()));
+        let _ = std::fs::remove_file(&port_file);
+        Command::new(python())
+            .arg(repo_root().join("infra/moto_server.py"))
+            .args(["--port", "0", "--port-file"])
+            .arg(&port_file)
+            .args(["--parent-pid", &std::process::id().to_string()])
+            .stderr(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect(
+                "start moto_server: run `bash infra/test.sh` once to install it into target/venv",
+            );
+        let start = Instant::now();
+        loop {
+            if let Ok(p) = std::fs::read_to_string(&port_file) {
+                if !p.is_empty() {
+                    return format!("http://127.0.0.1:{}", p.trim());
+                }
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "moto_server did not start"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    })
+}
+
+pub fn unique(prefix: &str) -> String {
+    format!(
+        "{prefix}-{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..12]
+    )
+}
+
+pub async fn s3() -> aws_sdk_s3::Client {
+    floe::store::s3_client(&storage()).await
+}
+
+pub fn storage() -> floe::config::StorageConfig {
+    floe::config::StorageConfig {
+        endpoint: Some(moto().to_string()),
+        region: Some("us-east-1".into()),
+        path_style: true,
+        access_key_id: Some("test".into()),
+        secret_access_key: Some("test".into()),
+        local_root: None,
+    }
+}
+
+/// One test's world: a bucket, a working directory and a config for SQLite or Glue.
+pub struct TestEnv {
+    pub bucket: String,
+    pub namespace: String,
+    pub dir: PathBuf,
+    pub config: Config,
+    pub s3: aws_sdk_s3::Client,
+    pub catalog_kind: &'static str,
+}
+
+impl TestEnv {
+    pub async fn new(catalog_kind: &'static str) -> Self {
+        let endpoint = moto();
+        let bucket = unique("floe");
+        let namespace = unique("ns").replace('-', "_");
+        let dir = std::env::temp_dir().join(unique("floe-test"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let s3 = s3().await;
+        s3.create_bucket()
+            .bucket(&bucket)
+            .send()
+            .await
+            .expect("create bucket");
+        let catalog = match catalog_kind {
+            "sqlite" => format!(
+                "kind = \"sqlite\"\nuri = \"{}/catalog.db\"\nwarehouse = \"s3://{bucket}/warehouse\"\nnamespace = \"{namespace}\"",
+                dir.display()
+            ),
+            _ => format!("kind = \"glue\"\nuri = \"{endpoint}\"\nwarehouse = \"s3://{bucket}/warehouse\"\nnamespace = \"{namespace}\""),
+        };
+        let text = format!(
+            r#"
+[catalog]
+{catalog}
+
+[storage]
+endpoint = "{endpoint}"
+region = "us-east-1"
+path_style = true
+access_key_id = "test"
+secret_access_key = "test"
+
+[ingest]
+quarantine_prefix = "quarantine/"
+chunk_records = 1000
+commit_timeout_seconds = 60
+max_commit_attempts = 50
+
+[[routes]]
+bucket = "{bucket}"
+prefix = "orders/"
+table = "orders"
+format = "jsonl"
+
+[[routes]]
+bucket = "{bucket}"
+prefix = "csv/"
+table = "orders"
+format = "csv"
+
+[[routes]]
+bucket = "{bucket}"
+prefix = "parquet/"
+table = "orders"
+format = "parquet"
+{tables}"#,
+            tables = floe::sample::ORDERS_TABLE_TOML
+        );
+        let config = Config::parse(&text, "test floe.toml").expect("test config");
+        Self {
+            bucket,
+            namespace,
+            dir,
+            config,
+            s3,
+            catalog_kind,
+        }
+    }
+
+    pub async fn ingestor(&self) -> Ingestor {
+        Ingestor::new(self.config.clone()).await.expect("ingestor")
+    }
+
+    pub async fn ingestor_with(
+        &self,
+        wrap: impl FnOnce(Arc<dyn Catalog>) -> Arc<dyn Catalog>,
+    ) -> Ingestor {
+        let catalog = floe::catalog::connect(&self.config).await.expect("catalog");
+        let store = floe::store::from_config(&self.config.storage).await;
+        Ingestor::with_parts(self.config.clone(), wrap(catalog), store)
+            .await
+            .expect("ingestor")
+    }
+
+    pub async fn put(&self, key: &str, body: impl Into<Vec<u8>>) {
+        self.s3
+            .put_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .body(body.into().into())
+            .send()
+            .await
+            .expect("put object");
+    }
+
+    pub async fn get(&self, key: &str) -> Option<Vec<u8>> {
+        let out = self
+            .s3
+            .get_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .send()
+            .await
+            .ok()?;
+        Some(out.body.collect().await.ok()?.to_vec())
+    }
+
+    pub async fn keys(&self, prefix: &str) -> Vec<String> {
+        let out = self
+            .s3
+            .list_objects_v2()
+            .bucket(&self.bucket)
+            .prefix(prefix)
+            .send()
+            .await
+            .expect("list");
+        out.contents()
+            .iter()
+            .filter_map(|o| o.key().map(str::to_string))
+            .collect()
+    }
+
+    pub fn object(&self, key: &str) -> ObjectRef {
+        ObjectRef {
+            bucket: self.bucket.clone(),
+            key: key.into(),
+            size: None,
+            etag: None,
+            version_id: None,
+            event_time: None,
+        }
+    }
+
+    pub async fn ingest(&self, ingestor: &Ingestor, key: &str) -> floe::Result<ObjectReport> {
+        ingestor
+            .ingest(&self.object(key), Instant::now() + Duration::from_secs(120))
+            .await
+    }
+
+    pub fn ident(&self) -> iceberg::TableIdent {
+        floe::catalog::table_ident(&self.config, "orders").unwrap()
+    }
+
+    /// Rows in the table by a full scan through iceberg-rust.
+    pub async fn count_rows(&self, catalog: &dyn Catalog) -> usize {
+        use futures::TryStreamExt;
+        let table = catalog.load_table(&self.ident()).await.expect("load");
+        if table.metadata().current_snapshot().is_none() {
+            return 0;
+        }
+        let stream = table
+            .scan()
+            .build()
+            .expect("scan")
+            .to_arrow()
+            .await
+            .expect("arrow");
+        let batches: Vec<_> = stream.try_collect().await.expect("read");
+        batches.iter().map(|b| b.num_rows()).sum()
+    }
+
+    /// Reads the table with PyIceberg and returns its JSON report.
+    pub fn pyiceberg(&self) -> serde_json::Value {
+        let mut cmd = Command::new(python());
+        cmd.arg(repo_root().join("infra/pyiceberg_check.py"))
+            .args([
+                "--catalog",
+                self.catalog_kind,
+                "--table",
+                &format!("{}.orders", self.namespace),
+            ])
+            .args(["--endpoint", moto()]);
+        if self.catalog_kind == "sqlite" {
+            cmd.args([
+                "--uri",
+                &format!("sqlite:///{}/catalog.db", self.dir.display()),
+            ])
+            .args(["--warehouse", &format!("s3://{}/warehouse", self.bucket)]);
+        }
+        let out = cmd.output().expect("run python");
+        assert!(
+            out.status.success(),
+            "pyiceberg failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).expect("pyiceberg json")
+    }
+}
+
+/// JSON lines of `n` orders.
+pub fn orders(n: usize, seed: u64) -> String {
+    floe::sample::orders_jsonl(n, seed, chrono::Utc::now())
+}

@@ -1,0 +1,10 @@
+//! floe's integration tests: real S3 protocol (moto_server on 127.0.0.1), real catalogs (SQLite
+//! file, Glue through moto with VersionId enforced), PyIceberg as an independent reader.
+//!
+//! Run through `bash infra/test.sh` (the README's test command), which installs moto and PyIceberg
+//! into `target/venv` and starts the server; run alone, the harness starts a server itself.
+
+mod exactly_once;
+mod glue;
+mod harness;
+mod ingest_flow;

@@ -1,0 +1,1 @@
+//! floe integration tests live in `integration/` (one test binary, modules inside).
