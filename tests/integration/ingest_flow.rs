@@ -100,13 +100,23 @@ async fn s3_notification_through_sqs_commits_once_and_pyiceberg_reads_it() {
         records.len() >= 2,
         "S3 notifications reached SQS: {records:?}"
     );
-    let payload = json!({ "Records": records });
+    // A message that can never be understood fails alone (partial batch response); the rest land.
+    let mut with_poison = records.clone();
+    with_poison.push(json!({"messageId": "poison", "receiptHandle": "r", "body": "{not json", "eventSource": "aws:sqs"}));
     let result = ingestor
-        .handle_payload(&payload, Instant::now() + Duration::from_secs(120))
+        .handle_payload(
+            &json!({ "Records": with_poison }),
+            Instant::now() + Duration::from_secs(120),
+        )
         .await;
-    assert!(result.errors.is_empty(), "{:?}", result.errors);
+    assert_eq!(result.errors.len(), 1, "{:?}", result.errors);
     let response = floe::lambda::ingest_response(&result).unwrap();
-    assert_eq!(response["batchItemFailures"].as_array().unwrap().len(), 0);
+    assert_eq!(
+        response["batchItemFailures"],
+        json!([{"itemIdentifier": "poison"}]),
+        "{response}"
+    );
+    let payload = json!({ "Records": records });
     let committed: Vec<_> = result
         .reports
         .iter()
@@ -121,7 +131,7 @@ async fn s3_notification_through_sqs_commits_once_and_pyiceberg_reads_it() {
         result.reports
     );
 
-    // Redeliver the same batch: nothing is added.
+    // Redeliver the batch: nothing is added.
     let again = ingestor
         .handle_payload(&payload, Instant::now() + Duration::from_secs(120))
         .await;
