@@ -181,31 +181,41 @@ impl Ctx<'_> {
         if bad.is_empty() {
             return self.send(Piece::Batch(batch));
         }
-        let mut rejected = Vec::new();
-        let keep: BooleanArray = bad
-            .iter()
-            .enumerate()
-            .map(|(row, reason)| match reason {
-                Some(reason) => {
-                    let (record, raw) = raws(row);
-                    rejected.push(Rejected {
-                        record,
-                        raw,
-                        reason: reason.clone(),
-                    });
-                    Some(false)
-                }
-                None => Some(true),
-            })
-            .collect();
-        let kept = filter_record_batch(&batch, &keep)
-            .map_err(|e| DecodeFailure::Unreadable(format!("filter: {e}")))?;
+        let (kept, rejected) = split_rejected(&batch, &bad, raws)?;
         self.send(Piece::Rejected(rejected))?;
         if kept.num_rows() > 0 {
             self.send(Piece::Batch(kept))?;
         }
         Ok(())
     }
+}
+
+/// Splits the rows that have a reason off `batch`: the kept rows, and the rejected records.
+fn split_rejected(
+    batch: &RecordBatch,
+    reasons: &[Option<String>],
+    raws: &dyn Fn(usize) -> (u64, String),
+) -> Result<(RecordBatch, Vec<Rejected>), DecodeFailure> {
+    let mut rejected = Vec::new();
+    let keep: BooleanArray = reasons
+        .iter()
+        .enumerate()
+        .map(|(row, reason)| match reason {
+            Some(reason) => {
+                let (record, raw) = raws(row);
+                rejected.push(Rejected {
+                    record,
+                    raw,
+                    reason: reason.clone(),
+                });
+                Some(false)
+            }
+            None => Some(true),
+        })
+        .collect();
+    let kept = filter_record_batch(batch, &keep)
+        .map_err(|e| DecodeFailure::Unreadable(format!("filter: {e}")))?;
+    Ok((kept, rejected))
 }
 
 /// A chunk of text records: one buffer and the spans of its records.
@@ -620,26 +630,8 @@ fn emit_parquet_batch(
         RecordBatch::try_new(target, cols).map_err(|e| DecodeFailure::Unreadable(e.to_string()))?;
     let raws = |row: usize| (row_base + row as u64 + 1, row_as_json(batch, row));
     if reasons.iter().any(Option::is_some) {
-        let mut rejected = Vec::new();
-        let keep: BooleanArray = reasons
-            .iter()
-            .enumerate()
-            .map(|(row, r)| match r {
-                Some(reason) => {
-                    let (record, raw) = raws(row);
-                    rejected.push(Rejected {
-                        record,
-                        raw,
-                        reason: reason.clone(),
-                    });
-                    Some(false)
-                }
-                None => Some(true),
-            })
-            .collect();
+        let (kept, rejected) = split_rejected(&typed, &reasons, &raws)?;
         ctx.send(Piece::Rejected(rejected))?;
-        let kept = filter_record_batch(&typed, &keep)
-            .map_err(|e| DecodeFailure::Unreadable(e.to_string()))?;
         // Rows kept keep their original numbering for required-field reasons.
         let index: Vec<usize> = (0..n).filter(|r| reasons[*r].is_none()).collect();
         return ctx.emit_valid(kept, &|row| raws(index[row]));

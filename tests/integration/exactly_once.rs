@@ -101,15 +101,7 @@ async fn duplicate_and_concurrent_deliveries_of_one_object_commit_once() {
     env.put("orders/two.jsonl", orders(80, 12)).await;
     let mut tasks = Vec::new();
     for _ in 0..4 {
-        let ing = env.ingestor().await;
-        let obj = env.object("orders/two.jsonl");
-        tasks.push(tokio::spawn(async move {
-            ing.ingest(
-                &obj,
-                std::time::Instant::now() + std::time::Duration::from_secs(120),
-            )
-            .await
-        }));
+        tasks.push(env.spawn_ingest("orders/two.jsonl").await);
     }
     let mut statuses = Vec::new();
     for t in tasks {
@@ -142,15 +134,7 @@ async fn concurrent_ingests_of_different_objects_all_land() {
     }
     let mut tasks = Vec::new();
     for i in 0..n {
-        let ing = env.ingestor().await;
-        let obj = env.object(&format!("orders/c{i}.jsonl"));
-        tasks.push(tokio::spawn(async move {
-            ing.ingest(
-                &obj,
-                std::time::Instant::now() + std::time::Duration::from_secs(120),
-            )
-            .await
-        }));
+        tasks.push(env.spawn_ingest(&format!("orders/c{i}.jsonl")).await);
     }
     let mut attempts = 0;
     for t in tasks {

@@ -18,15 +18,7 @@ async fn glue_catalog_concurrent_ingests_land_once_and_pyiceberg_reads() {
     // Every object delivered twice, all at once.
     let mut tasks = Vec::new();
     for i in 0..2 * n {
-        let ing = env.ingestor().await;
-        let obj = env.object(&format!("orders/g{}.jsonl", i % n));
-        tasks.push(tokio::spawn(async move {
-            ing.ingest(
-                &obj,
-                std::time::Instant::now() + std::time::Duration::from_secs(120),
-            )
-            .await
-        }));
+        tasks.push(env.spawn_ingest(&format!("orders/g{}.jsonl", i % n)).await);
     }
     let mut committed = 0;
     for t in tasks {

@@ -229,6 +229,20 @@ format = "parquet"
             .await
     }
 
+    /// Ingests `key` on a task of its own with a fresh ingestor, as a separate Lambda would.
+    pub async fn spawn_ingest(
+        &self,
+        key: &str,
+    ) -> tokio::task::JoinHandle<floe::Result<ObjectReport>> {
+        let ingestor = self.ingestor().await;
+        let obj = self.object(key);
+        tokio::spawn(async move {
+            ingestor
+                .ingest(&obj, Instant::now() + Duration::from_secs(120))
+                .await
+        })
+    }
+
     pub fn ident(&self) -> iceberg::TableIdent {
         floe::catalog::table_ident(&self.config, "orders").unwrap()
     }
