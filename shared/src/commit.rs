@@ -208,7 +208,7 @@ async fn try_append(
     let tx = action
         .apply(tx)
         .map_err(|e| Error::iceberg(format!("preparing append to {ident}"), e))?;
-    let guard = Hooked::new(Arc::clone(catalog), NoRetry::default());
+    let guard = Hooked::new(Arc::clone(catalog), NoRetry::pinned(table.clone()));
     match tx.commit(&guard).await {
         Ok(t) => Ok(AppendOutcome::Committed {
             snapshot_id: t.metadata().current_snapshot_id().unwrap_or_default(),
@@ -239,6 +239,11 @@ pub trait UpdateHook: std::fmt::Debug + Send + Sync {
         commit: TableCommit,
     ) -> iceberg::Result<Table>;
 
+    /// Called instead of `inner.load_table(ident)`; passes through by default.
+    async fn load_table(&self, inner: &dyn Catalog, ident: &TableIdent) -> iceberg::Result<Table> {
+        inner.load_table(ident).await
+    }
+
     /// Called instead of `inner.create_table(ns, creation)`; passes through by default.
     async fn create_table(
         &self,
@@ -265,15 +270,29 @@ impl<H: UpdateHook> Hooked<H> {
     }
 }
 
-/// The hook that makes `update_table` errors non-retryable to iceberg, so `Transaction::commit`
-/// returns on the first conflict and floe re-validates before retrying; it remembers whether the
-/// failure was retryable.
-#[derive(Debug, Default)]
+/// The hook that pins the commit to the table version floe validated against.
+///
+/// `Transaction::commit` reloads the table before applying its actions and, on a retryable
+/// error, reloads and re-applies. Either would let the append land on a newer base that floe's
+/// duplicate check never saw. With this hook, loads return the validated version (so the append
+/// carries `RefSnapshotIdMatch(main = validated snapshot)` and the catalog's compare-and-swap
+/// fails if anything landed since), and `update_table` errors are made non-retryable to iceberg
+/// (remembering whether they were retryable) so that floe's own loop re-validates.
+#[derive(Debug)]
 pub struct NoRetry {
     retryable: AtomicBool,
+    pinned: Table,
 }
 
 impl NoRetry {
+    /// Pins `table` (the validated version).
+    pub fn pinned(table: Table) -> Self {
+        Self {
+            retryable: AtomicBool::new(false),
+            pinned: table,
+        }
+    }
+
     /// Whether the last `update_table` failure was retryable.
     pub fn was_retryable(&self) -> bool {
         self.retryable.load(Ordering::SeqCst)
@@ -282,6 +301,14 @@ impl NoRetry {
 
 #[async_trait]
 impl UpdateHook for NoRetry {
+    async fn load_table(&self, inner: &dyn Catalog, ident: &TableIdent) -> iceberg::Result<Table> {
+        if ident == self.pinned.identifier() {
+            Ok(self.pinned.clone())
+        } else {
+            inner.load_table(ident).await
+        }
+    }
+
     async fn update_table(
         &self,
         inner: &dyn Catalog,
@@ -342,7 +369,7 @@ impl<H: UpdateHook> Catalog for Hooked<H> {
             .await
     }
     async fn load_table(&self, t: &TableIdent) -> iceberg::Result<Table> {
-        self.inner.load_table(t).await
+        self.hook.load_table(self.inner.as_ref(), t).await
     }
     async fn drop_table(&self, t: &TableIdent) -> iceberg::Result<()> {
         self.inner.drop_table(t).await

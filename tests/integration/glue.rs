@@ -20,16 +20,17 @@ async fn glue_catalog_concurrent_ingests_land_once_and_pyiceberg_reads() {
     for i in 0..2 * n {
         tasks.push(env.spawn_ingest(&format!("orders/g{}.jsonl", i % n)).await);
     }
-    let mut committed = 0;
+    let mut committed = Vec::new();
     for t in tasks {
         let r = t.await.unwrap().unwrap();
         match r.status {
-            Status::Committed => committed += 1,
+            Status::Committed => committed.push((r.object.clone(), r.snapshot_id, r.attempts)),
             Status::Duplicate => {}
             other => panic!("unexpected {other:?}: {r:?}"),
         }
     }
-    assert_eq!(committed, n);
+    committed.sort();
+    assert_eq!(committed.len(), n, "{committed:?}");
     assert_eq!(env.count_rows(ingestor.catalog().as_ref()).await, 40 * n);
     let py = env.pyiceberg();
     assert_eq!(py["rows"], 40 * n, "{py}");
