@@ -67,6 +67,30 @@ pub fn storage_props(cfg: &Config) -> HashMap<String, String> {
     p
 }
 
+/// The sqlx URI of the configured SQLite catalog (its directory is created if needed).
+pub fn sqlite_uri(cfg: &Config) -> Result<String> {
+    let uri = cfg
+        .catalog
+        .uri
+        .clone()
+        .unwrap_or_else(|| "floe-catalog.db".into());
+    if uri.starts_with("sqlite:") {
+        return Ok(uri);
+    }
+    if let Some(dir) = Path::new(&uri).parent() {
+        if !dir.as_os_str().is_empty() {
+            std::fs::create_dir_all(dir).map_err(|e| {
+                Error::new(
+                    ErrorKind::Config,
+                    format!("cannot create {}", dir.display()),
+                )
+                .with_source(e)
+            })?;
+        }
+    }
+    Ok(format!("sqlite://{uri}?mode=rwc"))
+}
+
 /// Connects to the configured catalog.
 pub async fn connect(cfg: &Config) -> Result<Arc<dyn Catalog>> {
     let c = &cfg.catalog;
@@ -79,23 +103,7 @@ pub async fn connect(cfg: &Config) -> Result<Arc<dyn Catalog>> {
         |e: iceberg::Error| Error::iceberg(format!("connecting to the {:?} catalog", c.kind), e);
     Ok(match c.kind {
         CatalogKind::Sqlite => {
-            let uri = c.uri.clone().unwrap_or_else(|| "floe-catalog.db".into());
-            let uri = if uri.starts_with("sqlite:") {
-                uri
-            } else {
-                if let Some(dir) = Path::new(&uri).parent() {
-                    if !dir.as_os_str().is_empty() {
-                        std::fs::create_dir_all(dir).map_err(|e| {
-                            Error::new(
-                                ErrorKind::Config,
-                                format!("cannot create {}", dir.display()),
-                            )
-                            .with_source(e)
-                        })?;
-                    }
-                }
-                format!("sqlite://{uri}?mode=rwc")
-            };
+            let uri = sqlite_uri(cfg)?;
             if uri.contains(":memory:") {
                 props
                     .entry("pool.max-connections".into())

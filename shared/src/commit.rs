@@ -1,10 +1,14 @@
-//! The commit path: turns written data files into a new table version, exactly once per source object.
+//! The commit path: every floe change to a table becomes a new table version here, through one loop.
 //!
-//! iceberg's `Transaction::commit` retries a conflict by re-applying the action blindly. floe needs
-//! its own validation (has this object already been committed by someone else?) re-run against every
-//! snapshot that lands between its base and its commit, so it disables that retry with [`NoRetry`]
-//! and loops itself: load → validate → fast-append with a `RefSnapshotIdMatch` requirement → on a
-//! conflict, back off and start again from a fresh load.
+//! Each attempt loads the table, asks the caller's `plan` what to do *given that version* (this is
+//! where exactly-once and liveness checks run), stages the change on that version
+//! ([`crate::snapshot::stage`]) and installs it with a compare-and-swap of the catalog pointer
+//! ([`crate::swap`]). A conflict means someone committed in between: back off and start again from
+//! a fresh load, so the plan is re-validated against every snapshot that landed meanwhile.
+//!
+//! For REST catalogs (no pointer swap available) appends go through iceberg's fast append with
+//! [`NoRetry`]: the transaction is pinned to the validated version and iceberg's own blind retry
+//! is disabled, so the same loop applies.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -12,14 +16,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use iceberg::spec::{DataFile, TableMetadata};
+use iceberg::spec::{Operation, TableMetadata};
 use iceberg::table::Table;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
 use iceberg::{Catalog, Namespace, NamespaceIdent, TableCommit, TableCreation, TableIdent};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, ErrorKind, Result};
-
+use crate::snapshot::{self, Change};
+use crate::swap::PointerSwap;
 /// Snapshot-summary key listing the source objects whose rows the snapshot adds (a JSON array).
 pub const SUMMARY_SOURCE_OBJECTS: &str = "floe.source-objects";
 /// Snapshot-summary key naming the write attempt (the id in its data file names).
@@ -95,129 +100,194 @@ pub struct CommitLimits {
     pub skew: Duration,
 }
 
-/// What an exactly-once append did.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum AppendOutcome {
-    /// This call committed the snapshot.
-    Committed {
-        /// The new snapshot.
-        snapshot_id: i64,
-        /// Attempts needed (1 = no conflict).
-        attempts: u32,
-    },
-    /// The object's rows were already committed; nothing added by this call.
-    AlreadyCommitted {
-        /// The snapshot holding them.
-        snapshot_id: i64,
-        /// True when that snapshot is this writer's own earlier attempt whose answer was lost
-        /// (its files are referenced); false for another delivery's commit (ours are unreferenced).
-        by_us: bool,
-    },
+/// What the caller wants done on a given table version.
+#[derive(Debug, Clone)]
+pub enum Plan {
+    /// Nothing to do (already done, or no longer applicable); the value says why.
+    Skip(Skipped),
+    /// Apply this change.
+    Apply(Change),
 }
 
-/// Appends `files` unless `object` was already committed, retrying conflicts with re-validation.
-///
-/// The duplicate search walks back to the object's LastModified minus the skew margin. `writer_id` names this write attempt (recorded as `floe.writer-id`).
-///
-/// On an error the outcome may be unknown (the catalog may have applied the commit before the
-/// answer was lost): callers must not delete the files then; a retry re-validates.
-pub async fn append_exactly_once(
-    catalog: &Arc<dyn Catalog>,
-    ident: &TableIdent,
-    object: &SourceObject,
-    writer_id: &str,
-    files: Vec<DataFile>,
-    mut properties: HashMap<String, String>,
-    limits: &CommitLimits,
-) -> Result<AppendOutcome> {
-    let id = object.id();
-    properties.insert(SUMMARY_WRITER_ID.into(), writer_id.to_string());
-    properties.insert(
-        SUMMARY_SOURCE_OBJECTS.into(),
-        serde_json::to_string(&[&id]).unwrap_or_default(),
-    );
-    let not_before = object.modified_ms - limits.skew.as_millis() as i64;
-    let mut attempt = 0u32;
-    loop {
-        attempt += 1;
-        let result = try_append(
-            catalog,
-            ident,
-            &id,
-            writer_id,
-            not_before,
-            &files,
-            &properties,
-        )
-        .await;
-        match result {
-            Ok(outcome) => {
-                return Ok(match outcome {
-                    AppendOutcome::Committed { snapshot_id, .. } => AppendOutcome::Committed {
+/// Why a plan skipped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Skipped {
+    /// The source object is already in the table.
+    AlreadyCommitted(Found),
+    /// The work no longer applies (e.g. files to compact were replaced meanwhile).
+    Obsolete(String),
+}
+
+/// What a commit did.
+#[derive(Debug, Clone)]
+pub enum Outcome {
+    /// This call installed a new version.
+    Committed {
+        /// The new snapshot (if the change made one).
+        snapshot_id: Option<i64>,
+        /// Attempts needed (1 = no conflict).
+        attempts: u32,
+        /// The new metadata location.
+        location: String,
+    },
+    /// The plan said there was nothing to do.
+    Skipped(Skipped),
+}
+
+/// Installs changes: the catalog, plus the pointer swap for hand-built versions.
+#[derive(Debug, Clone)]
+pub struct Committer {
+    catalog: Arc<dyn Catalog>,
+    swap: Option<Arc<dyn PointerSwap>>,
+}
+
+impl Committer {
+    /// A committer over `catalog`; `swap` is `None` for catalogs without one (REST: appends only).
+    pub fn new(catalog: Arc<dyn Catalog>, swap: Option<Arc<dyn PointerSwap>>) -> Self {
+        Self { catalog, swap }
+    }
+
+    /// The catalog.
+    pub fn catalog(&self) -> &Arc<dyn Catalog> {
+        &self.catalog
+    }
+
+    /// Runs `plan` against fresh table versions until its change is installed, it skips, or the
+    /// limits are reached. On an error the outcome may be unknown (a lost answer): callers must
+    /// not delete files the change references; a retry re-validates through `plan`.
+    pub async fn commit<F>(
+        &self,
+        ident: &TableIdent,
+        limits: &CommitLimits,
+        mut plan: F,
+    ) -> Result<Outcome>
+    where
+        F: FnMut(&Table) -> Result<Plan> + Send,
+    {
+        let mut attempt = 0u32;
+        loop {
+            attempt += 1;
+            let result = self.attempt(ident, &mut plan).await;
+            match result {
+                Ok(Outcome::Committed {
+                    snapshot_id,
+                    location,
+                    ..
+                }) => {
+                    return Ok(Outcome::Committed {
                         snapshot_id,
                         attempts: attempt,
-                    },
-                    other => other,
-                })
-            }
-            Err(e) if e.is_retryable() => {
-                if attempt >= limits.max_attempts || Instant::now() >= limits.deadline {
-                    return Err(Error::new(
-                        ErrorKind::DeadlineExceeded,
-                        format!("commit of {id} to {ident} gave up after {attempt} attempts"),
-                    )
-                    .with_retryable(true)
-                    .with_source(e));
+                        location,
+                    })
                 }
-                let pause =
-                    backoff(attempt).min(limits.deadline.saturating_duration_since(Instant::now()));
-                tracing::info!(object = %id, table = %ident, attempt, error = %e, pause_ms = pause.as_millis() as u64, "commit conflict; re-validating");
-                tokio::time::sleep(pause).await;
+                Ok(skipped) => return Ok(skipped),
+                Err(e) if e.is_retryable() => {
+                    if attempt >= limits.max_attempts || Instant::now() >= limits.deadline {
+                        return Err(Error::new(
+                            ErrorKind::DeadlineExceeded,
+                            format!("commit to {ident} gave up after {attempt} attempts"),
+                        )
+                        .with_retryable(true)
+                        .with_source(e));
+                    }
+                    let pause = backoff(attempt)
+                        .min(limits.deadline.saturating_duration_since(Instant::now()));
+                    tracing::info!(table = %ident, attempt, error = %e, pause_ms = pause.as_millis() as u64, "commit conflict; re-validating");
+                    tokio::time::sleep(pause).await;
+                }
+                Err(e) => return Err(e),
             }
-            Err(e) => return Err(e),
+        }
+    }
+
+    async fn attempt<F>(&self, ident: &TableIdent, plan: &mut F) -> Result<Outcome>
+    where
+        F: FnMut(&Table) -> Result<Plan> + Send,
+    {
+        let table = self
+            .catalog
+            .load_table(ident)
+            .await
+            .map_err(|e| Error::iceberg(format!("loading {ident}"), e).with_retryable(true))?;
+        let change = match plan(&table)? {
+            Plan::Skip(why) => return Ok(Outcome::Skipped(why)),
+            Plan::Apply(change) => change,
+        };
+        match &self.swap {
+            Some(swap) => {
+                let staged = snapshot::stage(&table, &change).await?;
+                match swap.swap(ident, &staged).await {
+                    Ok(()) => Ok(Outcome::Committed { snapshot_id: staged.snapshot_id, attempts: 1, location: staged.location }),
+                    Err(e) => {
+                        if e.kind() == ErrorKind::CommitConflict {
+                            // Definitely not installed: its manifests and metadata can go.
+                            for path in &staged.written {
+                                let _ = table.file_io().delete(path).await;
+                            }
+                        }
+                        Err(e)
+                    }
+                }
+            }
+            None if change.operation == Operation::Append && change.removed.is_empty() => {
+                fast_append(&self.catalog, &table, change).await
+            }
+            None => Err(Error::new(
+                ErrorKind::Catalog,
+                format!("{:?} commits need a catalog with a pointer swap (SQLite or Glue); {ident} is on REST", change.operation),
+            )),
         }
     }
 }
 
-async fn try_append(
-    catalog: &Arc<dyn Catalog>,
-    ident: &TableIdent,
-    id: &str,
-    writer_id: &str,
-    not_before: i64,
-    files: &[DataFile],
-    properties: &HashMap<String, String>,
-) -> Result<AppendOutcome> {
-    let table = catalog
-        .load_table(ident)
-        .await
-        .map_err(|e| Error::iceberg(format!("loading {ident}"), e))?;
-    if let Some(found) = find_committed(table.metadata(), id, not_before) {
-        let by_us = found.writer_id.as_deref() == Some(writer_id);
-        return Ok(AppendOutcome::AlreadyCommitted {
-            snapshot_id: found.snapshot_id,
-            by_us,
-        });
-    }
-    let tx = Transaction::new(&table);
+/// An append through iceberg (REST catalogs), pinned to the validated version.
+async fn fast_append(catalog: &Arc<dyn Catalog>, table: &Table, change: Change) -> Result<Outcome> {
+    let ident = table.identifier().clone();
+    let tx = Transaction::new(table);
     let action = tx
         .fast_append()
         .with_check_duplicate(false)
-        .add_data_files(files.to_vec())
-        .set_snapshot_properties(properties.clone());
+        .add_data_files(change.added)
+        .set_snapshot_properties(change.properties);
     let tx = action
         .apply(tx)
         .map_err(|e| Error::iceberg(format!("preparing append to {ident}"), e))?;
     let guard = Hooked::new(Arc::clone(catalog), NoRetry::pinned(table.clone()));
     match tx.commit(&guard).await {
-        Ok(t) => Ok(AppendOutcome::Committed {
-            snapshot_id: t.metadata().current_snapshot_id().unwrap_or_default(),
+        Ok(t) => Ok(Outcome::Committed {
+            snapshot_id: t.metadata().current_snapshot_id(),
             attempts: 1,
+            location: t.metadata_location().unwrap_or_default().to_string(),
         }),
         Err(e) => {
             let retryable = guard.hook.was_retryable() || e.retryable();
             Err(Error::iceberg(format!("committing to {ident}"), e).with_retryable(retryable))
         }
+    }
+}
+
+/// The ingest plan: skip when `object` is already in the table, else append `change`.
+/// `writer_id` is recorded so a lost answer can be told from another delivery's commit.
+pub fn append_once_plan(
+    object: &SourceObject,
+    writer_id: &str,
+    mut change: Change,
+    skew: Duration,
+) -> impl FnMut(&Table) -> Result<Plan> + Send + 'static {
+    let id = object.id();
+    change.properties.insert(
+        SUMMARY_SOURCE_OBJECTS.into(),
+        serde_json::to_string(&[&id]).unwrap_or_default(),
+    );
+    change
+        .properties
+        .insert(SUMMARY_WRITER_ID.into(), writer_id.to_string());
+    let not_before = object.modified_ms - skew.as_millis() as i64;
+    move |table: &Table| {
+        Ok(match find_committed(table.metadata(), &id, not_before) {
+            Some(found) => Plan::Skip(Skipped::AlreadyCommitted(found)),
+            None => Plan::Apply(change.clone()),
+        })
     }
 }
 
@@ -232,12 +302,14 @@ fn backoff(attempt: u32) -> Duration {
 /// take retries away from iceberg ([`NoRetry`]); tests use it to inject crashes and conflicts.
 #[async_trait]
 pub trait UpdateHook: std::fmt::Debug + Send + Sync {
-    /// Called instead of `inner.update_table(commit)`.
+    /// Called instead of `inner.update_table(commit)`; passes through by default.
     async fn update_table(
         &self,
         inner: &dyn Catalog,
         commit: TableCommit,
-    ) -> iceberg::Result<Table>;
+    ) -> iceberg::Result<Table> {
+        inner.update_table(commit).await
+    }
 
     /// Called instead of `inner.load_table(ident)`; passes through by default.
     async fn load_table(&self, inner: &dyn Catalog, ident: &TableIdent) -> iceberg::Result<Table> {

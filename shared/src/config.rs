@@ -216,7 +216,7 @@ fn default_late() -> i64 {
     3600
 }
 fn default_chunk() -> usize {
-    16_384
+    4096
 }
 fn default_target_mb() -> u64 {
     128

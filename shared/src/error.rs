@@ -13,6 +13,8 @@ pub enum ErrorKind {
     UnreadableObject,
     /// Object storage failed (S3 or the local file system).
     Storage,
+    /// The object does not exist (deleted after its event was sent).
+    NotFound,
     /// The catalog failed (SQLite, Glue, REST).
     Catalog,
     /// Another writer committed first; the commit must be re-validated and retried.

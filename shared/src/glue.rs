@@ -3,18 +3,17 @@
 //!
 //! iceberg-catalog-glue 0.10.1 refuses any schema holding `timestamptz` ("Conversion from
 //! Timestamptz is not supported") on both create and commit, and floe's tables always have one
-//! (`_ingested_at`). Reads still go through iceberg's Glue catalog; `create_table` and
-//! `update_table` go through this hook.
+//! (`_ingested_at`). Reads still go through iceberg's Glue catalog; `create_table` goes through
+//! this hook and commits through [`crate::swap::GlueSwap`].
 
 use std::collections::HashMap;
-use std::str::FromStr;
 
 use async_trait::async_trait;
 use aws_sdk_glue::error::DisplayErrorContext;
 use aws_sdk_glue::types::{Column, StorageDescriptor, TableInput};
 use iceberg::spec::{PrimitiveType, TableMetadata, TableMetadataBuilder, Type};
 use iceberg::table::Table;
-use iceberg::{Catalog, MetadataLocation, NamespaceIdent, TableCommit, TableCreation, TableIdent};
+use iceberg::{Catalog, MetadataLocation, NamespaceIdent, TableCreation, TableIdent};
 
 use crate::commit::UpdateHook;
 use crate::config::Config;
@@ -35,52 +34,33 @@ impl GlueHook {
         ))
         .with_props(crate::catalog::storage_props(cfg))
         .build();
-        let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest());
-        if let Some(region) = &cfg.storage.region {
-            loader = loader.region(aws_config::Region::new(region.clone()));
-        }
-        if let (Some(k), Some(s)) = (&cfg.storage.access_key_id, &cfg.storage.secret_access_key) {
-            loader = loader.credentials_provider(aws_sdk_glue::config::Credentials::new(
-                k.clone(),
-                s.clone(),
-                None,
-                None,
-                "floe-config",
-            ));
-        }
-        if let Some(uri) = &cfg.catalog.uri {
-            loader = loader.endpoint_url(uri);
-        }
-        let sdk = loader.load().await;
         Self {
-            client: aws_sdk_glue::Client::new(&sdk),
+            client: client(cfg).await,
             warehouse,
             file_io,
         }
     }
+}
 
-    async fn version_and_location(
-        &self,
-        ident: &TableIdent,
-    ) -> iceberg::Result<(Option<String>, Option<String>)> {
-        let out = self
-            .client
-            .get_table()
-            .database_name(db(ident.namespace())?)
-            .name(ident.name())
-            .send()
-            .await
-            .map_err(|e| unexpected(format!("Glue GetTable {ident}"), DisplayErrorContext(&e)))?;
-        let table = out.table();
-        let location = table
-            .and_then(|t| t.parameters())
-            .and_then(|p| p.get("metadata_location"))
-            .cloned();
-        Ok((
-            table.and_then(|t| t.version_id()).map(str::to_string),
-            location,
-        ))
+/// A Glue client honouring the config's endpoint override, region and static keys.
+pub async fn client(cfg: &Config) -> aws_sdk_glue::Client {
+    let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest());
+    if let Some(region) = &cfg.storage.region {
+        loader = loader.region(aws_config::Region::new(region.clone()));
     }
+    if let (Some(k), Some(s)) = (&cfg.storage.access_key_id, &cfg.storage.secret_access_key) {
+        loader = loader.credentials_provider(aws_sdk_glue::config::Credentials::new(
+            k.clone(),
+            s.clone(),
+            None,
+            None,
+            "floe-config",
+        ));
+    }
+    if let Some(uri) = &cfg.catalog.uri {
+        loader = loader.endpoint_url(uri);
+    }
+    aws_sdk_glue::Client::new(&loader.load().await)
 }
 
 fn db(ns: &NamespaceIdent) -> iceberg::Result<String> {
@@ -133,7 +113,8 @@ pub fn glue_type(ty: &Type) -> String {
     }
 }
 
-fn table_input(
+/// The Glue `TableInput` pointing at an Iceberg metadata file.
+pub fn table_input(
     name: &str,
     md: &TableMetadata,
     location: &str,
@@ -179,73 +160,6 @@ fn table_input(
 
 #[async_trait]
 impl UpdateHook for GlueHook {
-    async fn update_table(
-        &self,
-        inner: &dyn Catalog,
-        commit: TableCommit,
-    ) -> iceberg::Result<Table> {
-        let ident = commit.identifier().clone();
-        let (version, glue_location) = self.version_and_location(&ident).await?;
-        let current = inner.load_table(&ident).await?;
-        let current_location = current.metadata_location_result()?.to_string();
-        if glue_location.as_deref() != Some(current_location.as_str()) {
-            // The table moved between the two reads: let the caller reload and retry.
-            return Err(iceberg::Error::new(
-                iceberg::ErrorKind::CatalogCommitConflicts,
-                format!("{ident} changed while committing"),
-            )
-            .with_retryable(true));
-        }
-        let staged = commit.apply(current)?;
-        let new_location = staged.metadata_location_result()?.to_string();
-        staged
-            .metadata()
-            .write_to(
-                staged.file_io(),
-                &MetadataLocation::from_str(&new_location)?,
-            )
-            .await?;
-        let mut req = self
-            .client
-            .update_table()
-            .database_name(db(ident.namespace())?)
-            .skip_archive(true)
-            .table_input(table_input(
-                ident.name(),
-                staged.metadata(),
-                &new_location,
-                Some(current_location),
-            )?);
-        if let Some(v) = version {
-            req = req.version_id(v);
-        }
-        match req.send().await {
-            Ok(_) => Ok(staged),
-            Err(e) => {
-                let svc = e.as_service_error();
-                if svc
-                    .map(|s| s.is_concurrent_modification_exception())
-                    .unwrap_or(false)
-                {
-                    Err(iceberg::Error::new(
-                        iceberg::ErrorKind::CatalogCommitConflicts,
-                        format!("Glue rejected a stale VersionId for {ident}"),
-                    )
-                    .with_retryable(true))
-                } else {
-                    let retryable = svc.is_none()
-                        || svc
-                            .map(|s| s.is_internal_service_exception())
-                            .unwrap_or(false);
-                    Err(
-                        unexpected(format!("Glue UpdateTable {ident}"), DisplayErrorContext(&e))
-                            .with_retryable(retryable),
-                    )
-                }
-            }
-        }
-    }
-
     async fn create_table(
         &self,
         inner: &dyn Catalog,

@@ -34,13 +34,14 @@ use serde_json::json;
 use tokio_util::io::SyncIoBridge;
 
 use crate::catalog;
-use crate::commit::{self, AppendOutcome, CommitLimits, SourceObject};
+use crate::commit::{self, CommitLimits, Committer, Outcome, Skipped, SourceObject};
 use crate::config::{Config, RouteConfig, TableConfig};
 use crate::decode::{self, DecodeFailure, DecodeSpec, Piece, Rejected};
 use crate::error::{Error, ErrorKind, Result};
 use crate::event::{self, ObjectRef};
 use crate::metrics::{self, Metric};
 use crate::schema::{self, INGESTED_AT, SOURCE};
+use crate::snapshot::Change;
 use crate::store::ObjectStore;
 
 /// What happened to one object.
@@ -214,7 +215,7 @@ struct TableCtx {
 /// The ingest service: built once per Lambda container (clients, config), used per event.
 pub struct Ingestor {
     config: Arc<Config>,
-    catalog: Arc<dyn Catalog>,
+    committer: Committer,
     store: Arc<dyn ObjectStore>,
     tables: HashMap<String, TableCtx>,
 }
@@ -236,17 +237,18 @@ impl Ingestor {
     /// Connects the catalog and store named by the config and creates missing tables.
     pub async fn new(config: Config) -> Result<Self> {
         let catalog = catalog::connect(&config).await?;
+        let swap = crate::swap::from_config(&config).await?;
         let store = crate::store::from_config(&config.storage).await;
-        Self::with_parts(config, catalog, store).await
+        Self::with_parts(config, Committer::new(catalog, swap), store).await
     }
 
     /// Builds from explicit parts (tests, the CLI).
     pub async fn with_parts(
         config: Config,
-        catalog: Arc<dyn Catalog>,
+        committer: Committer,
         store: Arc<dyn ObjectStore>,
     ) -> Result<Self> {
-        catalog::ensure_tables(catalog.as_ref(), &config).await?;
+        catalog::ensure_tables(committer.catalog().as_ref(), &config).await?;
         let mut tables = HashMap::new();
         for t in &config.tables {
             tables.insert(
@@ -259,7 +261,7 @@ impl Ingestor {
         }
         Ok(Self {
             config: Arc::new(config),
-            catalog,
+            committer,
             store,
             tables,
         })
@@ -267,7 +269,7 @@ impl Ingestor {
 
     /// The catalog in use.
     pub fn catalog(&self) -> &Arc<dyn Catalog> {
-        &self.catalog
+        self.committer.catalog()
     }
 
     /// The object store in use.
@@ -356,7 +358,7 @@ impl Ingestor {
         })?;
         let opened = match self.store.open(&obj.bucket, &obj.key).await {
             Ok(o) => o,
-            Err(e) if !e.is_retryable() && e.to_string().contains("NoSuchKey") => {
+            Err(e) if e.kind() == ErrorKind::NotFound => {
                 let mut r = ObjectReport::new(uri, &route.table, Status::Missing);
                 r.reason = Some(e.to_string());
                 return Ok(r);
@@ -384,7 +386,7 @@ impl Ingestor {
         };
 
         let table = self
-            .catalog
+            .catalog()
             .load_table(&tctx.ident)
             .await
             .map_err(|e| Error::iceberg(format!("loading {}", tctx.ident), e))?;
@@ -511,41 +513,36 @@ impl Ingestor {
             props.insert("floe.quarantine".into(), q.clone());
         }
         let files = written.files;
-        let outcome = commit::append_exactly_once(
-            &self.catalog,
-            &tctx.ident,
+        let plan = commit::append_once_plan(
             &source,
             &writer_id,
-            files.clone(),
-            props,
-            &limits,
-        )
-        .await;
-        match outcome {
-            Ok(AppendOutcome::Committed {
+            Change::append(files.clone(), props),
+            limits.skew,
+        );
+        match self.committer.commit(&tctx.ident, &limits, plan).await {
+            Ok(Outcome::Committed {
                 snapshot_id,
                 attempts,
+                ..
             }) => {
-                r.snapshot_id = Some(snapshot_id);
+                r.snapshot_id = snapshot_id;
                 r.attempts = attempts;
                 if let Some(hi) = written.et_max {
                     r.freshness_seconds = Some((Utc::now().timestamp_micros() - hi) as f64 / 1e6);
                 }
             }
-            Ok(AppendOutcome::AlreadyCommitted {
-                snapshot_id,
-                by_us: true,
-            }) => {
+            Ok(Outcome::Skipped(Skipped::AlreadyCommitted(found)))
+                if found.writer_id.as_deref() == Some(&writer_id) =>
+            {
                 // Our own commit whose answer was lost: the rows are ours and in the table.
-                r.snapshot_id = Some(snapshot_id);
+                r.snapshot_id = Some(found.snapshot_id);
             }
-            Ok(AppendOutcome::AlreadyCommitted {
-                snapshot_id,
-                by_us: false,
-            }) => {
+            Ok(Outcome::Skipped(skipped)) => {
                 // Another delivery won: our files are referenced by nothing and can go now.
                 r.status = Status::Duplicate;
-                r.snapshot_id = Some(snapshot_id);
+                if let Skipped::AlreadyCommitted(found) = skipped {
+                    r.snapshot_id = Some(found.snapshot_id);
+                }
                 delete_files(&table, &files).await;
             }
             // The outcome may be unknown (a lost answer): never delete files that might be

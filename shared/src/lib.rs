@@ -17,6 +17,8 @@ pub mod lambda;
 pub mod metrics;
 pub mod sample;
 pub mod schema;
+pub mod snapshot;
 pub mod store;
+pub mod swap;
 
 pub use error::{Error, ErrorKind, Result};

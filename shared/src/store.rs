@@ -57,7 +57,7 @@ pub fn is_transient_io(err: &std::io::Error) -> bool {
 /// Object storage as floe uses it.
 #[async_trait]
 pub trait ObjectStore: Send + Sync {
-    /// Opens an object for streaming. A missing object is an error of kind `Storage`, not retryable.
+    /// Opens an object for streaming. A missing object is an error of kind `NotFound`.
     async fn open(&self, bucket: &str, key: &str) -> Result<OpenedObject>;
     /// Writes a whole object (quarantine files, demo inputs).
     async fn put(&self, bucket: &str, key: &str, body: Vec<u8>) -> Result<()>;
@@ -133,8 +133,14 @@ where
         }
         _ => false,
     };
+    let missing = matches!(&err, SdkError::ServiceError(se) if matches!(se.err().code(), Some("NoSuchKey" | "NotFound")));
+    let kind = if missing {
+        ErrorKind::NotFound
+    } else {
+        ErrorKind::Storage
+    };
     let msg = format!("{what}: {}", DisplayErrorContext(&err));
-    Error::new(ErrorKind::Storage, msg).with_retryable(retryable)
+    Error::new(kind, msg).with_retryable(retryable && !missing)
 }
 
 #[async_trait]
@@ -242,7 +248,12 @@ impl LocalStore {
 
 fn io_error(what: String, err: std::io::Error) -> Error {
     let retryable = is_transient_io(&err);
-    Error::new(ErrorKind::Storage, what)
+    let kind = if err.kind() == std::io::ErrorKind::NotFound {
+        ErrorKind::NotFound
+    } else {
+        ErrorKind::Storage
+    };
+    Error::new(kind, what)
         .with_retryable(retryable)
         .with_source(err)
 }

@@ -1,26 +1,26 @@
 //! Exactly once per object: duplicates, concurrent deliveries, crashes at every step, conflicts.
 
-use std::str::FromStr;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
-use floe::commit::{Hooked, UpdateHook};
 use floe::ingest::Status;
-use iceberg::table::Table;
-use iceberg::{Catalog, MetadataLocation, TableCommit};
+use floe::snapshot::Staged;
+use floe::swap::PointerSwap;
+use floe::{Error, ErrorKind};
+use iceberg::TableIdent;
 
 use crate::harness::{orders, TestEnv};
 
 /// Where the injected failure happens.
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Fault {
-    /// Data files and manifests are written; the process dies before writing table metadata.
+    /// Data files and manifests are written; the process dies before table metadata is written.
     BeforeMetadata,
     /// The new metadata.json is written; the process dies before swapping the catalog pointer.
     AfterMetadata,
     /// The commit lands; the process dies before the event is acknowledged (non-retryable error).
     AfterCommit,
-    /// The commit lands but the answer is lost (a retryable timeout): floe's own retry re-validates.
+    /// The commit lands but the answer is lost (a retryable error): floe's own retry re-validates.
     LostAnswer,
     /// The first two commits meet a conflict.
     Conflicts,
@@ -30,59 +30,54 @@ enum Fault {
 struct Inject {
     fault: Fault,
     calls: AtomicU32,
+    inner: Arc<dyn PointerSwap>,
 }
 
-fn crash() -> iceberg::Error {
-    iceberg::Error::new(iceberg::ErrorKind::Unexpected, "injected crash")
+fn crash() -> Error {
+    Error::new(ErrorKind::Internal, "injected crash")
 }
 
 #[async_trait::async_trait]
-impl UpdateHook for Inject {
-    async fn update_table(
-        &self,
-        inner: &dyn Catalog,
-        commit: TableCommit,
-    ) -> iceberg::Result<Table> {
+impl PointerSwap for Inject {
+    async fn swap(&self, ident: &TableIdent, staged: &Staged) -> floe::Result<()> {
         let n = self.calls.fetch_add(1, Ordering::SeqCst);
         match self.fault {
-            Fault::BeforeMetadata => Err(crash()),
-            Fault::AfterMetadata => {
-                let current = inner.load_table(commit.identifier()).await?;
-                let staged = commit.apply(current)?;
-                let loc = MetadataLocation::from_str(staged.metadata_location_result()?)?;
-                staged.metadata().write_to(staged.file_io(), &loc).await?;
+            Fault::BeforeMetadata => {
+                // As if the process died before writing metadata.json.
+                let path = staged.location.trim_start_matches("s3://");
+                let (bucket, key) = path.split_once('/').unwrap();
+                crate::harness::s3()
+                    .await
+                    .delete_object()
+                    .bucket(bucket)
+                    .key(key)
+                    .send()
+                    .await
+                    .unwrap();
                 Err(crash())
             }
+            Fault::AfterMetadata => Err(crash()),
             Fault::AfterCommit => {
-                inner.update_table(commit).await?;
+                self.inner.swap(ident, staged).await?;
                 Err(crash())
             }
             Fault::LostAnswer => {
-                inner.update_table(commit).await?;
-                Err(
-                    iceberg::Error::new(iceberg::ErrorKind::Unexpected, "response lost")
-                        .with_retryable(true),
-                )
+                self.inner.swap(ident, staged).await?;
+                Err(Error::new(ErrorKind::Catalog, "response lost").with_retryable(true))
             }
-            Fault::Conflicts if n < 2 => Err(iceberg::Error::new(
-                iceberg::ErrorKind::CatalogCommitConflicts,
-                "injected conflict",
-            )
-            .with_retryable(true)),
-            Fault::Conflicts => inner.update_table(commit).await,
+            Fault::Conflicts if n < 2 => Err(floe::snapshot::conflict("injected conflict")),
+            Fault::Conflicts => self.inner.swap(ident, staged).await,
         }
     }
 }
 
-fn faulty(fault: Fault) -> impl FnOnce(Arc<dyn Catalog>) -> Arc<dyn Catalog> {
+fn faulty(fault: Fault) -> impl FnOnce(Arc<dyn PointerSwap>) -> Arc<dyn PointerSwap> {
     move |inner| {
-        Arc::new(Hooked::new(
+        Arc::new(Inject {
+            fault,
+            calls: AtomicU32::new(0),
             inner,
-            Inject {
-                fault,
-                calls: AtomicU32::new(0),
-            },
-        ))
+        })
     }
 }
 

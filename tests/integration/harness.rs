@@ -5,9 +5,11 @@ use std::process::Command;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
+use floe::commit::Committer;
 use floe::config::Config;
 use floe::event::ObjectRef;
 use floe::ingest::{Ingestor, ObjectReport};
+use floe::swap::PointerSwap;
 use iceberg::Catalog;
 
 pub fn repo_root() -> PathBuf {
@@ -163,15 +165,24 @@ format = "parquet"
         Ingestor::new(self.config.clone()).await.expect("ingestor")
     }
 
+    /// An ingestor whose catalog pointer swap goes through `wrap` (fault injection).
     pub async fn ingestor_with(
         &self,
-        wrap: impl FnOnce(Arc<dyn Catalog>) -> Arc<dyn Catalog>,
+        wrap: impl FnOnce(Arc<dyn PointerSwap>) -> Arc<dyn PointerSwap>,
     ) -> Ingestor {
         let catalog = floe::catalog::connect(&self.config).await.expect("catalog");
-        let store = floe::store::from_config(&self.config.storage).await;
-        Ingestor::with_parts(self.config.clone(), wrap(catalog), store)
+        let swap = floe::swap::from_config(&self.config)
             .await
-            .expect("ingestor")
+            .expect("swap")
+            .expect("a swap for sqlite/glue");
+        let store = floe::store::from_config(&self.config.storage).await;
+        Ingestor::with_parts(
+            self.config.clone(),
+            Committer::new(catalog, Some(wrap(swap))),
+            store,
+        )
+        .await
+        .expect("ingestor")
     }
 
     pub async fn put(&self, key: &str, body: impl Into<Vec<u8>>) {

@@ -58,8 +58,9 @@ fn generate_big(path: &Path, mb: usize) -> Result<u64> {
 }
 
 fn bench_config(work: &Path, inputs: &Path) -> String {
+    let chunk = std::env::var("FLOE_BENCH_CHUNK").unwrap_or_else(|_| "4096".into());
     format!(
-        "[catalog]\nkind = \"sqlite\"\nuri = \"{w}/catalog.db\"\nwarehouse = \"{w}/warehouse\"\nnamespace = \"bench\"\n\n[storage]\nlocal_root = \"{i}\"\n\n[[routes]]\nbucket = \"input\"\nprefix = \"\"\ntable = \"orders\"\nformat = \"jsonl\"\n{t}",
+        "[catalog]\nkind = \"sqlite\"\nuri = \"{w}/catalog.db\"\nwarehouse = \"{w}/warehouse\"\nnamespace = \"bench\"\n\n[storage]\nlocal_root = \"{i}\"\n\n[ingest]\nchunk_records = {chunk}\n\n[[routes]]\nbucket = \"input\"\nprefix = \"\"\ntable = \"orders\"\nformat = \"jsonl\"\n{t}",
         w = work.display(),
         i = inputs.display(),
         t = sample::ORDERS_TABLE_TOML

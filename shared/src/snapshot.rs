@@ -1,0 +1,377 @@
+//! Hand-built table versions: iceberg 0.10.1 can fast-append but cannot replace, overwrite,
+//! rewrite manifests or expire through a catalog it does not know. floe writes the manifests,
+//! manifest list, snapshot and metadata.json with iceberg's public spec writers ([`stage`]) and
+//! installs them with a compare-and-swap of the catalog pointer ([`crate::swap`]).
+
+use std::collections::{HashMap, HashSet};
+use std::str::FromStr;
+
+use iceberg::spec::{
+    DataContentType, DataFile, ManifestContentType, ManifestFile, ManifestList, ManifestListWriter,
+    ManifestStatus, ManifestWriterBuilder, Operation, Snapshot, SnapshotReference,
+    SnapshotRetention, SnapshotSummaryCollector, Summary, TableMetadata, TableMetadataBuilder,
+    MAIN_BRANCH,
+};
+use iceberg::table::Table;
+use iceberg::MetadataLocation;
+
+use crate::error::{Error, ErrorKind, Result};
+
+/// A change to the table's data files (or only to its manifests or snapshots).
+#[derive(Debug, Clone)]
+pub struct Change {
+    /// `append`, `replace` (same rows, other files), `overwrite` or `delete`.
+    pub operation: Operation,
+    /// Files to add.
+    pub added: Vec<DataFile>,
+    /// Paths of files to remove; each must be live in the base, or the change conflicts.
+    pub removed: Vec<String>,
+    /// Rewrite all live entries into one manifest per partition spec (manifest compaction).
+    pub rewrite_manifests: bool,
+    /// Extra snapshot-summary properties.
+    pub properties: HashMap<String, String>,
+}
+
+impl Change {
+    /// Appends `files`.
+    pub fn append(files: Vec<DataFile>, properties: HashMap<String, String>) -> Self {
+        Self {
+            operation: Operation::Append,
+            added: files,
+            removed: Vec::new(),
+            rewrite_manifests: false,
+            properties,
+        }
+    }
+
+    /// Replaces `removed` by `added` holding the same rows (compaction).
+    pub fn replace(
+        added: Vec<DataFile>,
+        removed: Vec<String>,
+        properties: HashMap<String, String>,
+    ) -> Self {
+        Self {
+            operation: Operation::Replace,
+            added,
+            removed,
+            rewrite_manifests: false,
+            properties,
+        }
+    }
+}
+
+/// A new table version written to storage but not yet installed.
+#[derive(Debug, Clone)]
+pub struct Staged {
+    /// The new metadata.
+    pub metadata: TableMetadata,
+    /// Where it was written.
+    pub location: String,
+    /// The base it was built on (the pointer the swap expects).
+    pub previous: String,
+    /// The new snapshot, if the change made one.
+    pub snapshot_id: Option<i64>,
+    /// Every file written for this version (manifests, manifest list, metadata), for cleanup.
+    pub written: Vec<String>,
+}
+
+/// Why a staged change cannot apply to its base.
+pub fn conflict(msg: impl Into<String>) -> Error {
+    Error::new(ErrorKind::CommitConflict, msg)
+}
+
+fn ice(what: &str) -> impl Fn(iceberg::Error) -> Error + '_ {
+    move |e| Error::iceberg(what.to_string(), e)
+}
+
+/// Loads the manifest list of the table's current snapshot (empty for a new table).
+pub async fn current_manifests(table: &Table) -> Result<Vec<ManifestFile>> {
+    let md = table.metadata();
+    let Some(snap) = md.current_snapshot() else {
+        return Ok(Vec::new());
+    };
+    let list: ManifestList = table
+        .manifest_list_reader(snap)
+        .load()
+        .await
+        .map_err(ice("reading the manifest list"))?;
+    Ok(list.consume_entries().into_iter().collect())
+}
+
+fn new_snapshot_id(md: &TableMetadata) -> i64 {
+    loop {
+        let (a, b) = uuid::Uuid::new_v4().as_u64_pair();
+        let id = ((a ^ b) >> 1) as i64;
+        if id != 0 && md.snapshot_by_id(id).is_none() {
+            return id;
+        }
+    }
+}
+
+fn total(prev: Option<&Summary>, key: &str) -> i64 {
+    prev.and_then(|s| s.additional_properties.get(key))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Writes manifests, manifest list, snapshot and metadata.json for `change` on top of `table`.
+pub async fn stage(table: &Table, change: &Change) -> Result<Staged> {
+    let md = table.metadata();
+    let file_io = table.file_io();
+    let previous = table
+        .metadata_location_result()
+        .map_err(ice("base location"))?
+        .to_string();
+    let snapshot_id = new_snapshot_id(md);
+    let seq = md.next_sequence_number();
+    let parent = md.current_snapshot();
+    let schema = md.current_schema().clone();
+    let spec = md.default_partition_spec().clone();
+    let meta_dir = format!("{}/metadata", md.location().trim_end_matches('/'));
+    let commit_uuid = uuid::Uuid::new_v4();
+    let mut written = Vec::new();
+    let mut collector = SnapshotSummaryCollector::default();
+
+    let removed: HashSet<&str> = change.removed.iter().map(String::as_str).collect();
+    let mut found: HashSet<String> = HashSet::new();
+    let mut manifests: Vec<ManifestFile> = Vec::new();
+    let mut rewritten = 0usize;
+    // Live entries carried into a merged manifest per spec when rewriting manifests.
+    let mut merged: HashMap<i32, Vec<iceberg::spec::ManifestEntry>> = HashMap::new();
+
+    for mf in current_manifests(table).await? {
+        let touches = change.rewrite_manifests && mf.content == ManifestContentType::Data
+            || (!removed.is_empty()
+                && mf.content == ManifestContentType::Data
+                && (mf.has_added_files() || mf.has_existing_files()));
+        if !touches {
+            manifests.push(mf);
+            continue;
+        }
+        let manifest = mf
+            .load_manifest(file_io)
+            .await
+            .map_err(ice("reading a manifest"))?;
+        let hit = manifest
+            .entries()
+            .iter()
+            .any(|e| e.is_alive() && removed.contains(e.data_file().file_path()));
+        if !hit && !change.rewrite_manifests {
+            manifests.push(mf);
+            continue;
+        }
+        let part_spec = md
+            .partition_spec_by_id(mf.partition_spec_id)
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorKind::Internal,
+                    format!("unknown partition spec {}", mf.partition_spec_id),
+                )
+            })?
+            .as_ref()
+            .clone();
+        let path = format!("{meta_dir}/{commit_uuid}-m{rewritten}.avro");
+        rewritten += 1;
+        let out = file_io.new_output(&path).map_err(ice("manifest output"))?;
+        let mut w =
+            ManifestWriterBuilder::new(out, Some(snapshot_id), schema.clone(), part_spec.clone())
+                .build_v2_data();
+        let mut any = false;
+        for e in manifest.entries().iter().filter(|e| e.is_alive()) {
+            let df = e.data_file().clone();
+            let data_seq = e.sequence_number().unwrap_or(0);
+            let file_seq = e.file_sequence_number.or(Some(data_seq));
+            if removed.contains(df.file_path()) {
+                found.insert(df.file_path().to_string());
+                collector.remove_file(&df, schema.clone(), std::sync::Arc::new(part_spec.clone()));
+                w.add_delete_file(df, data_seq, file_seq)
+                    .map_err(ice("manifest entry"))?;
+            } else if change.rewrite_manifests {
+                merged
+                    .entry(mf.partition_spec_id)
+                    .or_default()
+                    .push(e.as_ref().clone());
+                continue;
+            } else {
+                let sid = e.snapshot_id().unwrap_or(mf.added_snapshot_id);
+                w.add_existing_file(df, sid, data_seq, file_seq)
+                    .map_err(ice("manifest entry"))?;
+            }
+            any = true;
+        }
+        if any {
+            manifests.push(
+                w.write_manifest_file()
+                    .await
+                    .map_err(ice("writing a manifest"))?,
+            );
+            written.push(path);
+        }
+    }
+    if let Some(missing) = change.removed.iter().find(|p| !found.contains(p.as_str())) {
+        return Err(conflict(format!(
+            "data file {missing} is no longer live in {}",
+            table.identifier()
+        )));
+    }
+    for (spec_id, entries) in merged {
+        let part_spec = md
+            .partition_spec_by_id(spec_id)
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorKind::Internal,
+                    format!("unknown partition spec {spec_id}"),
+                )
+            })?
+            .as_ref()
+            .clone();
+        let path = format!("{meta_dir}/{commit_uuid}-m{rewritten}.avro");
+        rewritten += 1;
+        let out = file_io.new_output(&path).map_err(ice("manifest output"))?;
+        let mut w = ManifestWriterBuilder::new(out, Some(snapshot_id), schema.clone(), part_spec)
+            .build_v2_data();
+        for e in entries {
+            let data_seq = e.sequence_number.unwrap_or(0);
+            let sid = e.snapshot_id.unwrap_or(snapshot_id);
+            w.add_existing_file(
+                e.data_file,
+                sid,
+                data_seq,
+                e.file_sequence_number.or(Some(data_seq)),
+            )
+            .map_err(ice("manifest entry"))?;
+        }
+        manifests.push(
+            w.write_manifest_file()
+                .await
+                .map_err(ice("writing a manifest"))?,
+        );
+        written.push(path);
+    }
+    if !change.added.is_empty() {
+        let path = format!("{meta_dir}/{commit_uuid}-m{rewritten}.avro");
+        let out = file_io.new_output(&path).map_err(ice("manifest output"))?;
+        let mut w = ManifestWriterBuilder::new(
+            out,
+            Some(snapshot_id),
+            schema.clone(),
+            spec.as_ref().clone(),
+        )
+        .build_v2_data();
+        for df in &change.added {
+            if df.content_type() != DataContentType::Data {
+                return Err(Error::new(
+                    ErrorKind::Internal,
+                    "only data files can be added",
+                ));
+            }
+            collector.add_file(df, schema.clone(), spec.clone());
+            w.add_file(df.clone(), seq).map_err(ice("manifest entry"))?;
+        }
+        manifests.push(
+            w.write_manifest_file()
+                .await
+                .map_err(ice("writing a manifest"))?,
+        );
+        written.push(path);
+    }
+
+    let list_path = format!("{meta_dir}/snap-{snapshot_id}-0-{commit_uuid}.avro");
+    let out = file_io
+        .new_output(&list_path)
+        .map_err(ice("manifest list output"))?;
+    let writer = out.writer().await.map_err(ice("manifest list output"))?;
+    let mut list =
+        ManifestListWriter::v2(writer, snapshot_id, parent.map(|s| s.snapshot_id()), seq);
+    list.add_manifests(manifests.into_iter())
+        .map_err(ice("manifest list"))?;
+    list.close()
+        .await
+        .map_err(ice("writing the manifest list"))?;
+    written.push(list_path.clone());
+
+    let mut props = change.properties.clone();
+    let counts = collector.build();
+    props.extend(counts.clone());
+    let prev = parent.map(|s| s.summary());
+    for (total_key, added_key, deleted_key) in [
+        ("total-records", "added-records", "deleted-records"),
+        ("total-data-files", "added-data-files", "deleted-data-files"),
+        ("total-files-size", "added-files-size", "removed-files-size"),
+    ] {
+        let get = |k: &str| {
+            counts
+                .get(k)
+                .and_then(|v| v.parse::<i64>().ok())
+                .unwrap_or(0)
+        };
+        let value = total(prev, total_key) + get(added_key) - get(deleted_key);
+        props.insert(total_key.into(), value.max(0).to_string());
+    }
+    for key in [
+        "total-delete-files",
+        "total-position-deletes",
+        "total-equality-deletes",
+    ] {
+        props.insert(key.into(), total(prev, key).to_string());
+    }
+    let snapshot = Snapshot::builder()
+        .with_snapshot_id(snapshot_id)
+        .with_parent_snapshot_id(parent.map(|s| s.snapshot_id()))
+        .with_sequence_number(seq)
+        .with_timestamp_ms(
+            chrono::Utc::now()
+                .timestamp_millis()
+                .max(md.last_updated_ms() + 1),
+        )
+        .with_manifest_list(list_path)
+        .with_schema_id(md.current_schema_id())
+        .with_summary(Summary {
+            operation: change.operation.clone(),
+            additional_properties: props,
+        })
+        .build();
+    let builder = TableMetadataBuilder::new_from_metadata(md.clone(), Some(previous.clone()))
+        .add_snapshot(snapshot)
+        .map_err(ice("adding the snapshot"))?
+        .set_ref(
+            MAIN_BRANCH,
+            SnapshotReference::new(snapshot_id, SnapshotRetention::branch(None, None, None)),
+        )
+        .map_err(ice("moving main"))?;
+    let mut staged = write_metadata(table, builder).await?;
+    staged.snapshot_id = Some(snapshot_id);
+    written.append(&mut staged.written);
+    staged.written = written;
+    Ok(staged)
+}
+
+/// Builds and writes a metadata.json from `builder` (based on `table`), without installing it.
+pub async fn write_metadata(table: &Table, builder: TableMetadataBuilder) -> Result<Staged> {
+    let previous = table
+        .metadata_location_result()
+        .map_err(ice("base location"))?
+        .to_string();
+    let metadata = builder.build().map_err(ice("building metadata"))?.metadata;
+    let location = MetadataLocation::from_str(&previous)
+        .map_err(ice("base location"))?
+        .with_next_version()
+        .with_new_metadata(&metadata);
+    metadata
+        .write_to(table.file_io(), &location)
+        .await
+        .map_err(ice("writing metadata"))?;
+    let location = location.to_string();
+    Ok(Staged {
+        metadata,
+        written: vec![location.clone()],
+        location,
+        previous,
+        snapshot_id: None,
+    })
+}
+
+/// Whether a manifest entry is a live data file.
+pub fn is_live(status: ManifestStatus) -> bool {
+    matches!(status, ManifestStatus::Added | ManifestStatus::Existing)
+}

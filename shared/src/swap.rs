@@ -1,0 +1,174 @@
+//! Installing a staged table version: a compare-and-swap of the catalog's metadata pointer.
+//!
+//! SQLite: `UPDATE iceberg_tables SET metadata_location = new WHERE … AND metadata_location = base`.
+//! Glue: `UpdateTable` with the `VersionId` read together with the base pointer.
+//! Either way the swap succeeds only if nobody committed since the base was read.
+
+use async_trait::async_trait;
+use aws_sdk_glue::error::DisplayErrorContext;
+use iceberg::TableIdent;
+use sqlx::any::AnyPoolOptions;
+use sqlx::AnyPool;
+
+use crate::config::{CatalogKind, Config};
+use crate::error::{Error, ErrorKind, Result};
+use crate::snapshot::{conflict, Staged};
+
+/// Installs staged versions atomically.
+#[async_trait]
+pub trait PointerSwap: std::fmt::Debug + Send + Sync {
+    /// Moves the pointer of `ident` from `staged.previous` to `staged.location`; a
+    /// `CommitConflict` error if the pointer is no longer `staged.previous`.
+    async fn swap(&self, ident: &TableIdent, staged: &Staged) -> Result<()>;
+}
+
+/// Builds the swap for the configured catalog (`None` for REST, which commits through iceberg).
+pub async fn from_config(cfg: &Config) -> Result<Option<std::sync::Arc<dyn PointerSwap>>> {
+    Ok(match cfg.catalog.kind {
+        CatalogKind::Sqlite => Some(std::sync::Arc::new(SqliteSwap::connect(cfg).await?)),
+        CatalogKind::Glue => Some(std::sync::Arc::new(GlueSwap::new(cfg).await)),
+        CatalogKind::Rest => None,
+    })
+}
+
+/// Compare-and-swap on the SQL catalog's `iceberg_tables` row.
+#[derive(Debug)]
+pub struct SqliteSwap {
+    pool: AnyPool,
+    catalog_name: String,
+}
+
+impl SqliteSwap {
+    /// Connects to the same database as the SQLite catalog.
+    pub async fn connect(cfg: &Config) -> Result<Self> {
+        sqlx::any::install_default_drivers();
+        let uri = crate::catalog::sqlite_uri(cfg)?;
+        let pool = AnyPoolOptions::new()
+            .max_connections(2)
+            .connect(&uri)
+            .await
+            .map_err(|e| Error::new(ErrorKind::Catalog, format!("opening {uri}")).with_source(e))?;
+        Ok(Self {
+            pool,
+            catalog_name: cfg.catalog.name.clone(),
+        })
+    }
+}
+
+#[async_trait]
+impl PointerSwap for SqliteSwap {
+    async fn swap(&self, ident: &TableIdent, staged: &Staged) -> Result<()> {
+        let ns = ident.namespace().join(".");
+        let result = sqlx::query(
+            "UPDATE iceberg_tables SET metadata_location = ?, previous_metadata_location = ? \
+             WHERE catalog_name = ? AND table_namespace = ? AND table_name = ? AND metadata_location = ?",
+        )
+        .bind(&staged.location)
+        .bind(&staged.previous)
+        .bind(&self.catalog_name)
+        .bind(&ns)
+        .bind(ident.name())
+        .bind(&staged.previous)
+        .execute(&self.pool)
+        .await
+        .map_err(|e| {
+            // "database is locked" and pool timeouts are transient.
+            Error::new(ErrorKind::Catalog, format!("swapping the pointer of {ident}")).with_retryable(true).with_source(e)
+        })?;
+        if result.rows_affected() == 0 {
+            return Err(conflict(format!(
+                "{ident} moved on since {}",
+                staged.previous
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Compare-and-swap with Glue's `VersionId`.
+#[derive(Debug)]
+pub struct GlueSwap {
+    client: aws_sdk_glue::Client,
+}
+
+impl GlueSwap {
+    /// A Glue client from the config.
+    pub async fn new(cfg: &Config) -> Self {
+        Self {
+            client: crate::glue::client(cfg).await,
+        }
+    }
+}
+
+#[async_trait]
+impl PointerSwap for GlueSwap {
+    async fn swap(&self, ident: &TableIdent, staged: &Staged) -> Result<()> {
+        let db = ident.namespace().join(".");
+        let out = self
+            .client
+            .get_table()
+            .database_name(&db)
+            .name(ident.name())
+            .send()
+            .await
+            .map_err(|e| {
+                Error::new(
+                    ErrorKind::Catalog,
+                    format!("Glue GetTable {ident}: {}", DisplayErrorContext(&e)),
+                )
+                .with_retryable(true)
+            })?;
+        let table = out.table();
+        let current = table
+            .and_then(|t| t.parameters())
+            .and_then(|p| p.get("metadata_location"));
+        if current.map(String::as_str) != Some(staged.previous.as_str()) {
+            return Err(conflict(format!(
+                "{ident} moved on since {}",
+                staged.previous
+            )));
+        }
+        let input = crate::glue::table_input(
+            ident.name(),
+            &staged.metadata,
+            &staged.location,
+            Some(staged.previous.clone()),
+        )
+        .map_err(|e| Error::iceberg("Glue table input", e))?;
+        let mut req = self
+            .client
+            .update_table()
+            .database_name(&db)
+            .skip_archive(true)
+            .table_input(input);
+        if let Some(v) = table.and_then(|t| t.version_id()) {
+            req = req.version_id(v);
+        }
+        match req.send().await {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                let svc = e.as_service_error();
+                if svc
+                    .map(|s| s.is_concurrent_modification_exception())
+                    .unwrap_or(false)
+                {
+                    Err(conflict(format!(
+                        "Glue rejected a stale VersionId for {ident}"
+                    )))
+                } else {
+                    // Throttling, 5xx and transport errors leave the outcome unknown: retry
+                    // (the caller re-validates against what actually landed).
+                    let retryable = svc.is_none()
+                        || svc
+                            .map(|s| s.is_internal_service_exception())
+                            .unwrap_or(false);
+                    Err(Error::new(
+                        ErrorKind::Catalog,
+                        format!("Glue UpdateTable {ident}: {}", DisplayErrorContext(&e)),
+                    )
+                    .with_retryable(retryable))
+                }
+            }
+        }
+    }
+}
