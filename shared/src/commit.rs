@@ -159,6 +159,21 @@ impl Committer {
         &self,
         ident: &TableIdent,
         limits: &CommitLimits,
+        plan: F,
+    ) -> Result<Outcome>
+    where
+        F: FnMut(&Table) -> Result<Plan> + Send,
+    {
+        self.commit_from(ident, None, limits, plan).await
+    }
+
+    /// Like [`Committer::commit`], with the first attempt based on `base` (a version the caller
+    /// just loaded) instead of a fresh load.
+    pub async fn commit_from<F>(
+        &self,
+        ident: &TableIdent,
+        mut base: Option<Table>,
+        limits: &CommitLimits,
         mut plan: F,
     ) -> Result<Outcome>
     where
@@ -167,7 +182,7 @@ impl Committer {
         let mut attempt = 0u32;
         loop {
             attempt += 1;
-            let result = self.attempt(ident, &mut plan).await;
+            let result = self.attempt(ident, base.take(), &mut plan).await;
             match result {
                 Ok(Outcome::Committed {
                     snapshot_id,
@@ -200,23 +215,37 @@ impl Committer {
         }
     }
 
-    async fn attempt<F>(&self, ident: &TableIdent, plan: &mut F) -> Result<Outcome>
+    async fn attempt<F>(
+        &self,
+        ident: &TableIdent,
+        base: Option<Table>,
+        plan: &mut F,
+    ) -> Result<Outcome>
     where
         F: FnMut(&Table) -> Result<Plan> + Send,
     {
-        let table = self
-            .catalog
-            .load_table(ident)
-            .await
-            .map_err(|e| Error::iceberg(format!("loading {ident}"), e).with_retryable(true))?;
+        let t0 = Instant::now();
+        let table =
+            match base {
+                Some(t) => t,
+                None => self.catalog.load_table(ident).await.map_err(|e| {
+                    Error::iceberg(format!("loading {ident}"), e).with_retryable(true)
+                })?,
+            };
+        let load_ms = t0.elapsed().as_secs_f64() * 1e3;
         let change = match plan(&table)? {
             Plan::Skip(why) => return Ok(Outcome::Skipped(why)),
             Plan::Apply(change) => change,
         };
         match &self.swap {
             Some(swap) => {
+                let t1 = Instant::now();
                 let staged = snapshot::stage(&table, &change).await?;
-                match swap.swap(ident, &staged).await {
+                let stage_ms = t1.elapsed().as_secs_f64() * 1e3;
+                let t2 = Instant::now();
+                let swapped = swap.swap(ident, &staged).await;
+                tracing::debug!(table = %ident, load_ms, stage_ms, swap_ms = t2.elapsed().as_secs_f64() * 1e3, "commit attempt");
+                match swapped {
                     Ok(()) => Ok(Outcome::Committed { snapshot_id: staged.snapshot_id, attempts: 1, location: staged.location }),
                     Err(e) => {
                         if e.kind() == ErrorKind::CommitConflict {

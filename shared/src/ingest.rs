@@ -494,13 +494,11 @@ impl Ingestor {
                 "records-quarantined".to_string(),
                 r.records_quarantined.to_string(),
             ),
-            ("floe.ingested-at".to_string(), ingested_at.to_rfc3339()),
             ("floe.late-records".to_string(), r.late_records.to_string()),
             (
                 "floe.max-lateness-seconds".to_string(),
                 format!("{:.3}", r.max_lateness_seconds),
             ),
-            ("floe.operation".to_string(), "ingest".to_string()),
         ]);
         if let Some((lo, hi)) = &r.event_time_range {
             props.insert("floe.event-time-min".into(), lo.clone());
@@ -519,7 +517,11 @@ impl Ingestor {
             Change::append(files.clone(), props),
             limits.skew,
         );
-        match self.committer.commit(&tctx.ident, &limits, plan).await {
+        match self
+            .committer
+            .commit_from(&tctx.ident, Some(table.clone()), &limits, plan)
+            .await
+        {
             Ok(Outcome::Committed {
                 snapshot_id,
                 attempts,
