@@ -139,17 +139,65 @@ pub enum Outcome {
 pub struct Committer {
     catalog: Arc<dyn Catalog>,
     swap: Option<Arc<dyn PointerSwap>>,
+    /// Last known version per table: reused while the catalog pointer still names it, so a warm
+    /// function does not re-read and re-parse metadata it wrote itself.
+    cache: Arc<std::sync::Mutex<HashMap<TableIdent, Table>>>,
 }
 
 impl Committer {
     /// A committer over `catalog`; `swap` is `None` for catalogs without one (REST: appends only).
     pub fn new(catalog: Arc<dyn Catalog>, swap: Option<Arc<dyn PointerSwap>>) -> Self {
-        Self { catalog, swap }
+        Self {
+            catalog,
+            swap,
+            cache: Arc::default(),
+        }
     }
 
     /// The catalog.
     pub fn catalog(&self) -> &Arc<dyn Catalog> {
         &self.catalog
+    }
+
+    /// The table's current version: the cached one if the catalog pointer still names it (one
+    /// cheap pointer read), else a full load.
+    pub async fn load(&self, ident: &TableIdent) -> Result<Table> {
+        let cached = self.cache.lock().ok().and_then(|c| c.get(ident).cloned());
+        if let (Some(swap), Some(cached)) = (&self.swap, cached) {
+            if let Ok(Some(current)) = swap.current(ident).await {
+                if cached.metadata_location() == Some(current.as_str()) {
+                    return Ok(cached);
+                }
+            }
+        }
+        let table = self
+            .catalog
+            .load_table(ident)
+            .await
+            .map_err(|e| Error::iceberg(format!("loading {ident}"), e).with_retryable(true))?;
+        self.remember(&table);
+        Ok(table)
+    }
+
+    fn remember(&self, table: &Table) {
+        if let Ok(mut c) = self.cache.lock() {
+            c.insert(table.identifier().clone(), table.clone());
+        }
+    }
+
+    fn remember_staged(&self, base: &Table, staged: &snapshot::Staged) {
+        let built = iceberg::Runtime::try_current().and_then(|rt| {
+            Table::builder()
+                .metadata(staged.metadata.clone())
+                .metadata_location(staged.location.clone())
+                .identifier(base.identifier().clone())
+                .file_io(base.file_io().clone())
+                .runtime(rt)
+                .build()
+        });
+        if let Ok(t) = built {
+            self.remember(&t);
+        }
     }
 
     /// Runs `plan` against fresh table versions until its change is installed, it skips, or the
@@ -225,13 +273,10 @@ impl Committer {
         F: FnMut(&Table) -> Result<Plan> + Send,
     {
         let t0 = Instant::now();
-        let table =
-            match base {
-                Some(t) => t,
-                None => self.catalog.load_table(ident).await.map_err(|e| {
-                    Error::iceberg(format!("loading {ident}"), e).with_retryable(true)
-                })?,
-            };
+        let table = match base {
+            Some(t) => t,
+            None => self.load(ident).await?,
+        };
         let load_ms = t0.elapsed().as_secs_f64() * 1e3;
         let change = match plan(&table)? {
             Plan::Skip(why) => return Ok(Outcome::Skipped(why)),
@@ -246,7 +291,10 @@ impl Committer {
                 let swapped = swap.swap(ident, &staged).await;
                 tracing::debug!(table = %ident, load_ms, stage_ms, swap_ms = t2.elapsed().as_secs_f64() * 1e3, "commit attempt");
                 match swapped {
-                    Ok(()) => Ok(Outcome::Committed { snapshot_id: staged.snapshot_id, attempts: 1, location: staged.location }),
+                                        Ok(()) => {
+                        self.remember_staged(&table, &staged);
+                        Ok(Outcome::Committed { snapshot_id: staged.snapshot_id, attempts: 1, location: staged.location })
+                    }
                     Err(e) => {
                         if e.kind() == ErrorKind::CommitConflict {
                             // Definitely not installed: its manifests and metadata can go.

@@ -385,11 +385,7 @@ impl Ingestor {
             skew: Duration::from_secs(self.config.ingest.dedup_skew_seconds),
         };
 
-        let table = self
-            .catalog()
-            .load_table(&tctx.ident)
-            .await
-            .map_err(|e| Error::iceberg(format!("loading {}", tctx.ident), e))?;
+        let table = self.committer.load(&tctx.ident).await?;
         // Cheap early exit for duplicates: the commit re-checks anyway.
         if let Some(found) = commit::find_committed(
             table.metadata(),

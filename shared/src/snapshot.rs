@@ -139,8 +139,24 @@ pub async fn stage(table: &Table, change: &Change) -> Result<Staged> {
     // Live entries carried into a merged manifest per spec when rewriting manifests.
     let mut merged: HashMap<i32, Vec<iceberg::spec::ManifestEntry>> = HashMap::new();
 
-    for mf in current_manifests(table).await? {
-        let touches = change.rewrite_manifests && mf.content == ManifestContentType::Data
+    let existing = current_manifests(table).await?;
+    // Like Java's merge append: once an append would leave too many manifests, fold the existing
+    // data manifests into one per partition spec, so manifest lists stay short.
+    let prop = |k: &str| md.properties().get(k).cloned();
+    let min_merge: usize = prop("commit.manifest.min-count-to-merge")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100);
+    let merge_enabled = prop("commit.manifest-merge.enabled")
+        .map(|v| v == "true")
+        .unwrap_or(true);
+    let data_manifests = existing
+        .iter()
+        .filter(|m| m.content == ManifestContentType::Data)
+        .count();
+    let rewrite_manifests = change.rewrite_manifests
+        || (merge_enabled && change.operation == Operation::Append && data_manifests >= min_merge);
+    for mf in existing {
+        let touches = rewrite_manifests && mf.content == ManifestContentType::Data
             || (!removed.is_empty()
                 && mf.content == ManifestContentType::Data
                 && (mf.has_added_files() || mf.has_existing_files()));
@@ -156,7 +172,7 @@ pub async fn stage(table: &Table, change: &Change) -> Result<Staged> {
             .entries()
             .iter()
             .any(|e| e.is_alive() && removed.contains(e.data_file().file_path()));
-        if !hit && !change.rewrite_manifests {
+        if !hit && !rewrite_manifests {
             manifests.push(mf);
             continue;
         }
@@ -186,7 +202,7 @@ pub async fn stage(table: &Table, change: &Change) -> Result<Staged> {
                 collector.remove_file(&df, schema.clone(), std::sync::Arc::new(part_spec.clone()));
                 w.add_delete_file(df, data_seq, file_seq)
                     .map_err(ice("manifest entry"))?;
-            } else if change.rewrite_manifests {
+            } else if rewrite_manifests {
                 merged
                     .entry(mf.partition_spec_id)
                     .or_default()

@@ -20,6 +20,9 @@ pub trait PointerSwap: std::fmt::Debug + Send + Sync {
     /// Moves the pointer of `ident` from `staged.previous` to `staged.location`; a
     /// `CommitConflict` error if the pointer is no longer `staged.previous`.
     async fn swap(&self, ident: &TableIdent, staged: &Staged) -> Result<()>;
+
+    /// The current metadata location of `ident` (a cheap read: no metadata is parsed).
+    async fn current(&self, ident: &TableIdent) -> Result<Option<String>>;
 }
 
 /// Builds the swap for the configured catalog (`None` for REST, which commits through iceberg).
@@ -83,6 +86,28 @@ impl PointerSwap for SqliteSwap {
         }
         Ok(())
     }
+
+    async fn current(&self, ident: &TableIdent) -> Result<Option<String>> {
+        use sqlx::Row;
+        let row = sqlx::query(
+            "SELECT metadata_location FROM iceberg_tables \
+             WHERE catalog_name = ? AND table_namespace = ? AND table_name = ?",
+        )
+        .bind(&self.catalog_name)
+        .bind(ident.namespace().join("."))
+        .bind(ident.name())
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(|e| {
+            Error::new(
+                ErrorKind::Catalog,
+                format!("reading the pointer of {ident}"),
+            )
+            .with_retryable(true)
+            .with_source(e)
+        })?;
+        Ok(row.and_then(|r| r.try_get::<String, _>(0).ok()))
+    }
 }
 
 /// Compare-and-swap with Glue's `VersionId`.
@@ -100,14 +125,14 @@ impl GlueSwap {
     }
 }
 
-#[async_trait]
-impl PointerSwap for GlueSwap {
-    async fn swap(&self, ident: &TableIdent, staged: &Staged) -> Result<()> {
-        let db = ident.namespace().join(".");
-        let out = self
-            .client
+impl GlueSwap {
+    async fn get(
+        &self,
+        ident: &TableIdent,
+    ) -> Result<aws_sdk_glue::operation::get_table::GetTableOutput> {
+        self.client
             .get_table()
-            .database_name(&db)
+            .database_name(ident.namespace().join("."))
             .name(ident.name())
             .send()
             .await
@@ -117,7 +142,24 @@ impl PointerSwap for GlueSwap {
                     format!("Glue GetTable {ident}: {}", DisplayErrorContext(&e)),
                 )
                 .with_retryable(true)
-            })?;
+            })
+    }
+}
+
+#[async_trait]
+impl PointerSwap for GlueSwap {
+    async fn current(&self, ident: &TableIdent) -> Result<Option<String>> {
+        let out = self.get(ident).await?;
+        Ok(out
+            .table()
+            .and_then(|t| t.parameters())
+            .and_then(|p| p.get("metadata_location"))
+            .cloned())
+    }
+
+    async fn swap(&self, ident: &TableIdent, staged: &Staged) -> Result<()> {
+        let db = ident.namespace().join(".");
+        let out = self.get(ident).await?;
         let table = out.table();
         let current = table
             .and_then(|t| t.parameters())

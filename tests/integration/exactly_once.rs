@@ -39,6 +39,10 @@ fn crash() -> Error {
 
 #[async_trait::async_trait]
 impl PointerSwap for Inject {
+    async fn current(&self, ident: &TableIdent) -> floe::Result<Option<String>> {
+        self.inner.current(ident).await
+    }
+
     async fn swap(&self, ident: &TableIdent, staged: &Staged) -> floe::Result<()> {
         let n = self.calls.fetch_add(1, Ordering::SeqCst);
         match self.fault {

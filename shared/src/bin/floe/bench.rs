@@ -166,14 +166,6 @@ fn percentile(mut v: Vec<f64>, p: f64) -> f64 {
     v[((v.len() - 1) as f64 * p).round() as usize]
 }
 
-fn mean(v: &[f64]) -> f64 {
-    if v.is_empty() {
-        0.0
-    } else {
-        v.iter().sum::<f64>() / v.len() as f64
-    }
-}
-
 pub async fn run(mut args: crate::Args) -> Result<()> {
     // Child modes (internal).
     if let Some(mode) = args.value("--child") {
@@ -349,15 +341,15 @@ pub async fn run(mut args: crate::Args) -> Result<()> {
         )?);
     }
     println!("\n## {small} small objects of 500 lines, one commit each\n");
-    println!("| contender | total (s) | p50 (ms) | p99 (ms) | first 10 mean (ms) | last 10 mean (ms) | last/first | peak RSS (MiB) |");
+    println!("| contender | total (s) | p50 (ms) | p99 (ms) | first 30 median (ms) | last 30 median (ms) | last/first | peak RSS (MiB) |");
     println!("|---|---:|---:|---:|---:|---:|---:|---:|");
     for r in &small_runs {
         let lat: Vec<f64> = r.out["latencies_ms"]
             .as_array()
             .map(|a| a.iter().filter_map(Value::as_f64).collect())
             .unwrap_or_default();
-        let first = mean(&lat[..lat.len().min(10)]);
-        let last = mean(&lat[lat.len().saturating_sub(10)..]);
+        let first = percentile(lat[..lat.len().min(30)].to_vec(), 0.5);
+        let last = percentile(lat[lat.len().saturating_sub(30)..].to_vec(), 0.5);
         println!(
             "| {} | {:.2} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2}× | {:.0} |",
             r.name,
