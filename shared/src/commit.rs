@@ -291,8 +291,15 @@ impl Committer {
                 let swapped = swap.swap(ident, &staged).await;
                 tracing::debug!(table = %ident, load_ms, stage_ms, swap_ms = t2.elapsed().as_secs_f64() * 1e3, "commit attempt");
                 match swapped {
-                                        Ok(()) => {
+                                                            Ok(()) => {
                         self.remember_staged(&table, &staged);
+                        if staged.metadata.properties().get("write.metadata.delete-after-commit.enabled").map(String::as_str) == Some("true") {
+                            for old in &staged.expired_metadata {
+                                if let Err(e) = table.file_io().delete(old).await {
+                                    tracing::warn!(file = %old, error = %e, "could not delete old metadata file");
+                                }
+                            }
+                        }
                         Ok(Outcome::Committed { snapshot_id: staged.snapshot_id, attempts: 1, location: staged.location })
                     }
                     Err(e) => {

@@ -14,21 +14,10 @@ use std::time::{Duration, Instant};
 use arrow::array::{Array, ArrayRef, RecordBatch, StringArray, TimestampMicrosecondArray};
 use arrow_schema::{DataType, SchemaRef, TimeUnit};
 use chrono::{DateTime, Utc};
-use iceberg::arrow::{schema_to_arrow_schema, RecordBatchPartitionSplitter};
-use iceberg::spec::{DataFile, DataFileFormat};
+use iceberg::arrow::schema_to_arrow_schema;
+use iceberg::spec::DataFile;
 use iceberg::table::Table;
-use iceberg::writer::base_writer::data_file_writer::DataFileWriterBuilder;
-use iceberg::writer::file_writer::location_generator::{
-    DefaultFileNameGenerator, DefaultLocationGenerator,
-};
-use iceberg::writer::file_writer::rolling_writer::RollingFileWriterBuilder;
-use iceberg::writer::file_writer::ParquetWriterBuilder;
-use iceberg::writer::partitioning::fanout_writer::FanoutWriter;
-use iceberg::writer::partitioning::unpartitioned_writer::UnpartitionedWriter;
-use iceberg::writer::partitioning::PartitioningWriter;
 use iceberg::{Catalog, TableIdent};
-use parquet::basic::{Compression as PqCompression, ZstdLevel};
-use parquet::file::properties::WriterProperties;
 use serde::Serialize;
 use serde_json::json;
 use tokio_util::io::SyncIoBridge;
@@ -43,6 +32,8 @@ use crate::metrics::{self, Metric};
 use crate::schema::{self, INGESTED_AT, SOURCE};
 use crate::snapshot::Change;
 use crate::store::ObjectStore;
+use crate::write::build_sink;
+pub use crate::write::writer_properties;
 
 /// What happened to one object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -614,70 +605,6 @@ enum WriteFailure {
 impl From<Error> for WriteFailure {
     fn from(e: Error) -> Self {
         WriteFailure::Error(e)
-    }
-}
-
-type DataWriterBuilder =
-    DataFileWriterBuilder<ParquetWriterBuilder, DefaultLocationGenerator, DefaultFileNameGenerator>;
-
-/// Where rows go: a partition fan-out or a single unpartitioned writer (both large: boxed).
-enum Sink {
-    Fanout(
-        Box<(
-            FanoutWriter<DataWriterBuilder>,
-            RecordBatchPartitionSplitter,
-        )>,
-    ),
-    Plain(Box<UnpartitionedWriter<DataWriterBuilder>>),
-}
-
-impl Sink {
-    async fn write(&mut self, batch: RecordBatch) -> iceberg::Result<()> {
-        match self {
-            Sink::Fanout(fan) => {
-                let (w, splitter) = &mut **fan;
-                for (key, part) in splitter.split(&batch)? {
-                    w.write(key, part).await?;
-                }
-                Ok(())
-            }
-            Sink::Plain(w) => w.write(batch).await,
-        }
-    }
-    async fn close(self) -> iceberg::Result<Vec<DataFile>> {
-        match self {
-            Sink::Fanout(fan) => fan.0.close().await,
-            Sink::Plain(w) => w.close().await,
-        }
-    }
-}
-
-/// Parquet writer settings: zstd, row groups small enough to bound memory per open file.
-pub fn writer_properties() -> WriterProperties {
-    WriterProperties::builder()
-        .set_compression(PqCompression::ZSTD(
-            ZstdLevel::try_new(1).unwrap_or_default(),
-        ))
-        .set_max_row_group_row_count(Some(128 * 1024))
-        .build()
-}
-
-fn build_sink(table: &Table, target_bytes: usize, writer_id: &str) -> iceberg::Result<Sink> {
-    let md = table.metadata();
-    let schema = md.current_schema().clone();
-    let pw = ParquetWriterBuilder::new(writer_properties(), schema.clone());
-    let loc = DefaultLocationGenerator::new(md)?;
-    let names =
-        DefaultFileNameGenerator::new(format!("floe-{writer_id}"), None, DataFileFormat::Parquet);
-    let rolling =
-        RollingFileWriterBuilder::new(pw, target_bytes, table.file_io().clone(), loc, names);
-    let dfw = DataFileWriterBuilder::new(rolling);
-    let spec = md.default_partition_spec().clone();
-    if spec.is_unpartitioned() {
-        Ok(Sink::Plain(Box::new(UnpartitionedWriter::new(dfw))))
-    } else {
-        let splitter = RecordBatchPartitionSplitter::try_new_with_computed_values(schema, spec)?;
-        Ok(Sink::Fanout(Box::new((FanoutWriter::new(dfw), splitter))))
     }
 }
 

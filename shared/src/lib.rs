@@ -20,5 +20,6 @@ pub mod schema;
 pub mod snapshot;
 pub mod store;
 pub mod swap;
+pub mod write;
 
 pub use error::{Error, ErrorKind, Result};

@@ -30,6 +30,8 @@ pub struct Change {
     pub rewrite_manifests: bool,
     /// Extra snapshot-summary properties.
     pub properties: HashMap<String, String>,
+    /// Snapshots to remove from the metadata (expiration). An expiring change makes no snapshot.
+    pub expire: Vec<i64>,
 }
 
 impl Change {
@@ -41,6 +43,31 @@ impl Change {
             removed: Vec::new(),
             rewrite_manifests: false,
             properties,
+            expire: Vec::new(),
+        }
+    }
+
+        /// Removes snapshots from the metadata (no data change, no new snapshot).
+    pub fn expire(snapshot_ids: Vec<i64>) -> Self {
+        Self {
+            operation: Operation::Replace,
+            added: Vec::new(),
+            removed: Vec::new(),
+            rewrite_manifests: false,
+            properties: HashMap::new(),
+            expire: snapshot_ids,
+        }
+    }
+
+    /// Rewrites all live entries into one manifest per partition spec (no data change).
+    pub fn rewrite_manifests(properties: HashMap<String, String>) -> Self {
+        Self {
+            operation: Operation::Replace,
+            added: Vec::new(),
+            removed: Vec::new(),
+            rewrite_manifests: true,
+            properties,
+            expire: Vec::new(),
         }
     }
 
@@ -56,6 +83,7 @@ impl Change {
             removed,
             rewrite_manifests: false,
             properties,
+            expire: Vec::new(),
         }
     }
 }
@@ -71,8 +99,10 @@ pub struct Staged {
     pub previous: String,
     /// The new snapshot, if the change made one.
     pub snapshot_id: Option<i64>,
-    /// Every file written for this version (manifests, manifest list, metadata), for cleanup.
+        /// Every file written for this version (manifests, manifest list, metadata), for cleanup.
     pub written: Vec<String>,
+    /// Metadata files that fell out of the metadata log (`write.metadata.previous-versions-max`).
+    pub expired_metadata: Vec<String>,
 }
 
 /// Why a staged change cannot apply to its base.
@@ -117,6 +147,15 @@ fn total(prev: Option<&Summary>, key: &str) -> i64 {
 /// Writes manifests, manifest list, snapshot and metadata.json for `change` on top of `table`.
 pub async fn stage(table: &Table, change: &Change) -> Result<Staged> {
     let md = table.metadata();
+    if !change.expire.is_empty() {
+        let current = md.current_snapshot_id();
+        if change.expire.iter().any(|id| Some(*id) == current) {
+            return Err(Error::new(ErrorKind::Internal, "refusing to expire the current snapshot"));
+        }
+        let builder = TableMetadataBuilder::new_from_metadata(md.clone(), Some(table.metadata_location_result().map_err(ice("base location"))?.to_string()))
+            .remove_snapshots(&change.expire);
+        return write_metadata(table, builder).await;
+    }
     let file_io = table.file_io();
     let previous = table
         .metadata_location_result()
@@ -368,7 +407,9 @@ pub async fn write_metadata(table: &Table, builder: TableMetadataBuilder) -> Res
         .metadata_location_result()
         .map_err(ice("base location"))?
         .to_string();
-    let metadata = builder.build().map_err(ice("building metadata"))?.metadata;
+        let built = builder.build().map_err(ice("building metadata"))?;
+    let expired_metadata = built.expired_metadata_logs.iter().map(|l| l.metadata_file.clone()).collect();
+    let metadata = built.metadata;
     let location = MetadataLocation::from_str(&previous)
         .map_err(ice("base location"))?
         .with_next_version()
@@ -382,8 +423,9 @@ pub async fn write_metadata(table: &Table, builder: TableMetadataBuilder) -> Res
         metadata,
         written: vec![location.clone()],
         location,
-        previous,
+                previous,
         snapshot_id: None,
+        expired_metadata,
     })
 }
 
