@@ -19,6 +19,8 @@ pub enum ErrorKind {
     Catalog,
     /// Another writer committed first; the commit must be re-validated and retried.
     CommitConflict,
+    /// The change no longer applies to the table (e.g. files to replace were replaced meanwhile).
+    Stale,
     /// The commit could not finish inside its deadline.
     DeadlineExceeded,
     /// Anything else: a bug or an unexpected state.

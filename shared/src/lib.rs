@@ -14,6 +14,7 @@ pub mod event;
 pub mod glue;
 pub mod ingest;
 pub mod lambda;
+pub mod maintain;
 pub mod metrics;
 pub mod sample;
 pub mod schema;

@@ -47,7 +47,7 @@ impl Change {
         }
     }
 
-        /// Removes snapshots from the metadata (no data change, no new snapshot).
+    /// Removes snapshots from the metadata (no data change, no new snapshot).
     pub fn expire(snapshot_ids: Vec<i64>) -> Self {
         Self {
             operation: Operation::Replace,
@@ -99,7 +99,7 @@ pub struct Staged {
     pub previous: String,
     /// The new snapshot, if the change made one.
     pub snapshot_id: Option<i64>,
-        /// Every file written for this version (manifests, manifest list, metadata), for cleanup.
+    /// Every file written for this version (manifests, manifest list, metadata), for cleanup.
     pub written: Vec<String>,
     /// Metadata files that fell out of the metadata log (`write.metadata.previous-versions-max`).
     pub expired_metadata: Vec<String>,
@@ -150,10 +150,21 @@ pub async fn stage(table: &Table, change: &Change) -> Result<Staged> {
     if !change.expire.is_empty() {
         let current = md.current_snapshot_id();
         if change.expire.iter().any(|id| Some(*id) == current) {
-            return Err(Error::new(ErrorKind::Internal, "refusing to expire the current snapshot"));
+            return Err(Error::new(
+                ErrorKind::Internal,
+                "refusing to expire the current snapshot",
+            ));
         }
-        let builder = TableMetadataBuilder::new_from_metadata(md.clone(), Some(table.metadata_location_result().map_err(ice("base location"))?.to_string()))
-            .remove_snapshots(&change.expire);
+        let builder = TableMetadataBuilder::new_from_metadata(
+            md.clone(),
+            Some(
+                table
+                    .metadata_location_result()
+                    .map_err(ice("base location"))?
+                    .to_string(),
+            ),
+        )
+        .remove_snapshots(&change.expire);
         return write_metadata(table, builder).await;
     }
     let file_io = table.file_io();
@@ -264,10 +275,13 @@ pub async fn stage(table: &Table, change: &Change) -> Result<Staged> {
         }
     }
     if let Some(missing) = change.removed.iter().find(|p| !found.contains(p.as_str())) {
-        return Err(conflict(format!(
-            "data file {missing} is no longer live in {}",
-            table.identifier()
-        )));
+        return Err(Error::new(
+            ErrorKind::Stale,
+            format!(
+                "data file {missing} is no longer live in {}",
+                table.identifier()
+            ),
+        ));
     }
     for (spec_id, entries) in merged {
         let part_spec = md
@@ -407,8 +421,12 @@ pub async fn write_metadata(table: &Table, builder: TableMetadataBuilder) -> Res
         .metadata_location_result()
         .map_err(ice("base location"))?
         .to_string();
-        let built = builder.build().map_err(ice("building metadata"))?;
-    let expired_metadata = built.expired_metadata_logs.iter().map(|l| l.metadata_file.clone()).collect();
+    let built = builder.build().map_err(ice("building metadata"))?;
+    let expired_metadata = built
+        .expired_metadata_logs
+        .iter()
+        .map(|l| l.metadata_file.clone())
+        .collect();
     let metadata = built.metadata;
     let location = MetadataLocation::from_str(&previous)
         .map_err(ice("base location"))?
@@ -423,7 +441,7 @@ pub async fn write_metadata(table: &Table, builder: TableMetadataBuilder) -> Res
         metadata,
         written: vec![location.clone()],
         location,
-                previous,
+        previous,
         snapshot_id: None,
         expired_metadata,
     })

@@ -85,4 +85,3 @@ pub fn build_sink(table: &Table, target_bytes: usize, writer_id: &str) -> iceber
         Ok(Sink::Fanout(Box::new((FanoutWriter::new(dfw), splitter))))
     }
 }
-

@@ -94,6 +94,11 @@ pub struct TestEnv {
 
 impl TestEnv {
     pub async fn new(catalog_kind: &'static str) -> Self {
+        Self::with_orders_properties(catalog_kind, "").await
+    }
+
+    /// Like `new`, with extra `key = "value"` table properties on `orders` (TOML inline-table body).
+    pub async fn with_orders_properties(catalog_kind: &'static str, properties: &str) -> Self {
         let endpoint = moto();
         let bucket = unique("floe");
         let namespace = unique("ns").replace('-', "_");
@@ -147,8 +152,13 @@ bucket = "{bucket}"
 prefix = "parquet/"
 table = "orders"
 format = "parquet"
-{tables}"#,
-            tables = floe::sample::ORDERS_TABLE_TOML
+{tables}{consumer}"#,
+            tables = floe::sample::ORDERS_TABLE_TOML.replace(
+                "target_file_size_mb = 128",
+                &format!("target_file_size_mb = 128\nproperties = {{ {properties} }}"),
+            ),
+            consumer = floe::sample::ORDERS_TABLE_TOML
+                .replace("name = \"orders\"", "name = \"orders_consumer\"")
         );
         let config = Config::parse(&text, "test floe.toml").expect("test config");
         Self {
@@ -256,6 +266,52 @@ format = "parquet"
 
     pub fn ident(&self) -> iceberg::TableIdent {
         floe::catalog::table_ident(&self.config, "orders").unwrap()
+    }
+
+    /// A maintainer over this test's catalog.
+    pub async fn maintainer(&self) -> floe::maintain::Maintainer {
+        floe::maintain::Maintainer::new(self.config.clone())
+            .await
+            .expect("maintainer")
+    }
+
+    /// (rows, sum of customer_id, distinct order ids): an order-independent checksum by full scan.
+    pub async fn checksum(&self, catalog: &dyn Catalog) -> (usize, i64, usize) {
+        use arrow::array::{Array, Int64Array, StringArray};
+        use futures::TryStreamExt;
+        let table = catalog.load_table(&self.ident()).await.expect("load");
+        if table.metadata().current_snapshot().is_none() {
+            return (0, 0, 0);
+        }
+        let stream = table
+            .scan()
+            .build()
+            .expect("scan")
+            .to_arrow()
+            .await
+            .expect("arrow");
+        let batches: Vec<_> = stream.try_collect().await.expect("read");
+        let mut rows = 0;
+        let mut sum = 0i64;
+        let mut ids = std::collections::HashSet::new();
+        for b in &batches {
+            rows += b.num_rows();
+            let c = b
+                .column_by_name("customer_id")
+                .unwrap()
+                .as_any()
+                .downcast_ref::<Int64Array>()
+                .unwrap();
+            sum += c.iter().flatten().sum::<i64>();
+            let o = b
+                .column_by_name("order_id")
+                .unwrap()
+                .as_any()
+                .downcast_ref::<StringArray>()
+                .unwrap();
+            ids.extend(o.iter().flatten().map(str::to_string));
+        }
+        (rows, sum, ids.len())
     }
 
     /// Rows in the table by a full scan through iceberg-rust.

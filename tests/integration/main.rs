@@ -8,3 +8,4 @@ mod exactly_once;
 mod glue;
 mod harness;
 mod ingest_flow;
+mod maintain;

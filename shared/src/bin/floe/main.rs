@@ -4,6 +4,8 @@
 //! floe demo [--dir DIR]                     local demo: SQLite catalog + local warehouse, nothing but cargo
 //! floe ingest --config F s3://b/k [...]     ingest objects by hand through the Lambda code path
 //! floe status --config F [--json]           per table: snapshots, files, records, freshness, quarantine
+//! floe maintain --config F [--table T] [--only compact,expire,orphans,manifests] [--dry-run]
+//!               [--older-than-hours H] [--retain-last N] [--orphan-older-than-hours H] [--json]
 //! floe bench [--big-mb N] [--small N] ...   ingest benchmark vs PyIceberg and plain arrow-rs
 //! ```
 
@@ -18,7 +20,7 @@ mod demo;
 mod status;
 
 fn usage() -> &'static str {
-    "usage:\n  floe demo [--dir DIR]\n  floe ingest --config FILE s3://bucket/key [...]\n  floe status --config FILE [--json]\n  floe bench [--big-mb N] [--small N] [--dir DIR] [--python PY] [--skip-pyiceberg]"
+    "usage:\n  floe demo [--dir DIR]\n  floe ingest --config FILE s3://bucket/key [...]\n  floe status --config FILE [--json]\n  floe maintain --config FILE [--table T] [--only compact,expire,orphans,manifests] [--dry-run] [--older-than-hours H] [--retain-last N] [--orphan-older-than-hours H] [--json]\n  floe bench [--big-mb N] [--small N] [--dir DIR] [--python PY] [--skip-pyiceberg]"
 }
 
 /// Minimal flag parsing: `--name value` pairs, bare `--flag`s and positionals.
@@ -113,6 +115,60 @@ async fn main() -> Result<()> {
             let config = load(&mut args).await?;
             status::run(&config, json).await
         }
+        "maintain" => {
+            let json = args.flag("--json");
+            let dry_run = args.flag("--dry-run");
+            let table = args.value("--table");
+            let only = args.value("--only");
+            let hours = |v: Option<String>| -> Result<Option<Duration>> {
+                Ok(match v {
+                    Some(h) => Some(Duration::from_secs_f64(
+                        h.parse::<f64>()
+                            .with_context(|| format!("`{h}`: expected hours"))?
+                            * 3600.0,
+                    )),
+                    None => None,
+                })
+            };
+            let older = hours(args.value("--older-than-hours"))?;
+            let orphan = hours(args.value("--orphan-older-than-hours"))?;
+            let retain = args
+                .value("--retain-last")
+                .map(|v| v.parse::<usize>())
+                .transpose()?;
+            let config = load(&mut args).await?;
+            let mut opts = floe::maintain::Options {
+                dry_run,
+                expire_older_than: older,
+                retain_last: retain,
+                ..Default::default()
+            };
+            if let Some(o) = orphan {
+                opts.orphan_older_than = o;
+            }
+            if let Some(only) = only {
+                let set: Vec<&str> = only.split(',').map(str::trim).collect();
+                opts.compact = set.contains(&"compact");
+                opts.expire = set.contains(&"expire");
+                opts.orphans = set.contains(&"orphans");
+                opts.rewrite_manifests = set.contains(&"manifests");
+            }
+            let tables: Vec<String> = match table {
+                Some(t) => vec![t],
+                None => config.tables.iter().map(|t| t.name.clone()).collect(),
+            };
+            let m = floe::maintain::Maintainer::new(config).await?;
+            let mut reports = Vec::new();
+            for t in tables {
+                reports.push(m.run(&t, &opts).await?);
+            }
+            if json {
+                println!("{}", serde_json::to_string_pretty(&reports)?);
+            } else {
+                print_maintenance(&reports);
+            }
+            Ok(())
+        }
         "bench" => bench::run(args).await,
         "help" | "--help" | "-h" => {
             println!("{}", usage());
@@ -165,6 +221,45 @@ pub fn print_reports(reports: &[ObjectReport]) {
         }
         if let Some(q) = &r.quarantine {
             println!("    quarantine: {q}");
+        }
+    }
+}
+
+/// Prints maintenance reports as a table.
+pub fn print_maintenance(reports: &[floe::maintain::Report]) {
+    println!(
+        "{:<20} {:>12} {:>16} {:>7} {:>8} {:>10} {:>9} {:>9}",
+        "table", "files", "MiB", "groups", "expired", "exp. files", "orphans", "manifests"
+    );
+    for r in reports {
+        println!(
+            "{:<20} {:>12} {:>16} {:>7} {:>8} {:>10} {:>9} {:>9}",
+            r.table,
+            format!("{} → {}", r.files_before, r.files_after),
+            format!(
+                "{:.1} → {:.1}",
+                r.bytes_before as f64 / 1048576.0,
+                r.bytes_after as f64 / 1048576.0
+            ),
+            r.groups_compacted,
+            r.snapshots_expired,
+            r.expired_files_deleted,
+            if r.dry_run {
+                format!("{} (dry)", r.orphans_found.len())
+            } else {
+                r.orphans_deleted.to_string()
+            },
+            format!("{} → {}", r.manifests_before, r.manifests_after),
+        );
+        for o in &r.orphans_found {
+            println!(
+                "    orphan{}: {o}",
+                if r.dry_run {
+                    " (would delete)"
+                } else {
+                    " deleted"
+                }
+            );
         }
     }
 }

@@ -1,0 +1,303 @@
+//! Maintenance beside live writers and consumers, on moto S3 with SQLite and with Glue.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use floe::commit::{CommitLimits, Plan};
+use floe::ingest::Status;
+use floe::maintain::{Options, CHECKPOINT_PREFIX};
+use floe::snapshot::Change;
+
+use crate::harness::{orders, TestEnv};
+
+fn only(compact: bool, expire: bool, orphans: bool) -> Options {
+    Options {
+        compact,
+        expire,
+        orphans,
+        rewrite_manifests: false,
+        target_file_bytes: Some(64 << 20),
+        ..Options::default()
+    }
+}
+
+/// customer_id sum of generated objects: the expected checksum.
+fn expected_sum(texts: &[String]) -> i64 {
+    texts
+        .iter()
+        .flat_map(|t| t.lines())
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["customer_id"]
+                .as_i64()
+                .unwrap()
+        })
+        .sum()
+}
+
+async fn compaction_beside_ingest(kind: &'static str) {
+    let env = TestEnv::new(kind).await;
+    let ingestor = env.ingestor().await;
+    let mut texts = Vec::new();
+    for i in 0..14u64 {
+        let t = orders(50, 500 + i);
+        env.put(&format!("orders/m{i}.jsonl"), t.clone()).await;
+        texts.push(t);
+    }
+    for i in 0..10 {
+        assert_eq!(
+            env.ingest(&ingestor, &format!("orders/m{i}.jsonl"))
+                .await
+                .unwrap()
+                .status,
+            Status::Committed
+        );
+    }
+    let before = env.checksum(ingestor.catalog().as_ref()).await;
+    assert_eq!(before.0, 500);
+
+    // Compaction runs while four more objects are ingested.
+    let mut tasks = Vec::new();
+    for i in 10..14 {
+        tasks.push(env.spawn_ingest(&format!("orders/m{i}.jsonl")).await);
+    }
+    let maintainer = env.maintainer().await;
+    let report = maintainer
+        .run("orders", &only(true, false, false))
+        .await
+        .unwrap();
+    for t in tasks {
+        assert_eq!(
+            t.await.unwrap().unwrap().status,
+            Status::Committed,
+            "an append was lost"
+        );
+    }
+    assert!(report.groups_compacted >= 1, "{report:?}");
+    let (rows, sum, distinct) = env.checksum(ingestor.catalog().as_ref()).await;
+    assert_eq!((rows, distinct), (700, 700), "{report:?}");
+    assert_eq!(sum, expected_sum(&texts));
+    let table = ingestor.catalog().load_table(&env.ident()).await.unwrap();
+    let files = floe::maintain::live_files(&table).await.unwrap().len();
+    assert!(
+        files <= 14 - 5 + 1,
+        "compaction reduced the file count: {files} files, {report:?}"
+    );
+    assert!(table
+        .metadata()
+        .snapshots()
+        .any(|s| s.summary().operation == iceberg::spec::Operation::Replace));
+    let py = env.pyiceberg();
+    assert_eq!(py["rows"], 700, "{py}");
+    assert_eq!(py["distinct_order_ids"], 700, "{py}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compaction_beside_concurrent_ingest_sqlite() {
+    compaction_beside_ingest("sqlite").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compaction_beside_concurrent_ingest_glue() {
+    compaction_beside_ingest("glue").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expiration_keeps_a_lagging_consumers_checkpoint_and_deletes_only_unreachable_files() {
+    let env = TestEnv::new("sqlite").await;
+    let ingestor = env.ingestor().await;
+    let mut snaps = Vec::new();
+    for i in 0..6u64 {
+        env.put(&format!("orders/e{i}.jsonl"), orders(40, 700 + i))
+            .await;
+        snaps.push(
+            env.ingest(&ingestor, &format!("orders/e{i}.jsonl"))
+                .await
+                .unwrap()
+                .snapshot_id
+                .unwrap(),
+        );
+    }
+    let maintainer = env.maintainer().await;
+    let committer = maintainer.committer().clone();
+    let source = ingestor.catalog().load_table(&env.ident()).await.unwrap();
+    let consumer = floe::catalog::table_ident(&env.config, "orders_consumer").unwrap();
+    let set_checkpoint = |snap: i64| {
+        let props = HashMap::from([(
+            format!("{CHECKPOINT_PREFIX}{}", source.metadata().uuid()),
+            snap.to_string(),
+        )]);
+        let change = Change::append(Vec::new(), props);
+        let committer = committer.clone();
+        let consumer = consumer.clone();
+        async move {
+            let limits = CommitLimits {
+                max_attempts: 5,
+                deadline: Instant::now() + Duration::from_secs(30),
+                skew: Duration::ZERO,
+            };
+            committer
+                .commit(&consumer, &limits, move |_t| {
+                    Ok(Plan::Apply(change.clone()))
+                })
+                .await
+                .unwrap();
+        }
+    };
+    // The consumer has processed up to the 2nd snapshot.
+    set_checkpoint(snaps[1]).await;
+    let expire_all = Options {
+        expire_older_than: Some(Duration::ZERO),
+        dedup_window: Duration::ZERO,
+        retain_last: Some(1),
+        ..only(false, true, false)
+    };
+    let r = maintainer.run("orders", &expire_all).await.unwrap();
+    assert_eq!(r.snapshots_expired, 1, "{r:?}");
+    let t = ingestor.catalog().load_table(&env.ident()).await.unwrap();
+    let left: Vec<i64> = t.metadata().snapshots().map(|s| s.snapshot_id()).collect();
+    assert!(
+        left.contains(&snaps[1]) && !left.contains(&snaps[0]),
+        "{left:?}"
+    );
+    assert_eq!(env.count_rows(ingestor.catalog().as_ref()).await, 240);
+
+    // Compact, then let the consumer catch up: everything before the current snapshot can go,
+    // and the compacted-away data files with it.
+    let r = maintainer
+        .run(
+            "orders",
+            &Options {
+                min_input_files: 2,
+                ..only(true, false, false)
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.groups_compacted, 1, "{r:?}");
+    let t = ingestor.catalog().load_table(&env.ident()).await.unwrap();
+    set_checkpoint(t.metadata().current_snapshot_id().unwrap()).await;
+    let parquet_before = env
+        .keys("warehouse/")
+        .await
+        .iter()
+        .filter(|k| k.ends_with(".parquet"))
+        .count();
+    let r = maintainer.run("orders", &expire_all).await.unwrap();
+    assert!(r.snapshots_expired >= 5, "{r:?}");
+    assert!(
+        r.expired_files_deleted >= 6 + 5,
+        "data files and manifest lists of expired snapshots: {r:?}"
+    );
+    let parquet_after = env
+        .keys("warehouse/")
+        .await
+        .iter()
+        .filter(|k| k.ends_with(".parquet"))
+        .count();
+    assert_eq!(
+        parquet_before - parquet_after,
+        6,
+        "the six compacted-away files are gone"
+    );
+    let t = ingestor.catalog().load_table(&env.ident()).await.unwrap();
+    assert_eq!(t.metadata().snapshots().count(), 1);
+    assert_eq!(env.count_rows(ingestor.catalog().as_ref()).await, 240);
+    let py = env.pyiceberg();
+    assert_eq!(py["rows"], 240, "{py}");
+    assert_eq!(py["snapshots"], 1, "{py}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn orphan_cleanup_honours_the_window_and_dry_run() {
+    let env = TestEnv::new("sqlite").await;
+    let ingestor = env.ingestor().await;
+    for i in 0..2u64 {
+        env.put(&format!("orders/o{i}.jsonl"), orders(50, 800 + i))
+            .await;
+        env.ingest(&ingestor, &format!("orders/o{i}.jsonl"))
+            .await
+            .unwrap();
+    }
+    let orphan = format!(
+        "warehouse/{}/orders/data/orphan-from-a-crash.parquet",
+        env.namespace
+    );
+    env.put(&orphan, b"not referenced".to_vec()).await;
+    let maintainer = env.maintainer().await;
+
+    // Today the orphan is younger than the 3-day window: it could be an in-flight write.
+    let r = maintainer
+        .run("orders", &only(false, false, true))
+        .await
+        .unwrap();
+    assert!(r.orphans_found.is_empty(), "{r:?}");
+    // A window under one hour is refused.
+    let too_short = Options {
+        orphan_older_than: Duration::from_secs(600),
+        ..only(false, false, true)
+    };
+    assert!(maintainer.run("orders", &too_short).await.is_err());
+
+    // Four days later: found. A dry run deletes nothing.
+    let later = chrono::Utc::now() + chrono::Duration::days(4);
+    let dry = Options {
+        dry_run: true,
+        now: later,
+        ..only(false, false, true)
+    };
+    let r = maintainer.run("orders", &dry).await.unwrap();
+    assert_eq!(r.orphans_found.len(), 1, "{r:?}");
+    assert!(r.orphans_found[0].ends_with("orphan-from-a-crash.parquet"));
+    assert!(env.get(&orphan).await.is_some(), "dry run deleted");
+    let r = maintainer
+        .run(
+            "orders",
+            &Options {
+                now: later,
+                ..only(false, false, true)
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.orphans_deleted, 1);
+    assert!(env.get(&orphan).await.is_none());
+    // Everything the table references is still there.
+    assert_eq!(env.count_rows(ingestor.catalog().as_ref()).await, 100);
+    assert_eq!(env.pyiceberg()["rows"], 100);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn manifest_rewrite_and_old_metadata_cleanup() {
+    let props = r#""commit.manifest-merge.enabled" = "false", "write.metadata.delete-after-commit.enabled" = "true", "write.metadata.previous-versions-max" = "2""#;
+    let env = TestEnv::with_orders_properties("sqlite", props).await;
+    let ingestor = env.ingestor().await;
+    for i in 0..6u64 {
+        env.put(&format!("orders/r{i}.jsonl"), orders(30, 900 + i))
+            .await;
+        env.ingest(&ingestor, &format!("orders/r{i}.jsonl"))
+            .await
+            .unwrap();
+    }
+    let metadata_files = env
+        .keys("warehouse/")
+        .await
+        .iter()
+        .filter(|k| k.contains("/orders/metadata/") && k.ends_with(".metadata.json"))
+        .count();
+    assert!(
+        metadata_files <= 3,
+        "previous-versions-max = 2 keeps current + 2: {metadata_files}"
+    );
+    let maintainer = env.maintainer().await;
+    let opts = Options {
+        manifest_threshold: 3,
+        rewrite_manifests: true,
+        ..only(false, false, false)
+    };
+    let r = maintainer.run("orders", &opts).await.unwrap();
+    assert_eq!((r.manifests_before, r.manifests_after), (6, 1), "{r:?}");
+    assert_eq!(env.count_rows(ingestor.catalog().as_ref()).await, 180);
+    let py = env.pyiceberg();
+    assert_eq!(py["rows"], 180, "{py}");
+    assert_eq!(py["operation"], "replace");
+}
