@@ -18,9 +18,12 @@ pub struct Config {
     /// Object storage settings (endpoint overrides for emulators, or a local directory).
     #[serde(default)]
     pub storage: StorageConfig,
-    /// Ingest settings shared by every route.
+        /// Ingest settings shared by every route.
     #[serde(default)]
     pub ingest: IngestConfig,
+    /// Maintenance defaults (table properties `history.expire.*` etc. take precedence).
+    #[serde(default)]
+    pub maintain: MaintainConfig,
     /// The tables floe writes.
     #[serde(default)]
     pub tables: Vec<TableConfig>,
@@ -126,6 +129,60 @@ impl Default for IngestConfig {
             chunk_records: default_chunk(),
         }
     }
+}
+
+/// Maintenance defaults.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MaintainConfig {
+    /// Expire snapshots older than this many hours (default 120 = 5 days).
+    #[serde(default)]
+    pub expire_older_than_hours: Option<f64>,
+    /// Always keep this many of main's latest snapshots.
+    #[serde(default)]
+    pub retain_last: Option<usize>,
+    /// Keep snapshots this young for the ingest duplicate check: at least the SQS retention.
+    #[serde(default = "default_dedup_window_hours")]
+    pub dedup_window_hours: f64,
+    /// Orphan files must be older than this (default 72; under 1 is refused).
+    #[serde(default = "default_orphan_hours")]
+    pub orphan_older_than_hours: f64,
+    /// Compaction target file size in MiB (default: the table's `write.target-file-size-bytes`, else 512).
+    #[serde(default)]
+    pub target_file_size_mb: Option<u64>,
+    /// Fewest input files worth a compaction group.
+    #[serde(default = "default_min_input_files")]
+    pub min_input_files: usize,
+    /// Rewrite manifests past this many data manifests.
+    #[serde(default = "default_manifest_threshold")]
+    pub manifest_threshold: usize,
+}
+
+impl Default for MaintainConfig {
+    fn default() -> Self {
+        Self {
+            expire_older_than_hours: None,
+            retain_last: None,
+            dedup_window_hours: default_dedup_window_hours(),
+            orphan_older_than_hours: default_orphan_hours(),
+            target_file_size_mb: None,
+            min_input_files: default_min_input_files(),
+            manifest_threshold: default_manifest_threshold(),
+        }
+    }
+}
+
+fn default_dedup_window_hours() -> f64 {
+    96.0
+}
+fn default_orphan_hours() -> f64 {
+    72.0
+}
+fn default_min_input_files() -> usize {
+    5
+}
+fn default_manifest_threshold() -> usize {
+    50
 }
 
 /// One table.
@@ -377,6 +434,9 @@ impl Config {
                     "must not be empty",
                 ));
             }
+        }
+        if self.maintain.orphan_older_than_hours < 1.0 {
+            return Err(Error::config(origin, "maintain.orphan_older_than_hours", "must be at least 1 (younger files may belong to writes in flight)"));
         }
         if self.ingest.chunk_records == 0 {
             return Err(Error::config(

@@ -89,6 +89,25 @@ impl Default for Options {
     }
 }
 
+impl Options {
+    /// Defaults from the config's `[maintain]` section; `deadline` bounds the run.
+    pub fn from_config(cfg: &Config, deadline: Instant) -> Self {
+        let m = &cfg.maintain;
+        let hours = |h: f64| Duration::from_secs_f64(h.max(0.0) * 3600.0);
+        Self {
+            target_file_bytes: m.target_file_size_mb.map(|mb| mb << 20),
+            min_input_files: m.min_input_files,
+            expire_older_than: m.expire_older_than_hours.map(hours),
+            retain_last: m.retain_last,
+            dedup_window: hours(m.dedup_window_hours),
+            orphan_older_than: hours(m.orphan_older_than_hours),
+            manifest_threshold: m.manifest_threshold,
+            deadline,
+            ..Self::default()
+        }
+    }
+}
+
 /// The smallest orphan age floe accepts: younger files may belong to a write still in flight.
 pub const MIN_ORPHAN_AGE: Duration = Duration::from_secs(3600);
 
@@ -782,10 +801,9 @@ impl Maintainer {
                 .collect(),
             None => self.config.tables.iter().map(|t| t.name.clone()).collect(),
         };
-        let opts = Options {
+                let opts = Options {
             dry_run: pick("dry_run").and_then(|v| v.as_bool()).unwrap_or(false),
-            deadline,
-            ..Options::default()
+            ..Options::from_config(&self.config, deadline)
         };
         let mut reports = Vec::new();
         for table in tables {

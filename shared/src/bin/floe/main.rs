@@ -137,11 +137,12 @@ async fn main() -> Result<()> {
                 .map(|v| v.parse::<usize>())
                 .transpose()?;
             let config = load(&mut args).await?;
+                        let defaults = floe::maintain::Options::from_config(&config, Instant::now() + Duration::from_secs(3600));
             let mut opts = floe::maintain::Options {
                 dry_run,
-                expire_older_than: older,
-                retain_last: retain,
-                ..Default::default()
+                expire_older_than: older.or(defaults.expire_older_than),
+                retain_last: retain.or(defaults.retain_last),
+                ..defaults
             };
             if let Some(o) = orphan {
                 opts.orphan_older_than = o;
