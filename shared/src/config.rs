@@ -18,7 +18,7 @@ pub struct Config {
     /// Object storage settings (endpoint overrides for emulators, or a local directory).
     #[serde(default)]
     pub storage: StorageConfig,
-        /// Ingest settings shared by every route.
+    /// Ingest settings shared by every route.
     #[serde(default)]
     pub ingest: IngestConfig,
     /// Maintenance defaults (table properties `history.expire.*` etc. take precedence).
@@ -436,7 +436,11 @@ impl Config {
             }
         }
         if self.maintain.orphan_older_than_hours < 1.0 {
-            return Err(Error::config(origin, "maintain.orphan_older_than_hours", "must be at least 1 (younger files may belong to writes in flight)"));
+            return Err(Error::config(
+                origin,
+                "maintain.orphan_older_than_hours",
+                "must be at least 1 (younger files may belong to writes in flight)",
+            ));
         }
         if self.ingest.chunk_records == 0 {
             return Err(Error::config(

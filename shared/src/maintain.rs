@@ -159,6 +159,21 @@ pub struct LiveFile {
     pub spec_id: i32,
 }
 
+/// Live data files and bytes of the current snapshot, from its summary totals.
+fn totals(table: &Table) -> (usize, u64) {
+    let summary = table
+        .metadata()
+        .current_snapshot()
+        .map(|s| &s.summary().additional_properties);
+    let get = |k: &str| {
+        summary
+            .and_then(|p| p.get(k))
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    (get("total-data-files") as usize, get("total-files-size"))
+}
+
 /// Live data files of the current snapshot.
 pub async fn live_files(table: &Table) -> Result<Vec<LiveFile>> {
     let mut out = Vec::new();
@@ -229,9 +244,7 @@ impl Maintainer {
             ..Default::default()
         };
         let t = self.committer.load(&ident).await?;
-        let before = live_files(&t).await?;
-        report.files_before = before.len();
-        report.bytes_before = before.iter().map(|f| f.file.file_size_in_bytes()).sum();
+        (report.files_before, report.bytes_before) = totals(&t);
         if opts.compact {
             self.compact(&ident, opts, &mut report).await?;
         }
@@ -245,9 +258,7 @@ impl Maintainer {
             self.remove_orphans(&ident, opts, &mut report).await?;
         }
         let t = self.committer.load(&ident).await?;
-        let after = live_files(&t).await?;
-        report.files_after = after.len();
-        report.bytes_after = after.iter().map(|f| f.file.file_size_in_bytes()).sum();
+        (report.files_after, report.bytes_after) = totals(&t);
         report.seconds = started.elapsed().as_secs_f64();
         Ok(report)
     }
@@ -356,13 +367,25 @@ impl Maintainer {
         let mut sink = crate::write::build_sink(&table, target as usize, &writer_id)
             .map_err(|e| Error::iceberg("compaction writer", e))?;
         let sort = md.default_sort_order().clone();
-        let mut batches = batches;
+        // Decode on one task, encode on this one: two cores, both busy.
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<iceberg::Result<RecordBatch>>(4);
+        let reader = tokio::spawn(async move {
+            let mut batches = batches;
+            loop {
+                let item = match batches.try_next().await {
+                    Ok(Some(b)) => Ok(b),
+                    Ok(None) => break,
+                    Err(e) => Err(e),
+                };
+                let failed = item.is_err();
+                if tx.send(item).await.is_err() || failed {
+                    break;
+                }
+            }
+        });
         let mut held: Vec<RecordBatch> = Vec::new();
-        while let Some(b) = batches
-            .try_next()
-            .await
-            .map_err(|e| Error::iceberg("reading files to compact", e))?
-        {
+        while let Some(b) = rx.recv().await {
+            let b = b.map_err(|e| Error::iceberg("reading files to compact", e))?;
             if sort.is_unsorted() {
                 sink.write(b)
                     .await
@@ -371,6 +394,7 @@ impl Maintainer {
                 held.push(b);
             }
         }
+        let _ = reader.await;
         if !held.is_empty() {
             let sorted = sort_batches(&held, &sort, &schema)?;
             sink.write(sorted)
@@ -801,7 +825,7 @@ impl Maintainer {
                 .collect(),
             None => self.config.tables.iter().map(|t| t.name.clone()).collect(),
         };
-                let opts = Options {
+        let opts = Options {
             dry_run: pick("dry_run").and_then(|v| v.as_bool()).unwrap_or(false),
             ..Options::from_config(&self.config, deadline)
         };

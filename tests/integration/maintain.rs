@@ -307,15 +307,24 @@ async fn compaction_stops_at_the_deadline_and_continues_next_run() {
     let env = TestEnv::new("sqlite").await;
     let ingestor = env.ingestor().await;
     for i in 0..6u64 {
-        env.put(&format!("orders/d{i}.jsonl"), orders(20, 950 + i)).await;
-        env.ingest(&ingestor, &format!("orders/d{i}.jsonl")).await.unwrap();
+        env.put(&format!("orders/d{i}.jsonl"), orders(20, 950 + i))
+            .await;
+        env.ingest(&ingestor, &format!("orders/d{i}.jsonl"))
+            .await
+            .unwrap();
     }
     let maintainer = env.maintainer().await;
-    let out_of_time = Options { deadline: Instant::now(), ..only(true, false, false) };
+    let out_of_time = Options {
+        deadline: Instant::now(),
+        ..only(true, false, false)
+    };
     let r = maintainer.run("orders", &out_of_time).await.unwrap();
     assert_eq!((r.groups_compacted, r.groups_deferred), (0, 1), "{r:?}");
     assert_eq!(r.files_after, 6);
-    let r = maintainer.run("orders", &only(true, false, false)).await.unwrap();
+    let r = maintainer
+        .run("orders", &only(true, false, false))
+        .await
+        .unwrap();
     assert_eq!((r.groups_compacted, r.files_after), (1, 1), "{r:?}");
     assert_eq!(env.count_rows(ingestor.catalog().as_ref()).await, 120);
 }

@@ -206,6 +206,23 @@ pub async fn run(mut args: crate::Args) -> Result<()> {
         return Ok(());
     }
 
+    if args.flag("--maintenance") {
+        let n: usize = args
+            .value("--appends")
+            .map(|v| v.parse())
+            .transpose()?
+            .unwrap_or(5000);
+        let every: usize = args
+            .value("--every")
+            .map(|v| v.parse())
+            .transpose()?
+            .unwrap_or(100);
+        let dir = PathBuf::from(
+            args.value("--dir")
+                .unwrap_or_else(|| "target/floe-bench-maintain".into()),
+        );
+        return crate::bench_maintain::run(n, every, &dir).await;
+    }
     let big_mb: usize = args
         .value("--big-mb")
         .map(|v| v.parse())

@@ -16,6 +16,7 @@ use floe::config::Config;
 use floe::ingest::{Ingestor, ObjectReport};
 
 mod bench;
+mod bench_maintain;
 mod demo;
 mod status;
 
@@ -137,7 +138,10 @@ async fn main() -> Result<()> {
                 .map(|v| v.parse::<usize>())
                 .transpose()?;
             let config = load(&mut args).await?;
-                        let defaults = floe::maintain::Options::from_config(&config, Instant::now() + Duration::from_secs(3600));
+            let defaults = floe::maintain::Options::from_config(
+                &config,
+                Instant::now() + Duration::from_secs(3600),
+            );
             let mut opts = floe::maintain::Options {
                 dry_run,
                 expire_older_than: older.or(defaults.expire_older_than),
