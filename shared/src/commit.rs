@@ -6,19 +6,17 @@
 //! ([`crate::swap`]). A conflict means someone committed in between: back off and start again from
 //! a fresh load, so the plan is re-validated against every snapshot that landed meanwhile.
 //!
-//! For REST catalogs (no pointer swap available) appends go through iceberg's fast append with
-//! [`NoRetry`]: the transaction is pinned to the validated version and iceberg's own blind retry
-//! is disabled, so the same loop applies.
+//! The swap is catalog-specific ([`crate::swap`]): SQLite and Glue move the metadata pointer by
+//! compare-and-swap; REST sends the same change as updates with an `assert-ref-snapshot-id`
+//! requirement to the commit endpoint.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use iceberg::spec::{Operation, TableMetadata};
+use iceberg::spec::TableMetadata;
 use iceberg::table::Table;
-use iceberg::transaction::{ApplyTransactionAction, Transaction};
 use iceberg::{Catalog, Namespace, NamespaceIdent, TableCommit, TableCreation, TableIdent};
 use serde::{Deserialize, Serialize};
 
@@ -138,15 +136,15 @@ pub enum Outcome {
 #[derive(Debug, Clone)]
 pub struct Committer {
     catalog: Arc<dyn Catalog>,
-    swap: Option<Arc<dyn PointerSwap>>,
+    swap: Arc<dyn PointerSwap>,
     /// Last known version per table: reused while the catalog pointer still names it, so a warm
     /// function does not re-read and re-parse metadata it wrote itself.
     cache: Arc<std::sync::Mutex<HashMap<TableIdent, Table>>>,
 }
 
 impl Committer {
-    /// A committer over `catalog`; `swap` is `None` for catalogs without one (REST: appends only).
-    pub fn new(catalog: Arc<dyn Catalog>, swap: Option<Arc<dyn PointerSwap>>) -> Self {
+    /// A committer over `catalog`, installing versions with `swap`.
+    pub fn new(catalog: Arc<dyn Catalog>, swap: Arc<dyn PointerSwap>) -> Self {
         Self {
             catalog,
             swap,
@@ -163,8 +161,8 @@ impl Committer {
     /// cheap pointer read), else a full load.
     pub async fn load(&self, ident: &TableIdent) -> Result<Table> {
         let cached = self.cache.lock().ok().and_then(|c| c.get(ident).cloned());
-        if let (Some(swap), Some(cached)) = (&self.swap, cached) {
-            if let Ok(Some(current)) = swap.current(ident).await {
+        if let Some(cached) = cached {
+            if let Ok(Some(current)) = self.swap.current(ident).await {
                 if cached.metadata_location() == Some(current.as_str()) {
                     return Ok(cached);
                 }
@@ -282,70 +280,45 @@ impl Committer {
             Plan::Skip(why) => return Ok(Outcome::Skipped(why)),
             Plan::Apply(change) => change,
         };
-        match &self.swap {
-            Some(swap) => {
-                let t1 = Instant::now();
-                let staged = snapshot::stage(&table, &change).await?;
-                let stage_ms = t1.elapsed().as_secs_f64() * 1e3;
-                let t2 = Instant::now();
-                let swapped = swap.swap(ident, &staged).await;
-                tracing::debug!(table = %ident, load_ms, stage_ms, swap_ms = t2.elapsed().as_secs_f64() * 1e3, "commit attempt");
-                match swapped {
-                                                            Ok(()) => {
-                        self.remember_staged(&table, &staged);
-                        if staged.metadata.properties().get("write.metadata.delete-after-commit.enabled").map(String::as_str) == Some("true") {
-                            for old in &staged.expired_metadata {
-                                if let Err(e) = table.file_io().delete(old).await {
-                                    tracing::warn!(file = %old, error = %e, "could not delete old metadata file");
-                                }
-                            }
+        let swap = &self.swap;
+        let t1 = Instant::now();
+        let staged = snapshot::stage(&table, &change, swap.writes_metadata()).await?;
+        let stage_ms = t1.elapsed().as_secs_f64() * 1e3;
+        let t2 = Instant::now();
+        let swapped = swap.swap(ident, &staged).await;
+        tracing::debug!(table = %ident, load_ms, stage_ms, swap_ms = t2.elapsed().as_secs_f64() * 1e3, "commit attempt");
+        match swapped {
+            Ok(()) => {
+                if swap.writes_metadata() {
+                    self.remember_staged(&table, &staged);
+                }
+                let props = staged.metadata.properties();
+                if props
+                    .get("write.metadata.delete-after-commit.enabled")
+                    .map(String::as_str)
+                    == Some("true")
+                {
+                    for old in &staged.expired_metadata {
+                        if let Err(e) = table.file_io().delete(old).await {
+                            tracing::warn!(file = %old, error = %e, "could not delete old metadata file");
                         }
-                        Ok(Outcome::Committed { snapshot_id: staged.snapshot_id, attempts: 1, location: staged.location })
-                    }
-                    Err(e) => {
-                        if e.kind() == ErrorKind::CommitConflict {
-                            // Definitely not installed: its manifests and metadata can go.
-                            for path in &staged.written {
-                                let _ = table.file_io().delete(path).await;
-                            }
-                        }
-                        Err(e)
                     }
                 }
+                Ok(Outcome::Committed {
+                    snapshot_id: staged.snapshot_id,
+                    attempts: 1,
+                    location: staged.location,
+                })
             }
-            None if change.operation == Operation::Append && change.removed.is_empty() => {
-                fast_append(&self.catalog, &table, change).await
+            Err(e) => {
+                if e.kind() == ErrorKind::CommitConflict {
+                    // Definitely not installed: its manifests and metadata can go.
+                    for path in &staged.written {
+                        let _ = table.file_io().delete(path).await;
+                    }
+                }
+                Err(e)
             }
-            None => Err(Error::new(
-                ErrorKind::Catalog,
-                format!("{:?} commits need a catalog with a pointer swap (SQLite or Glue); {ident} is on REST", change.operation),
-            )),
-        }
-    }
-}
-
-/// An append through iceberg (REST catalogs), pinned to the validated version.
-async fn fast_append(catalog: &Arc<dyn Catalog>, table: &Table, change: Change) -> Result<Outcome> {
-    let ident = table.identifier().clone();
-    let tx = Transaction::new(table);
-    let action = tx
-        .fast_append()
-        .with_check_duplicate(false)
-        .add_data_files(change.added)
-        .set_snapshot_properties(change.properties);
-    let tx = action
-        .apply(tx)
-        .map_err(|e| Error::iceberg(format!("preparing append to {ident}"), e))?;
-    let guard = Hooked::new(Arc::clone(catalog), NoRetry::pinned(table.clone()));
-    match tx.commit(&guard).await {
-        Ok(t) => Ok(Outcome::Committed {
-            snapshot_id: t.metadata().current_snapshot_id(),
-            attempts: 1,
-            location: t.metadata_location().unwrap_or_default().to_string(),
-        }),
-        Err(e) => {
-            let retryable = guard.hook.was_retryable() || e.retryable();
-            Err(Error::iceberg(format!("committing to {ident}"), e).with_retryable(retryable))
         }
     }
 }
@@ -382,8 +355,8 @@ fn backoff(attempt: u32) -> Duration {
     Duration::from_millis(cap / 2 + cap * r / 2000)
 }
 
-/// Intercepts `update_table` of a wrapped catalog; everything else passes through. floe uses it to
-/// take retries away from iceberg ([`NoRetry`]); tests use it to inject crashes and conflicts.
+/// Intercepts table creation, loads and commits of a wrapped catalog; everything else passes
+/// through. floe uses it to create Glue tables itself ([`crate::glue::GlueHook`]).
 #[async_trait]
 pub trait UpdateHook: std::fmt::Debug + Send + Sync {
     /// Called instead of `inner.update_table(commit)`; passes through by default.
@@ -423,61 +396,6 @@ impl<H: UpdateHook> Hooked<H> {
     /// Wraps `inner`.
     pub fn new(inner: Arc<dyn Catalog>, hook: H) -> Self {
         Self { inner, hook }
-    }
-}
-
-/// The hook that pins the commit to the table version floe validated against.
-///
-/// `Transaction::commit` reloads the table before applying its actions and, on a retryable
-/// error, reloads and re-applies. Either would let the append land on a newer base that floe's
-/// duplicate check never saw. With this hook, loads return the validated version (so the append
-/// carries `RefSnapshotIdMatch(main = validated snapshot)` and the catalog's compare-and-swap
-/// fails if anything landed since), and `update_table` errors are made non-retryable to iceberg
-/// (remembering whether they were retryable) so that floe's own loop re-validates.
-#[derive(Debug)]
-pub struct NoRetry {
-    retryable: AtomicBool,
-    pinned: Table,
-}
-
-impl NoRetry {
-    /// Pins `table` (the validated version).
-    pub fn pinned(table: Table) -> Self {
-        Self {
-            retryable: AtomicBool::new(false),
-            pinned: table,
-        }
-    }
-
-    /// Whether the last `update_table` failure was retryable.
-    pub fn was_retryable(&self) -> bool {
-        self.retryable.load(Ordering::SeqCst)
-    }
-}
-
-#[async_trait]
-impl UpdateHook for NoRetry {
-    async fn load_table(&self, inner: &dyn Catalog, ident: &TableIdent) -> iceberg::Result<Table> {
-        if ident == self.pinned.identifier() {
-            Ok(self.pinned.clone())
-        } else {
-            inner.load_table(ident).await
-        }
-    }
-
-    async fn update_table(
-        &self,
-        inner: &dyn Catalog,
-        commit: TableCommit,
-    ) -> iceberg::Result<Table> {
-        inner.update_table(commit).await.map_err(|e| {
-            if e.retryable() || e.kind() == iceberg::ErrorKind::CatalogCommitConflicts {
-                self.retryable.store(true, Ordering::SeqCst);
-            }
-            iceberg::Error::new(e.kind(), "update_table failed")
-                .with_retryable(false)
-                .with_source(e)
-        })
     }
 }
 

@@ -13,7 +13,7 @@ use iceberg::spec::{
     MAIN_BRANCH,
 };
 use iceberg::table::Table;
-use iceberg::MetadataLocation;
+use iceberg::{MetadataLocation, TableRequirement, TableUpdate};
 
 use crate::error::{Error, ErrorKind, Result};
 
@@ -103,6 +103,10 @@ pub struct Staged {
     pub written: Vec<String>,
     /// Metadata files that fell out of the metadata log (`write.metadata.previous-versions-max`).
     pub expired_metadata: Vec<String>,
+    /// The same change as metadata updates (for REST catalogs, which write metadata themselves).
+    pub changes: Vec<TableUpdate>,
+    /// What the base must still be for the change to apply (table uuid, main's snapshot).
+    pub requirements: Vec<TableRequirement>,
 }
 
 /// Why a staged change cannot apply to its base.
@@ -145,7 +149,8 @@ fn total(prev: Option<&Summary>, key: &str) -> i64 {
 }
 
 /// Writes manifests, manifest list, snapshot and metadata.json for `change` on top of `table`.
-pub async fn stage(table: &Table, change: &Change) -> Result<Staged> {
+/// With `write` false the metadata.json is not written (a REST catalog writes its own).
+pub async fn stage(table: &Table, change: &Change, write: bool) -> Result<Staged> {
     let md = table.metadata();
     if !change.expire.is_empty() {
         let current = md.current_snapshot_id();
@@ -165,7 +170,7 @@ pub async fn stage(table: &Table, change: &Change) -> Result<Staged> {
             ),
         )
         .remove_snapshots(&change.expire);
-        return write_metadata(table, builder).await;
+        return write_metadata(table, builder, write).await;
     }
     let file_io = table.file_io();
     let previous = table
@@ -408,7 +413,7 @@ pub async fn stage(table: &Table, change: &Change) -> Result<Staged> {
             SnapshotReference::new(snapshot_id, SnapshotRetention::branch(None, None, None)),
         )
         .map_err(ice("moving main"))?;
-    let mut staged = write_metadata(table, builder).await?;
+    let mut staged = write_metadata(table, builder, write).await?;
     staged.snapshot_id = Some(snapshot_id);
     written.append(&mut staged.written);
     staged.written = written;
@@ -416,12 +421,26 @@ pub async fn stage(table: &Table, change: &Change) -> Result<Staged> {
 }
 
 /// Builds and writes a metadata.json from `builder` (based on `table`), without installing it.
-pub async fn write_metadata(table: &Table, builder: TableMetadataBuilder) -> Result<Staged> {
+pub async fn write_metadata(
+    table: &Table,
+    builder: TableMetadataBuilder,
+    write: bool,
+) -> Result<Staged> {
     let previous = table
         .metadata_location_result()
         .map_err(ice("base location"))?
         .to_string();
     let built = builder.build().map_err(ice("building metadata"))?;
+    let changes = built.changes.clone();
+    let requirements = vec![
+        TableRequirement::UuidMatch {
+            uuid: table.metadata().uuid(),
+        },
+        TableRequirement::RefSnapshotIdMatch {
+            r#ref: MAIN_BRANCH.to_string(),
+            snapshot_id: table.metadata().current_snapshot_id(),
+        },
+    ];
     let expired_metadata = built
         .expired_metadata_logs
         .iter()
@@ -432,18 +451,26 @@ pub async fn write_metadata(table: &Table, builder: TableMetadataBuilder) -> Res
         .map_err(ice("base location"))?
         .with_next_version()
         .with_new_metadata(&metadata);
-    metadata
-        .write_to(table.file_io(), &location)
-        .await
-        .map_err(ice("writing metadata"))?;
+    if write {
+        metadata
+            .write_to(table.file_io(), &location)
+            .await
+            .map_err(ice("writing metadata"))?;
+    }
     let location = location.to_string();
     Ok(Staged {
         metadata,
-        written: vec![location.clone()],
+        written: if write {
+            vec![location.clone()]
+        } else {
+            Vec::new()
+        },
         location,
         previous,
         snapshot_id: None,
         expired_metadata,
+        changes,
+        requirements,
     })
 }
 

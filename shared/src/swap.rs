@@ -23,14 +23,19 @@ pub trait PointerSwap: std::fmt::Debug + Send + Sync {
 
     /// The current metadata location of `ident` (a cheap read: no metadata is parsed).
     async fn current(&self, ident: &TableIdent) -> Result<Option<String>>;
+
+    /// Whether floe writes the new metadata.json itself (false for REST: the server does).
+    fn writes_metadata(&self) -> bool {
+        true
+    }
 }
 
-/// Builds the swap for the configured catalog (`None` for REST, which commits through iceberg).
-pub async fn from_config(cfg: &Config) -> Result<Option<std::sync::Arc<dyn PointerSwap>>> {
+/// Builds the swap for the configured catalog.
+pub async fn from_config(cfg: &Config) -> Result<std::sync::Arc<dyn PointerSwap>> {
     Ok(match cfg.catalog.kind {
-        CatalogKind::Sqlite => Some(std::sync::Arc::new(SqliteSwap::connect(cfg).await?)),
-        CatalogKind::Glue => Some(std::sync::Arc::new(GlueSwap::new(cfg).await)),
-        CatalogKind::Rest => None,
+        CatalogKind::Sqlite => std::sync::Arc::new(SqliteSwap::connect(cfg).await?),
+        CatalogKind::Glue => std::sync::Arc::new(GlueSwap::new(cfg).await),
+        CatalogKind::Rest => std::sync::Arc::new(RestSwap::new(cfg)?),
     })
 }
 
@@ -212,5 +217,111 @@ impl PointerSwap for GlueSwap {
                 }
             }
         }
+    }
+}
+
+/// Commits through an Iceberg REST catalog's commit endpoint: the staged change as `updates`,
+/// with `assert-table-uuid` and `assert-ref-snapshot-id` requirements (the server's CAS).
+#[derive(Debug)]
+pub struct RestSwap {
+    http: reqwest::Client,
+    base: String,
+}
+
+impl RestSwap {
+    /// A client for the configured REST URI (`prefix` catalog property honoured).
+    pub fn new(cfg: &Config) -> Result<Self> {
+        let uri = cfg.catalog.uri.clone().ok_or_else(|| {
+            Error::config("floe.toml", "catalog.uri", "a REST catalog needs its URI")
+        })?;
+        let mut base = format!("{}/v1", uri.trim_end_matches('/'));
+        if let Some(prefix) = cfg.catalog.properties.get("prefix") {
+            base = format!("{base}/{prefix}");
+        }
+        let http = reqwest::Client::builder()
+            .timeout(std::time::Duration::from_secs(30))
+            .build()
+            .map_err(|e| Error::new(ErrorKind::Config, "HTTP client").with_source(e))?;
+        Ok(Self { http, base })
+    }
+
+    fn table_url(&self, ident: &TableIdent) -> String {
+        let ns: Vec<String> = ident
+            .namespace()
+            .iter()
+            .map(|p| {
+                percent_encoding::utf8_percent_encode(p, percent_encoding::NON_ALPHANUMERIC)
+                    .to_string()
+            })
+            .collect();
+        let name =
+            percent_encoding::utf8_percent_encode(ident.name(), percent_encoding::NON_ALPHANUMERIC);
+        format!("{}/namespaces/{}/tables/{name}", self.base, ns.join("%1F"))
+    }
+}
+
+fn rest_error(what: String, e: reqwest::Error) -> Error {
+    // A transport failure leaves the outcome unknown: retry, re-validating what landed.
+    Error::new(ErrorKind::Catalog, what)
+        .with_retryable(true)
+        .with_source(e)
+}
+
+#[async_trait]
+impl PointerSwap for RestSwap {
+    fn writes_metadata(&self) -> bool {
+        false
+    }
+
+    async fn current(&self, ident: &TableIdent) -> Result<Option<String>> {
+        let resp = self
+            .http
+            .get(self.table_url(ident))
+            .send()
+            .await
+            .map_err(|e| rest_error(format!("REST load {ident}"), e))?;
+        if resp.status() == reqwest::StatusCode::NOT_FOUND {
+            return Ok(None);
+        }
+        let body: serde_json::Value = resp
+            .json()
+            .await
+            .map_err(|e| rest_error(format!("REST load {ident}"), e))?;
+        Ok(body
+            .get("metadata-location")
+            .and_then(|v| v.as_str())
+            .map(str::to_string))
+    }
+
+    async fn swap(&self, ident: &TableIdent, staged: &Staged) -> Result<()> {
+        let body = serde_json::json!({
+            "identifier": { "namespace": ident.namespace().iter().collect::<Vec<_>>(), "name": ident.name() },
+            "requirements": staged.requirements,
+            "updates": staged.changes,
+        });
+        let resp = self
+            .http
+            .post(self.table_url(ident))
+            .json(&body)
+            .send()
+            .await
+            .map_err(|e| rest_error(format!("REST commit {ident}"), e))?;
+        let status = resp.status();
+        if status.is_success() {
+            return Ok(());
+        }
+        let text = resp.text().await.unwrap_or_default();
+        if status == reqwest::StatusCode::CONFLICT {
+            return Err(conflict(format!(
+                "REST commit of {ident} conflicted: {text}"
+            )));
+        }
+        let retryable =
+            status.is_server_error() || status == reqwest::StatusCode::TOO_MANY_REQUESTS;
+        Err(Error::new(
+            ErrorKind::Catalog,
+            format!("REST commit of {ident} failed with {status}: {text}"),
+        )
+        .with_retryable(retryable))
     }
 }

@@ -115,6 +115,10 @@ impl TestEnv {
                 "kind = \"sqlite\"\nuri = \"{}/catalog.db\"\nwarehouse = \"s3://{bucket}/warehouse\"\nnamespace = \"{namespace}\"",
                 dir.display()
             ),
+                        "rest" => {
+                let uri = start_rest_catalog(&dir, &bucket, endpoint);
+                format!("kind = \"rest\"\nuri = \"{uri}\"\nwarehouse = \"s3://{bucket}/warehouse\"\nnamespace = \"{namespace}\"")
+            }
             _ => format!("kind = \"glue\"\nuri = \"{endpoint}\"\nwarehouse = \"s3://{bucket}/warehouse\"\nnamespace = \"{namespace}\""),
         };
         let text = format!(
@@ -181,14 +185,11 @@ format = "parquet"
         wrap: impl FnOnce(Arc<dyn PointerSwap>) -> Arc<dyn PointerSwap>,
     ) -> Ingestor {
         let catalog = floe::catalog::connect(&self.config).await.expect("catalog");
-        let swap = floe::swap::from_config(&self.config)
-            .await
-            .expect("swap")
-            .expect("a swap for sqlite/glue");
+        let swap = floe::swap::from_config(&self.config).await.expect("swap");
         let store = floe::store::from_config(&self.config.storage).await;
         Ingestor::with_parts(
             self.config.clone(),
-            Committer::new(catalog, Some(wrap(swap))),
+            Committer::new(catalog, wrap(swap)),
             store,
         )
         .await
@@ -335,20 +336,38 @@ format = "parquet"
     /// Reads the table with PyIceberg and returns its JSON report.
     pub fn pyiceberg(&self) -> serde_json::Value {
         let mut cmd = Command::new(python());
+        let kind = if self.catalog_kind == "glue" {
+            "glue"
+        } else {
+            "sqlite"
+        };
         cmd.arg(repo_root().join("infra/pyiceberg_check.py"))
             .args([
                 "--catalog",
-                self.catalog_kind,
+                kind,
                 "--table",
                 &format!("{}.orders", self.namespace),
             ])
             .args(["--endpoint", moto()]);
-        if self.catalog_kind == "sqlite" {
-            cmd.args([
-                "--uri",
-                &format!("sqlite:///{}/catalog.db", self.dir.display()),
-            ])
-            .args(["--warehouse", &format!("s3://{}/warehouse", self.bucket)]);
+        match self.catalog_kind {
+            "sqlite" => {
+                cmd.args([
+                    "--uri",
+                    &format!("sqlite:///{}/catalog.db", self.dir.display()),
+                ]);
+            }
+            "rest" => {
+                // The REST server's own SQL catalog, read directly by PyIceberg.
+                cmd.args([
+                    "--uri",
+                    &format!("sqlite:///{}/rest.db", self.dir.display()),
+                ])
+                .args(["--catalog-name", "rest"]);
+            }
+            _ => {}
+        }
+        if kind == "sqlite" {
+            cmd.args(["--warehouse", &format!("s3://{}/warehouse", self.bucket)]);
         }
         let out = cmd.output().expect("run python");
         assert!(
@@ -357,6 +376,46 @@ format = "parquet"
             String::from_utf8_lossy(&out.stderr)
         );
         serde_json::from_slice(&out.stdout).expect("pyiceberg json")
+    }
+}
+
+/// Starts `infra/rest_catalog.py` (an Iceberg REST catalog over PyIceberg's SQL catalog) for one
+/// test; it exits with the test process. Returns its URI.
+fn start_rest_catalog(dir: &std::path::Path, bucket: &str, s3: &str) -> String {
+    let port_file = dir.join("rest.port");
+    let log = std::fs::File::create(dir.join("rest.log")).expect("rest log");
+    let mut child = Command::new(python())
+        .arg(repo_root().join("infra/rest_catalog.py"))
+        .arg("--db")
+        .arg(dir.join("rest.db"))
+        .args([
+            "--warehouse",
+            &format!("s3://{bucket}/warehouse"),
+            "--s3-endpoint",
+            s3,
+        ])
+        .arg("--port-file")
+        .arg(&port_file)
+        .args(["--parent-pid", &std::process::id().to_string()])
+        .stdout(std::process::Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("start the REST catalog");
+    let start = Instant::now();
+    loop {
+        if let Ok(p) = std::fs::read_to_string(&port_file) {
+            if !p.is_empty() {
+                // It watches our pid and exits with us; reap it on a thread meanwhile.
+                std::thread::spawn(move || child.wait());
+                return format!("http://127.0.0.1:{}", p.trim());
+            }
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "REST catalog did not start: see {}/rest.log",
+            dir.display()
+        );
+        std::thread::sleep(Duration::from_millis(100));
     }
 }
 

@@ -9,3 +9,6 @@ mod glue;
 mod harness;
 mod ingest_flow;
 mod maintain;
+mod rest;
+
+pub use maintain::only as maintain_opts;

@@ -10,7 +10,7 @@ use floe::snapshot::Change;
 
 use crate::harness::{orders, TestEnv};
 
-fn only(compact: bool, expire: bool, orphans: bool) -> Options {
+pub fn only(compact: bool, expire: bool, orphans: bool) -> Options {
     Options {
         compact,
         expire,
