@@ -381,6 +381,7 @@ format = "parquet"
 
 /// Starts `infra/rest_catalog.py` (an Iceberg REST catalog over PyIceberg's SQL catalog) for one
 /// test; it exits with the test process. Returns its URI.
+#[allow(clippy::zombie_processes)] // reaped by a thread once started; exits with the test process
 fn start_rest_catalog(dir: &std::path::Path, bucket: &str, s3: &str) -> String {
     let port_file = dir.join("rest.port");
     let log = std::fs::File::create(dir.join("rest.log")).expect("rest log");
