@@ -122,67 +122,25 @@ impl ObjectReport {
     pub fn emit(&self) {
         let status = format!("{:?}", self.status);
         let mut m = vec![
-            Metric {
-                name: "RecordsIn",
-                value: self.records_in as f64,
-                unit: "Count",
-            },
-            Metric {
-                name: "RecordsCommitted",
-                value: self.records_committed as f64,
-                unit: "Count",
-            },
-            Metric {
-                name: "RecordsQuarantined",
-                value: self.records_quarantined as f64,
-                unit: "Count",
-            },
-            Metric {
-                name: "LateRecords",
-                value: self.late_records as f64,
-                unit: "Count",
-            },
-            Metric {
-                name: "MaxLatenessSeconds",
-                value: self.max_lateness_seconds,
-                unit: "Seconds",
-            },
+            Metric::count("RecordsIn", self.records_in as f64),
+            Metric::count("RecordsCommitted", self.records_committed as f64),
+            Metric::count("RecordsQuarantined", self.records_quarantined as f64),
+            Metric::count("LateRecords", self.late_records as f64),
+            Metric::seconds("MaxLatenessSeconds", self.max_lateness_seconds),
             Metric {
                 name: "IngestMillis",
                 value: self.millis as f64,
                 unit: "Milliseconds",
             },
-            Metric {
-                name: "CommitAttempts",
-                value: self.attempts as f64,
-                unit: "Count",
-            },
+            Metric::count("CommitAttempts", self.attempts),
         ];
         if let Some(f) = self.freshness_seconds {
-            m.push(Metric {
-                name: "FreshnessLagSeconds",
-                value: f,
-                unit: "Seconds",
-            });
+            m.push(Metric::seconds("FreshnessLagSeconds", f));
         }
         match self.status {
-            Status::Unrouted => {
-                m = vec![Metric {
-                    name: "UnroutedObjects",
-                    value: 1.0,
-                    unit: "Count",
-                }]
-            }
-            Status::Unreadable => m.push(Metric {
-                name: "UnreadableObjects",
-                value: 1.0,
-                unit: "Count",
-            }),
-            Status::Duplicate => m.push(Metric {
-                name: "DuplicateDeliveries",
-                value: 1.0,
-                unit: "Count",
-            }),
+            Status::Unrouted => m = vec![Metric::count("UnroutedObjects", 1.0)],
+            Status::Unreadable => m.push(Metric::count("UnreadableObjects", 1.0)),
+            Status::Duplicate => m.push(Metric::count("DuplicateDeliveries", 1.0)),
             _ => {}
         }
         let table = if self.table.is_empty() {

@@ -852,41 +852,20 @@ impl Report {
         crate::metrics::emit(
             &[("Table", self.table.as_str())],
             &[
-                Metric {
-                    name: "DataFilesBefore",
-                    value: self.files_before as f64,
-                    unit: "Count",
-                },
-                Metric {
-                    name: "DataFilesAfter",
-                    value: self.files_after as f64,
-                    unit: "Count",
-                },
-                Metric {
-                    name: "CompactionGroups",
-                    value: self.groups_compacted as f64,
-                    unit: "Count",
-                },
+                Metric::count("DataFilesBefore", self.files_before as f64),
+                Metric::count("DataFilesAfter", self.files_after as f64),
+                Metric::count("CompactionGroups", self.groups_compacted as f64),
                 Metric {
                     name: "CompactionBytesRead",
                     value: self.compaction_bytes_read as f64,
                     unit: "Bytes",
                 },
-                Metric {
-                    name: "SnapshotsExpired",
-                    value: self.snapshots_expired as f64,
-                    unit: "Count",
-                },
-                Metric {
-                    name: "FilesDeleted",
-                    value: (self.expired_files_deleted + self.orphans_deleted) as f64,
-                    unit: "Count",
-                },
-                Metric {
-                    name: "MaintainSeconds",
-                    value: self.seconds,
-                    unit: "Seconds",
-                },
+                Metric::count("SnapshotsExpired", self.snapshots_expired as f64),
+                Metric::count(
+                    "FilesDeleted",
+                    (self.expired_files_deleted + self.orphans_deleted) as f64,
+                ),
+                Metric::seconds("MaintainSeconds", self.seconds),
             ],
         );
         tracing::info!(table = %self.table, files_before = self.files_before, files_after = self.files_after,

@@ -17,6 +17,25 @@ pub struct Metric<'a> {
     pub unit: &'a str,
 }
 
+impl<'a> Metric<'a> {
+    /// A count.
+    pub fn count(name: &'a str, value: impl Into<f64>) -> Self {
+        Self {
+            name,
+            value: value.into(),
+            unit: "Count",
+        }
+    }
+    /// A duration in seconds.
+    pub fn seconds(name: &'a str, value: f64) -> Self {
+        Self {
+            name,
+            value,
+            unit: "Seconds",
+        }
+    }
+}
+
 /// Builds an EMF document with the given dimensions (name, value) and metrics.
 pub fn emf(dimensions: &[(&str, &str)], metrics: &[Metric<'_>], now_ms: i64) -> Value {
     let mut doc = Map::new();

@@ -279,37 +279,16 @@ format = "parquet"
     /// (rows, sum of customer_id, distinct order ids): an order-independent checksum by full scan.
     pub async fn checksum(&self, catalog: &dyn Catalog) -> (usize, i64, usize) {
         use arrow::array::{Array, Int64Array, StringArray};
-        use futures::TryStreamExt;
-        let table = catalog.load_table(&self.ident()).await.expect("load");
-        if table.metadata().current_snapshot().is_none() {
-            return (0, 0, 0);
-        }
-        let stream = table
-            .scan()
-            .build()
-            .expect("scan")
-            .to_arrow()
-            .await
-            .expect("arrow");
-        let batches: Vec<_> = stream.try_collect().await.expect("read");
         let mut rows = 0;
         let mut sum = 0i64;
         let mut ids = std::collections::HashSet::new();
-        for b in &batches {
+        for b in &self.scan_all(catalog).await {
             rows += b.num_rows();
-            let c = b
-                .column_by_name("customer_id")
-                .unwrap()
-                .as_any()
-                .downcast_ref::<Int64Array>()
-                .unwrap();
+            let c = b.column_by_name("customer_id").unwrap();
+            let c = c.as_any().downcast_ref::<Int64Array>().unwrap();
             sum += c.iter().flatten().sum::<i64>();
-            let o = b
-                .column_by_name("order_id")
-                .unwrap()
-                .as_any()
-                .downcast_ref::<StringArray>()
-                .unwrap();
+            let o = b.column_by_name("order_id").unwrap();
+            let o = o.as_any().downcast_ref::<StringArray>().unwrap();
             ids.extend(o.iter().flatten().map(str::to_string));
         }
         (rows, sum, ids.len())
@@ -317,20 +296,27 @@ format = "parquet"
 
     /// Rows in the table by a full scan through iceberg-rust.
     pub async fn count_rows(&self, catalog: &dyn Catalog) -> usize {
+        self.scan_all(catalog)
+            .await
+            .iter()
+            .map(|b| b.num_rows())
+            .sum()
+    }
+
+    /// Every row of `orders`, by a full scan through iceberg-rust.
+    async fn scan_all(&self, catalog: &dyn Catalog) -> Vec<arrow::array::RecordBatch> {
         use futures::TryStreamExt;
         let table = catalog.load_table(&self.ident()).await.expect("load");
         if table.metadata().current_snapshot().is_none() {
-            return 0;
+            return Vec::new();
         }
-        let stream = table
-            .scan()
-            .build()
-            .expect("scan")
-            .to_arrow()
+        let scan = table.scan().build().expect("scan");
+        scan.to_arrow()
             .await
-            .expect("arrow");
-        let batches: Vec<_> = stream.try_collect().await.expect("read");
-        batches.iter().map(|b| b.num_rows()).sum()
+            .expect("arrow")
+            .try_collect()
+            .await
+            .expect("read")
     }
 
     /// Reads the table with PyIceberg and returns its JSON report.
