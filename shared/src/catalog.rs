@@ -200,6 +200,7 @@ async fn ensure_table(catalog: &dyn Catalog, cfg: &Config, t: &TableConfig) -> R
     }
     let schema = schema::table_schema(t)?;
     let spec = schema::partition_spec(t, &schema)?;
+    let sort = schema::sort_order(t, &schema)?;
     let mut props: HashMap<String, String> = HashMap::from([
         (
             "write.parquet.compression-codec".to_string(),
@@ -216,6 +217,7 @@ async fn ensure_table(catalog: &dyn Catalog, cfg: &Config, t: &TableConfig) -> R
         .name(t.name.clone())
         .schema(schema)
         .partition_spec(spec)
+        .sort_order(sort)
         .properties(props)
         .build();
     match catalog.create_table(ident.namespace(), creation).await {

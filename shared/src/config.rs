@@ -196,6 +196,9 @@ pub struct TableConfig {
     /// Partition fields, e.g. `["day(event_time)", "identity(region)"]`.
     #[serde(default)]
     pub partition: Vec<String>,
+    /// Sort order for compaction output, e.g. `["customer_id", "event_time desc"]`.
+    #[serde(default)]
+    pub sort: Vec<String>,
     /// Target data file size in MiB.
     #[serde(default = "default_target_mb")]
     pub target_file_size_mb: u64,
@@ -410,6 +413,16 @@ impl Config {
                 crate::schema::parse_partition(p, &cols).map_err(|reason| {
                     Error::config(origin, &at(&format!("partition[{j}]")), reason)
                 })?;
+            }
+            for (j, key) in table.sort.iter().enumerate() {
+                let col = key.split_whitespace().next().unwrap_or("");
+                if !cols.contains(col) {
+                    return Err(Error::config(
+                        origin,
+                        &at(&format!("sort[{j}]")),
+                        format!("no column named `{col}`"),
+                    ));
+                }
             }
             if table.target_file_size_mb == 0 {
                 return Err(Error::config(

@@ -11,6 +11,7 @@ pub mod config;
 pub mod decode;
 pub mod error;
 pub mod event;
+pub mod evolve;
 pub mod glue;
 pub mod ingest;
 pub mod lambda;

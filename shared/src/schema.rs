@@ -166,6 +166,43 @@ pub fn partition_spec(table: &TableConfig, schema: &Schema) -> Result<UnboundPar
     Ok(builder.build())
 }
 
+/// The table's sort order from `sort` keys (`col`, `col asc`, `col desc`), bound to `schema`.
+pub fn sort_order(table: &TableConfig, schema: &Schema) -> Result<iceberg::spec::SortOrder> {
+    use iceberg::spec::{NullOrder, SortDirection, SortField, SortOrder};
+    if table.sort.is_empty() {
+        return Ok(SortOrder::unsorted_order());
+    }
+    let mut builder = SortOrder::builder();
+    builder.with_order_id(1);
+    for key in &table.sort {
+        let mut parts = key.split_whitespace();
+        let col = parts.next().unwrap_or("");
+        let desc = matches!(parts.next(), Some(d) if d.eq_ignore_ascii_case("desc"));
+        let field = schema
+            .field_by_name(col)
+            .ok_or_else(|| Error::new(ErrorKind::Config, format!("sort: no column `{col}`")))?;
+        builder.with_sort_field(
+            SortField::builder()
+                .source_id(field.id)
+                .transform(Transform::Identity)
+                .direction(if desc {
+                    SortDirection::Descending
+                } else {
+                    SortDirection::Ascending
+                })
+                .null_order(if desc {
+                    NullOrder::Last
+                } else {
+                    NullOrder::First
+                })
+                .build(),
+        );
+    }
+    builder
+        .build(schema)
+        .map_err(|e| Error::iceberg(format!("sort order of `{}`", table.name), e))
+}
+
 /// The Arrow schema input is decoded into: the table's user columns, all nullable and without
 /// field-id metadata, so that missing required values are found by floe and reported per record.
 pub fn decode_schema(table_arrow: &ArrowSchema) -> ArrowSchemaRef {

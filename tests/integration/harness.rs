@@ -94,11 +94,11 @@ pub struct TestEnv {
 
 impl TestEnv {
     pub async fn new(catalog_kind: &'static str) -> Self {
-        Self::with_orders_properties(catalog_kind, "").await
+        Self::with_orders_toml(catalog_kind, "").await
     }
 
-    /// Like `new`, with extra `key = "value"` table properties on `orders` (TOML inline-table body).
-    pub async fn with_orders_properties(catalog_kind: &'static str, properties: &str) -> Self {
+    /// Like `new`, with extra TOML lines in the `orders` table (e.g. `properties = {...}`).
+    pub async fn with_orders_toml(catalog_kind: &'static str, extra: &str) -> Self {
         let endpoint = moto();
         let bucket = unique("floe");
         let namespace = unique("ns").replace('-', "_");
@@ -159,7 +159,7 @@ format = "parquet"
 {tables}{consumer}"#,
             tables = floe::sample::ORDERS_TABLE_TOML.replace(
                 "target_file_size_mb = 128",
-                &format!("target_file_size_mb = 128\nproperties = {{ {properties} }}"),
+                &format!("target_file_size_mb = 128\n{extra}"),
             ),
             consumer = floe::sample::ORDERS_TABLE_TOML
                 .replace("name = \"orders\"", "name = \"orders_consumer\"")

@@ -268,8 +268,8 @@ async fn orphan_cleanup_honours_the_window_and_dry_run() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn manifest_rewrite_and_old_metadata_cleanup() {
-    let props = r#""commit.manifest-merge.enabled" = "false", "write.metadata.delete-after-commit.enabled" = "true", "write.metadata.previous-versions-max" = "2""#;
-    let env = TestEnv::with_orders_properties("sqlite", props).await;
+    let props = r#"properties = { "commit.manifest-merge.enabled" = "false", "write.metadata.delete-after-commit.enabled" = "true", "write.metadata.previous-versions-max" = "2" }"#;
+    let env = TestEnv::with_orders_toml("sqlite", props).await;
     let ingestor = env.ingestor().await;
     for i in 0..6u64 {
         env.put(&format!("orders/r{i}.jsonl"), orders(30, 900 + i))
@@ -327,4 +327,72 @@ async fn compaction_stops_at_the_deadline_and_continues_next_run() {
         .unwrap();
     assert_eq!((r.groups_compacted, r.files_after), (1, 1), "{r:?}");
     assert_eq!(env.count_rows(ingestor.catalog().as_ref()).await, 120);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compaction_follows_the_sort_order_and_the_schedule_payload_drives_it() {
+    use arrow::array::{Array, Int64Array};
+    use futures::TryStreamExt;
+    let env = TestEnv::with_orders_toml("sqlite", r#"sort = ["customer_id"]"#).await;
+    let ingestor = env.ingestor().await;
+    for i in 0..5u64 {
+        env.put(&format!("orders/s{i}.jsonl"), orders(40, 990 + i))
+            .await;
+        env.ingest(&ingestor, &format!("orders/s{i}.jsonl"))
+            .await
+            .unwrap();
+    }
+    let maintainer = env.maintainer().await;
+    // What the EventBridge schedule sends: a dry run changes nothing, a real run compacts.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let dry = maintainer
+        .handle_payload(
+            &serde_json::json!({"tables": ["orders"], "dry_run": true}),
+            deadline,
+        )
+        .await
+        .unwrap();
+    assert_eq!((dry[0].files_after, dry[0].dry_run), (5, true), "{dry:?}");
+    let payload =
+        serde_json::json!({"detail-type": "Scheduled Event", "detail": {"tables": ["orders"]}});
+    let reports = maintainer.handle_payload(&payload, deadline).await.unwrap();
+    assert_eq!(
+        (reports[0].groups_compacted, reports[0].files_after),
+        (1, 1),
+        "{reports:?}"
+    );
+    let table = ingestor.catalog().load_table(&env.ident()).await.unwrap();
+    assert!(!table.metadata().default_sort_order().is_unsorted());
+    let batches: Vec<_> = table
+        .scan()
+        .build()
+        .unwrap()
+        .to_arrow()
+        .await
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap();
+    let ids: Vec<i64> = batches
+        .iter()
+        .flat_map(|b| {
+            let c = b
+                .column_by_name("customer_id")
+                .unwrap()
+                .as_any()
+                .downcast_ref::<Int64Array>()
+                .unwrap()
+                .clone();
+            c.iter().flatten().collect::<Vec<_>>()
+        })
+        .collect();
+    assert_eq!(ids.len(), 200);
+    assert!(
+        ids.windows(2).all(|w| w[0] <= w[1]),
+        "compacted file is sorted by customer_id"
+    );
+    assert!(maintainer
+        .handle_payload(&serde_json::json!({"tables": ["nope"]}), deadline)
+        .await
+        .is_err());
 }

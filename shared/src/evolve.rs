@@ -1,0 +1,289 @@
+//! Schema compatibility as a contract: classify every difference between two schemas as additive,
+//! compatible or breaking, the way the Iceberg spec allows schemas to evolve.
+//!
+//! * additive: a new optional field;
+//! * compatible: a widening the spec allows (int→long, float→double, decimal precision increase),
+//!   required→optional, a doc change, or removing a deprecated field after its removal date;
+//! * breaking: a removed or renamed field, a new required field, narrowing or any other type
+//!   change, optional→required, or removing a deprecated field before its date.
+
+use std::collections::HashMap;
+
+use chrono::NaiveDate;
+use iceberg::spec::{NestedField, PrimitiveType, Schema, Type};
+use serde::Serialize;
+
+/// How a change affects readers and writers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Class {
+    /// Nothing to do for consumers.
+    Additive,
+    /// Safe by the Iceberg spec; consumers keep working.
+    Compatible,
+    /// Consumers can break.
+    Breaking,
+}
+
+/// One difference.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FieldChange {
+    /// Field name.
+    pub field: String,
+    /// What changed, e.g. `int → long`.
+    pub change: String,
+    /// Its class.
+    pub class: Class,
+}
+
+/// Deprecation marks: field name → removal date.
+pub type Deprecations = HashMap<String, NaiveDate>;
+
+/// Whether `from` may be promoted to `to` under the Iceberg spec.
+pub fn is_widening(from: &PrimitiveType, to: &PrimitiveType) -> bool {
+    match (from, to) {
+        (PrimitiveType::Int, PrimitiveType::Long)
+        | (PrimitiveType::Float, PrimitiveType::Double) => true,
+        (
+            PrimitiveType::Decimal {
+                precision: p1,
+                scale: s1,
+            },
+            PrimitiveType::Decimal {
+                precision: p2,
+                scale: s2,
+            },
+        ) => s1 == s2 && p2 >= p1,
+        _ => false,
+    }
+}
+
+fn type_name(t: &Type) -> String {
+    match t {
+        Type::Primitive(p) => p.to_string(),
+        other => format!("{other:?}"),
+    }
+}
+
+fn user_fields(s: &Schema) -> Vec<&NestedField> {
+    s.as_struct()
+        .fields()
+        .iter()
+        .map(|f| f.as_ref())
+        .filter(|f| !f.name.starts_with('_'))
+        .collect()
+}
+
+/// Classifies every difference from `current` to `proposed` (top-level fields, by name).
+pub fn diff(
+    current: &Schema,
+    proposed: &Schema,
+    deprecated: &Deprecations,
+    today: NaiveDate,
+) -> Vec<FieldChange> {
+    let mut out = Vec::new();
+    let proposed_by_name: HashMap<&str, &NestedField> = user_fields(proposed)
+        .into_iter()
+        .map(|f| (f.name.as_str(), f))
+        .collect();
+    let current_names: HashMap<&str, &NestedField> = user_fields(current)
+        .into_iter()
+        .map(|f| (f.name.as_str(), f))
+        .collect();
+    for f in user_fields(current) {
+        let Some(p) = proposed_by_name.get(f.name.as_str()) else {
+            let (class, why) = match deprecated.get(&f.name) {
+                Some(date) if today >= *date => (
+                    Class::Compatible,
+                    format!("removed (deprecated, removal date {date} passed)"),
+                ),
+                Some(date) => (
+                    Class::Breaking,
+                    format!("removed before its removal date {date}"),
+                ),
+                None => (
+                    Class::Breaking,
+                    "removed (or renamed): consumers reading it break".to_string(),
+                ),
+            };
+            out.push(FieldChange {
+                field: f.name.clone(),
+                change: why,
+                class,
+            });
+            continue;
+        };
+        if f.field_type != p.field_type {
+            let class = match (f.field_type.as_ref(), p.field_type.as_ref()) {
+                (Type::Primitive(a), Type::Primitive(b)) if is_widening(a, b) => Class::Compatible,
+                _ => Class::Breaking,
+            };
+            out.push(FieldChange {
+                field: f.name.clone(),
+                change: format!(
+                    "{} → {}",
+                    type_name(&f.field_type),
+                    type_name(&p.field_type)
+                ),
+                class,
+            });
+        }
+        if f.required != p.required {
+            let (class, change) = if f.required {
+                (Class::Compatible, "required → optional")
+            } else {
+                (Class::Breaking, "optional → required")
+            };
+            out.push(FieldChange {
+                field: f.name.clone(),
+                change: change.into(),
+                class,
+            });
+        }
+        if f.doc != p.doc {
+            out.push(FieldChange {
+                field: f.name.clone(),
+                change: "doc changed".into(),
+                class: Class::Compatible,
+            });
+        }
+    }
+    for p in user_fields(proposed) {
+        if !current_names.contains_key(p.name.as_str()) {
+            let (class, change) = if p.required {
+                (
+                    Class::Breaking,
+                    format!(
+                        "new required field ({}): existing rows have no value",
+                        type_name(&p.field_type)
+                    ),
+                )
+            } else {
+                (
+                    Class::Additive,
+                    format!("new optional field ({})", type_name(&p.field_type)),
+                )
+            };
+            out.push(FieldChange {
+                field: p.name.clone(),
+                change,
+                class,
+            });
+        }
+    }
+    out
+}
+
+/// The worst class among `changes` (None when there are none).
+pub fn worst(changes: &[FieldChange]) -> Option<Class> {
+    changes.iter().map(|c| c.class).max()
+}
+
+/// Fields still produced although deprecated: (field, removal date).
+pub fn deprecated_in_use<'a>(
+    fields: impl IntoIterator<Item = &'a str>,
+    deprecated: &Deprecations,
+) -> Vec<(String, NaiveDate)> {
+    fields
+        .into_iter()
+        .filter_map(|f| deprecated.get(f).map(|d| (f.to_string(), *d)))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+
+    fn schema(fields: Vec<NestedField>) -> Schema {
+        Schema::builder()
+            .with_fields(fields.into_iter().map(Arc::new))
+            .build()
+            .unwrap()
+    }
+
+    fn day(s: &str) -> NaiveDate {
+        NaiveDate::parse_from_str(s, "%Y-%m-%d").unwrap()
+    }
+
+    #[test]
+    fn classifies_each_kind_of_change() {
+        let p = |t| Type::Primitive(t);
+        let current = schema(vec![
+            NestedField::required(1, "id", p(PrimitiveType::String)),
+            NestedField::optional(2, "n", p(PrimitiveType::Int)),
+            NestedField::optional(3, "x", p(PrimitiveType::Float)),
+            NestedField::optional(
+                4,
+                "price",
+                p(PrimitiveType::Decimal {
+                    precision: 10,
+                    scale: 2,
+                }),
+            ),
+            NestedField::optional(5, "gone", p(PrimitiveType::String)),
+            NestedField::optional(6, "narrow", p(PrimitiveType::Long)),
+            NestedField::required(7, "loosened", p(PrimitiveType::String)),
+            NestedField::optional(8, "tightened", p(PrimitiveType::String)),
+            NestedField::optional(9, "old", p(PrimitiveType::String)),
+            NestedField::optional(10, "soon", p(PrimitiveType::String)),
+        ]);
+        let proposed = schema(vec![
+            NestedField::required(1, "id", p(PrimitiveType::String)),
+            NestedField::optional(2, "n", p(PrimitiveType::Long)),
+            NestedField::optional(3, "x", p(PrimitiveType::Double)),
+            NestedField::optional(
+                4,
+                "price",
+                p(PrimitiveType::Decimal {
+                    precision: 12,
+                    scale: 2,
+                }),
+            ),
+            NestedField::optional(6, "narrow", p(PrimitiveType::Int)),
+            NestedField::optional(7, "loosened", p(PrimitiveType::String)),
+            NestedField::required(8, "tightened", p(PrimitiveType::String)),
+            NestedField::optional(11, "coupon", p(PrimitiveType::String)),
+            NestedField::required(12, "must", p(PrimitiveType::String)),
+        ]);
+        let deprecated = Deprecations::from([
+            ("old".to_string(), day("2026-01-01")),
+            ("soon".to_string(), day("2027-06-01")),
+        ]);
+        let changes = diff(&current, &proposed, &deprecated, day("2026-11-30"));
+        let class = |f: &str| {
+            changes
+                .iter()
+                .filter(|c| c.field == f)
+                .map(|c| c.class)
+                .max()
+                .unwrap()
+        };
+        assert_eq!(class("n"), Class::Compatible);
+        assert_eq!(class("x"), Class::Compatible);
+        assert_eq!(class("price"), Class::Compatible);
+        assert_eq!(class("gone"), Class::Breaking);
+        assert_eq!(class("narrow"), Class::Breaking);
+        assert_eq!(class("loosened"), Class::Compatible);
+        assert_eq!(class("tightened"), Class::Breaking);
+        assert_eq!(class("old"), Class::Compatible);
+        assert_eq!(class("soon"), Class::Breaking);
+        assert_eq!(class("coupon"), Class::Additive);
+        assert_eq!(class("must"), Class::Breaking);
+        assert!(!changes.iter().any(|c| c.field == "id"));
+        assert_eq!(worst(&changes), Some(Class::Breaking));
+        assert!(is_widening(&PrimitiveType::Int, &PrimitiveType::Long));
+        assert!(!is_widening(&PrimitiveType::Long, &PrimitiveType::Int));
+        assert!(!is_widening(
+            &PrimitiveType::Decimal {
+                precision: 10,
+                scale: 2
+            },
+            &PrimitiveType::Decimal {
+                precision: 12,
+                scale: 3
+            }
+        ));
+    }
+}
