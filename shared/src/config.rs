@@ -196,6 +196,10 @@ pub struct TableConfig {
     /// Partition fields, e.g. `["day(event_time)", "identity(region)"]`.
     #[serde(default)]
     pub partition: Vec<String>,
+    /// What to do with input fields the table lacks: `additive` (default: add them as optional
+    /// columns, widen types the spec allows), `strict` (quarantine such records), `ignore` (drop).
+    #[serde(default)]
+    pub schema_policy: SchemaPolicy,
     /// Sort order for compaction output, e.g. `["customer_id", "event_time desc"]`.
     #[serde(default)]
     pub sort: Vec<String>,
@@ -225,6 +229,23 @@ pub struct ColumnConfig {
     /// Documentation.
     #[serde(default)]
     pub doc: Option<String>,
+    /// Deprecated, to be removed on this date (`YYYY-MM-DD`): ingest and schema-diff warn while
+    /// it is still produced; removing it before the date is breaking, after it compatible.
+    #[serde(default)]
+    pub deprecated: Option<String>,
+}
+
+/// Schema policy of a table at ingest.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SchemaPolicy {
+    /// A record with a field the table lacks is quarantined.
+    Strict,
+    /// New fields become optional columns in the same commit; compatible widenings are applied.
+    #[default]
+    Additive,
+    /// Unknown fields are dropped and counted.
+    Ignore,
 }
 
 /// Input format of a route.
@@ -388,6 +409,15 @@ impl Config {
                         format!("duplicate column `{}`", col.name),
                     ));
                 }
+                if let Some(d) = &col.deprecated {
+                    chrono::NaiveDate::parse_from_str(d, "%Y-%m-%d").map_err(|_| {
+                        Error::config(
+                            origin,
+                            &at(&format!("columns[{j}].deprecated")),
+                            format!("`{d}`: expected a date YYYY-MM-DD"),
+                        )
+                    })?;
+                }
                 crate::schema::parse_type(&col.type_name).map_err(|reason| {
                     Error::config(origin, &at(&format!("columns[{j}].type")), reason)
                 })?;
@@ -476,6 +506,20 @@ impl Config {
     /// A table by name.
     pub fn table(&self, name: &str) -> Option<&TableConfig> {
         self.tables.iter().find(|t| t.name == name)
+    }
+}
+
+impl TableConfig {
+    /// Deprecated columns and their removal dates.
+    pub fn deprecations(&self) -> crate::evolve::Deprecations {
+        self.columns
+            .iter()
+            .filter_map(|c| {
+                let d =
+                    chrono::NaiveDate::parse_from_str(c.deprecated.as_deref()?, "%Y-%m-%d").ok()?;
+                Some((c.name.clone(), d))
+            })
+            .collect()
     }
 }
 

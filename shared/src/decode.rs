@@ -5,7 +5,9 @@
 //! at a time with arrow-rs; when a chunk fails, it is split in halves until the bad records are
 //! isolated, so one bad line costs a few extra decodes instead of failing the object.
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
+
+use iceberg::spec::PrimitiveType;
 use std::io::{BufRead, BufReader, Read};
 use std::sync::Arc;
 
@@ -61,8 +63,11 @@ pub enum Piece {
     Batch(RecordBatch),
     /// Records that go to quarantine.
     Rejected(Vec<Rejected>),
-    /// Fields present in the input but not in the table (reported, ignored).
-    UnknownFields(BTreeSet<String>),
+    /// Fields present in the input but not in the table, with the type their values suggest
+    /// (`None` when no value said: nulls, nested values).
+    UnknownFields(BTreeMap<String, Option<PrimitiveType>>),
+    /// Known fields whose input values need a wider type (e.g. an int column given 2^40).
+    Widen(BTreeMap<String, PrimitiveType>),
 }
 
 /// Why decoding stopped.
@@ -100,6 +105,8 @@ pub struct DecodeSpec {
     pub required: Vec<String>,
     /// Records per chunk.
     pub chunk_records: usize,
+    /// Whether fields the table lacks are tolerated (else the record is rejected: strict policy).
+    pub allow_unknown: bool,
 }
 
 /// Decodes `input` per `spec`, sending pieces to `sink` (which returns false when closed).
@@ -338,34 +345,91 @@ fn decode_json_bytes(
     Ok(batch)
 }
 
-/// Top-level keys of a JSON object line that are not in `known`.
-fn unknown_keys(line: &[u8], known: &BTreeSet<String>, out: &mut BTreeSet<String>) {
-    use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
-    struct Keys<'k>(&'k BTreeSet<String>, &'k mut BTreeSet<String>);
-    impl<'de> Visitor<'de> for Keys<'_> {
-        type Value = ();
-        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-            f.write_str("a JSON object")
-        }
-        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-            while let Some(k) = map.next_key::<std::borrow::Cow<'de, str>>()? {
-                if !self.0.contains(k.as_ref()) && !self.1.contains(k.as_ref()) {
-                    self.1.insert(k.into_owned());
+/// Schema hints from a JSON object line: keys not in `known` with the type their value suggests,
+/// and known int columns given integers beyond 32 bits.
+fn scan_keys(
+    line: &[u8],
+    known: &BTreeMap<String, DataType>,
+    unknown: &mut BTreeMap<String, Option<PrimitiveType>>,
+    widen: &mut BTreeMap<String, PrimitiveType>,
+) {
+    let Ok(serde_json::Value::Object(map)) = serde_json::from_slice::<serde_json::Value>(line)
+    else {
+        return;
+    };
+    for (k, v) in map {
+        match known.get(&k) {
+            Some(DataType::Int32) => {
+                if let Some(n) = v.as_i64() {
+                    if i32::try_from(n).is_err() {
+                        widen.insert(k, PrimitiveType::Long);
+                    }
                 }
-                map.next_value::<IgnoredAny>()?;
             }
-            Ok(())
+            Some(_) => {}
+            None => {
+                let t = json_type(&v);
+                let slot = unknown.entry(k).or_insert(None);
+                *slot = match (slot.take(), t) {
+                    (None, t) => t,
+                    (Some(a), None) => Some(a),
+                    (Some(PrimitiveType::Long), Some(PrimitiveType::Double)) => {
+                        Some(PrimitiveType::Double)
+                    }
+                    (Some(a), Some(b)) if a == b => Some(a),
+                    (Some(PrimitiveType::Double), Some(PrimitiveType::Long)) => {
+                        Some(PrimitiveType::Double)
+                    }
+                    (Some(_), Some(_)) => Some(PrimitiveType::String),
+                };
+            }
         }
     }
-    let mut de = serde_json::Deserializer::from_slice(line);
-    let _ = de.deserialize_map(Keys(known, out));
+}
+
+/// The Iceberg type a JSON value suggests (None for null and nested values).
+fn json_type(v: &serde_json::Value) -> Option<PrimitiveType> {
+    match v {
+        serde_json::Value::Bool(_) => Some(PrimitiveType::Boolean),
+        serde_json::Value::Number(n) if n.is_i64() || n.is_u64() => Some(PrimitiveType::Long),
+        serde_json::Value::Number(_) => Some(PrimitiveType::Double),
+        serde_json::Value::String(_) => Some(PrimitiveType::String),
+        _ => None,
+    }
+}
+
+/// The Iceberg type of an Arrow type, where one exists.
+pub fn arrow_to_primitive(t: &DataType) -> Option<PrimitiveType> {
+    Some(match t {
+        DataType::Boolean => PrimitiveType::Boolean,
+        DataType::Int8 | DataType::Int16 | DataType::Int32 | DataType::UInt8 | DataType::UInt16 => {
+            PrimitiveType::Int
+        }
+        DataType::Int64 | DataType::UInt32 => PrimitiveType::Long,
+        DataType::Float16 | DataType::Float32 => PrimitiveType::Float,
+        DataType::Float64 => PrimitiveType::Double,
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => PrimitiveType::String,
+        DataType::Date32 => PrimitiveType::Date,
+        DataType::Timestamp(_, Some(_)) => PrimitiveType::Timestamptz,
+        DataType::Timestamp(_, None) => PrimitiveType::Timestamp,
+        DataType::Decimal128(p, s) if *s >= 0 => PrimitiveType::Decimal {
+            precision: *p as u32,
+            scale: *s as u32,
+        },
+        _ => return None,
+    })
 }
 
 fn decode_jsonl(reader: Box<dyn Read + '_>, ctx: &mut Ctx<'_>) -> Result<(), DecodeFailure> {
     let mut reader = BufReader::with_capacity(1 << 20, reader);
     let schema = ctx.spec.schema.clone();
-    let known: BTreeSet<String> = schema.fields().iter().map(|f| f.name().clone()).collect();
-    let mut reported: BTreeSet<String> = BTreeSet::new();
+    let known: BTreeMap<String, DataType> = schema
+        .fields()
+        .iter()
+        .map(|f| (f.name().clone(), f.data_type().clone()))
+        .collect();
+    let mut reported: BTreeMap<String, Option<PrimitiveType>> = BTreeMap::new();
+    let mut widened: BTreeMap<String, PrimitiveType> = BTreeMap::new();
     let mut chunk = TextChunk::default();
     let mut line_no = 0u64;
     let limit = ctx.spec.chunk_records;
@@ -397,18 +461,29 @@ fn decode_jsonl(reader: Box<dyn Read + '_>, ctx: &mut Ctx<'_>) -> Result<(), Dec
                 Some(Err(_)) => {
                     // Unknown fields, bad records or both: report the unknown fields (the
                     // error names only the first problem), then decode leniently, isolating bad records.
-                    let mut found = BTreeSet::new();
+                    let mut found = BTreeMap::new();
+                    let mut widen = BTreeMap::new();
                     for &(s, e, _) in &chunk.spans {
-                        unknown_keys(&chunk.buf[s..e], &known, &mut found);
+                        scan_keys(&chunk.buf[s..e], &known, &mut found, &mut widen);
                     }
-                    let new: BTreeSet<String> = found.difference(&reported).cloned().collect();
+                    let new: BTreeMap<String, Option<PrimitiveType>> = found
+                        .into_iter()
+                        .filter(|(k, t)| reported.get(k) != Some(t))
+                        .collect();
                     if !new.is_empty() {
-                        reported.extend(new.iter().cloned());
+                        reported.extend(new.clone());
                         ctx.send(Piece::UnknownFields(new))?;
                     }
-                    let lenient =
-                        |d: &[u8], rows: usize| decode_json_bytes(&schema, false, d, rows);
-                    emit_text_chunk(ctx, &chunk, &lenient)?;
+                    widen.retain(|k, t| widened.get(k) != Some(t));
+                    if !widen.is_empty() {
+                        widened.extend(widen.clone());
+                        ctx.send(Piece::Widen(widen))?;
+                    }
+                    // Under a strict schema policy, lines with unknown fields are rejected.
+                    let lenient_ok = ctx.spec.allow_unknown;
+                    let decode =
+                        |d: &[u8], rows: usize| decode_json_bytes(&schema, !lenient_ok, d, rows);
+                    emit_text_chunk(ctx, &chunk, &decode)?;
                 }
                 None => {}
             }
@@ -428,7 +503,7 @@ fn decode_csv(reader: Box<dyn Read + '_>, ctx: &mut Ctx<'_>) -> Result<(), Decod
         .from_reader(reader);
     let headers = rdr.byte_headers().map_err(csv_failure)?.clone();
     let target = ctx.spec.schema.clone();
-    let mut unknown = BTreeSet::new();
+    let mut unknown = BTreeMap::new();
     let csv_fields: Vec<Field> = headers
         .iter()
         .map(|h| {
@@ -436,7 +511,7 @@ fn decode_csv(reader: Box<dyn Read + '_>, ctx: &mut Ctx<'_>) -> Result<(), Decod
             match target.field_with_name(&name) {
                 Ok(f) => Field::new(name, f.data_type().clone(), true),
                 Err(_) => {
-                    unknown.insert(name.clone());
+                    unknown.insert(name.clone(), Some(PrimitiveType::String));
                     Field::new(name, DataType::Utf8, true)
                 }
             }
@@ -546,14 +621,30 @@ fn decode_parquet(mut reader: Box<dyn Read + '_>, ctx: &mut Ctx<'_>) -> Result<(
         let builder = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file)
             .map_err(|e| DecodeFailure::Unreadable(format!("not a readable Parquet file: {e}")))?;
         let file_schema = builder.schema().clone();
-        let unknown: BTreeSet<String> = file_schema
+        let unknown: BTreeMap<String, Option<PrimitiveType>> = file_schema
             .fields()
             .iter()
             .filter(|f| ctx.spec.schema.field_with_name(f.name()).is_err())
-            .map(|f| f.name().clone())
+            .map(|f| (f.name().clone(), arrow_to_primitive(f.data_type())))
             .collect();
         if !unknown.is_empty() {
             ctx.send(Piece::UnknownFields(unknown))?;
+        }
+        // Columns whose Parquet type is a spec-allowed widening of the table's (int64 for int...).
+        let widen: BTreeMap<String, PrimitiveType> = file_schema
+            .fields()
+            .iter()
+            .filter_map(|f| {
+                let target = ctx.spec.schema.field_with_name(f.name()).ok()?;
+                let (from, to) = (
+                    arrow_to_primitive(target.data_type())?,
+                    arrow_to_primitive(f.data_type())?,
+                );
+                crate::evolve::is_widening(&from, &to).then(|| (f.name().clone(), to))
+            })
+            .collect();
+        if !widen.is_empty() {
+            ctx.send(Piece::Widen(widen))?;
         }
         let rows = builder
             .with_batch_size(ctx.spec.chunk_records.min(65_536))
@@ -659,18 +750,28 @@ mod tests {
             ])),
             required: vec!["id".into(), "t".into()],
             chunk_records: 4,
+            allow_unknown: true,
         }
     }
 
-    fn run(input: &[u8], spec: &DecodeSpec) -> (u64, usize, Vec<Rejected>, BTreeSet<String>) {
+    fn run(
+        input: &[u8],
+        spec: &DecodeSpec,
+    ) -> (
+        u64,
+        usize,
+        Vec<Rejected>,
+        BTreeMap<String, Option<PrimitiveType>>,
+    ) {
         let mut rows = 0;
         let mut rejected = Vec::new();
-        let mut unknown = BTreeSet::new();
+        let mut unknown = BTreeMap::new();
         let seen = decode(input, spec, &mut |p| {
             match p {
                 Piece::Batch(b) => rows += b.num_rows(),
                 Piece::Rejected(r) => rejected.extend(r),
                 Piece::UnknownFields(u) => unknown.extend(u),
+                Piece::Widen(_) => {}
             }
             true
         })
@@ -701,7 +802,7 @@ not json\n\
         assert_eq!(rejected[1].raw, "not json");
         assert_eq!(
             unknown.into_iter().collect::<Vec<_>>(),
-            vec!["extra".to_string()]
+            vec![("extra".to_string(), Some(PrimitiveType::Boolean))]
         );
     }
 
@@ -716,7 +817,7 @@ not json\n\
         assert_eq!((seen, rows, rejected.len()), (4, 2, 2));
         assert_eq!(rejected[0].record, 3);
         assert!(rejected[0].raw.starts_with("b,zz"));
-        assert!(unknown.contains("other"));
+        assert!(unknown.contains_key("other"));
     }
 
     #[test]

@@ -174,6 +174,101 @@ pub fn diff(
     out
 }
 
+/// The schema an ingest evolves to under the additive policy: `unknown` fields (with a known type;
+/// names starting with `_` are reserved and skipped) become optional columns with fresh ids, in
+/// name order; `widen` fields get their wider type (same id). `None` when nothing changes.
+/// The description says what changed (for the snapshot summary and logs).
+pub fn evolve_schema(
+    current: &Schema,
+    unknown: &std::collections::BTreeMap<String, Option<PrimitiveType>>,
+    widen: &std::collections::BTreeMap<String, PrimitiveType>,
+) -> iceberg::Result<Option<(Schema, String)>> {
+    let mut fields: Vec<NestedField> = current
+        .as_struct()
+        .fields()
+        .iter()
+        .map(|f| f.as_ref().clone())
+        .collect();
+    let mut what = Vec::new();
+    for f in fields.iter_mut() {
+        if let (Some(to), Type::Primitive(from)) = (widen.get(&f.name), f.field_type.as_ref()) {
+            if is_widening(from, to) {
+                what.push(format!("widened {} {from} → {to}", f.name));
+                f.field_type = Box::new(Type::Primitive(to.clone()));
+            }
+        }
+    }
+    let mut next_id = current.highest_field_id() + 1;
+    for (name, ty) in unknown {
+        let Some(ty) = ty else { continue };
+        if name.starts_with('_') || current.field_by_name(name).is_some() {
+            continue;
+        }
+        what.push(format!("added {name} ({ty})"));
+        fields.push(NestedField::optional(
+            next_id,
+            name,
+            Type::Primitive(ty.clone()),
+        ));
+        next_id += 1;
+    }
+    if what.is_empty() {
+        return Ok(None);
+    }
+    let schema = Schema::builder()
+        .with_schema_id(current.schema_id() + 1)
+        .with_identifier_field_ids(current.identifier_field_ids())
+        .with_fields(fields.into_iter().map(std::sync::Arc::new))
+        .build()?;
+    Ok(Some((schema, what.join("; "))))
+}
+
+/// How a schema an ingest wrote with relates to the table's current one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fit {
+    /// Same fields, ids and types: nothing to add (e.g. a concurrent ingest added the same field).
+    Same,
+    /// Ours extends the base (new ids above the base's, widenings of the same ids): add it.
+    Extends,
+    /// The base moved differently (e.g. another field took our new id): rewrite needed.
+    Conflict,
+}
+
+/// Compares the schema data files were written with (`ours`) with the table's (`base`).
+pub fn fit(base: &Schema, ours: &Schema) -> Fit {
+    let base_fields = base.as_struct().fields();
+    let ours_fields = ours.as_struct().fields();
+    let same = base_fields.len() == ours_fields.len()
+        && ours_fields.iter().all(|f| {
+            base.field_by_id(f.id)
+                .map(|b| b.name == f.name && b.field_type == f.field_type)
+                .unwrap_or(false)
+        });
+    if same {
+        return Fit::Same;
+    }
+    for b in base_fields {
+        match ours.field_by_id(b.id) {
+            Some(o) if o.name == b.name => {
+                let widened = matches!((b.field_type.as_ref(), o.field_type.as_ref()), (Type::Primitive(x), Type::Primitive(y)) if x == y || is_widening(x, y));
+                if !widened {
+                    return Fit::Conflict;
+                }
+            }
+            _ => return Fit::Conflict,
+        }
+    }
+    let extends = ours_fields
+        .iter()
+        .filter(|o| base.field_by_id(o.id).is_none())
+        .all(|o| o.id > base.highest_field_id() && base.field_by_name(&o.name).is_none());
+    if extends {
+        Fit::Extends
+    } else {
+        Fit::Conflict
+    }
+}
+
 /// The worst class among `changes` (None when there are none).
 pub fn worst(changes: &[FieldChange]) -> Option<Class> {
     changes.iter().map(|c| c.class).max()

@@ -6,7 +6,7 @@
 //! spooled to a local file and uploaded as one quarantine object. Finally [`crate::commit`] adds
 //! the files in one snapshot whose summary names the object, unless it was committed already.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -15,7 +15,7 @@ use arrow::array::{Array, ArrayRef, RecordBatch, StringArray, TimestampMicroseco
 use arrow_schema::{DataType, SchemaRef, TimeUnit};
 use chrono::{DateTime, Utc};
 use iceberg::arrow::schema_to_arrow_schema;
-use iceberg::spec::DataFile;
+use iceberg::spec::{DataFile, PrimitiveType};
 use iceberg::table::Table;
 use iceberg::{Catalog, TableIdent};
 use serde::Serialize;
@@ -24,7 +24,7 @@ use tokio_util::io::SyncIoBridge;
 
 use crate::catalog;
 use crate::commit::{self, CommitLimits, Committer, Outcome, Skipped, SourceObject};
-use crate::config::{Config, RouteConfig, TableConfig};
+use crate::config::{Config, RouteConfig, SchemaPolicy, TableConfig};
 use crate::decode::{self, DecodeFailure, DecodeSpec, Piece, Rejected};
 use crate::error::{Error, ErrorKind, Result};
 use crate::event::{self, ObjectRef};
@@ -68,8 +68,10 @@ pub struct ObjectReport {
     pub records_committed: u64,
     /// Records sent to quarantine.
     pub records_quarantined: u64,
-    /// Input fields not in the table (ignored).
+    /// Input fields not in the table (ignored, or quarantined under the strict policy).
     pub unknown_fields: Vec<String>,
+    /// The schema change this object brought (additive policy), e.g. `added coupon (string)`.
+    pub schema_change: Option<String>,
     /// Data files added.
     pub data_files: usize,
     /// Bytes of data files added.
@@ -104,6 +106,7 @@ impl ObjectReport {
             records_committed: 0,
             records_quarantined: 0,
             unknown_fields: Vec::new(),
+            schema_change: None,
             data_files: 0,
             data_bytes: 0,
             snapshot_id: None,
@@ -288,6 +291,23 @@ impl Ingestor {
     /// Ingests one object. Unreadable content is quarantined (Ok); failures that a retry can fix
     /// are errors marked retryable.
     pub async fn ingest(&self, obj: &ObjectRef, deadline: Instant) -> Result<ObjectReport> {
+        // A schema that moved differently under a schema-changing object (another object took the
+        // new column id) makes the written files unusable: write the object again on the new base.
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            match self.ingest_once(obj, deadline).await {
+                Err(e)
+                    if e.kind() == ErrorKind::Stale && tries < 3 && Instant::now() < deadline =>
+                {
+                    tracing::info!(object = %obj.uri(), error = %e, "rewriting the object on the new schema");
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn ingest_once(&self, obj: &ObjectRef, deadline: Instant) -> Result<ObjectReport> {
         let started = Instant::now();
         let uri = obj.uri();
         let Some(route) = self.config.route(&obj.bucket, &obj.key).cloned() else {
@@ -349,18 +369,39 @@ impl Ingestor {
 
         let ingested_at = Utc::now();
         let writer_id = uuid::Uuid::now_v7().to_string();
-        let written = write_object(
-            &table,
-            tctx,
-            &route,
-            &uri,
-            &writer_id,
-            opened.body,
+        let policy = tctx.cfg.schema_policy;
+        let params = WriteParams {
+            uri: &uri,
+            writer_id: &writer_id,
             ingested_at,
-            self.config.ingest.chunk_records,
-            self.config.ingest.late_after_seconds,
-        )
-        .await;
+            chunk_records: self.config.ingest.chunk_records,
+            late_after_seconds: self.config.ingest.late_after_seconds,
+            allow_unknown: policy != SchemaPolicy::Strict,
+        };
+        let mut written = write_object(&table, tctx, &route, opened.body, &params).await;
+        // Additive policy: new fields (and widenings) evolve the schema in the same commit as the
+        // data that brought them. The object is written again with the evolved schema (rare:
+        // only objects that change the schema pay for a second read).
+        let mut evolved: Option<(iceberg::spec::Schema, String)> = None;
+        if let Ok(w) = &written {
+            if policy == SchemaPolicy::Additive {
+                let current = table.metadata().current_schema();
+                evolved =
+                    crate::evolve::evolve_schema(current, &w.unknown, &w.widen).map_err(|e| {
+                        Error::iceberg(format!("evolving the schema of {}", tctx.ident), e)
+                    })?;
+            }
+        }
+        if let (Some((schema, what)), Ok(first)) = (&evolved, &written) {
+            tracing::info!(object = %uri, table = %tctx.ident, change = %what, "input evolves the table schema");
+            delete_files(&table, &first.files).await;
+            if let Some(spool) = &first.quarantine_spool {
+                let _ = std::fs::remove_file(spool);
+            }
+            let evolved_table = with_schema(&table, schema.clone())?;
+            let reopened = self.store.open(&obj.bucket, &obj.key).await?;
+            written = write_object(&evolved_table, tctx, &route, reopened.body, &params).await;
+        }
         let written = match written {
             Ok(w) => w,
             Err(WriteFailure::Unreadable(reason)) => {
@@ -389,7 +430,31 @@ impl Ingestor {
         r.records_in = written.records_in;
         r.records_committed = written.rows;
         r.records_quarantined = written.quarantined;
-        r.unknown_fields = written.unknown.iter().cloned().collect();
+        r.unknown_fields = written
+            .unknown
+            .keys()
+            .filter(|k| {
+                evolved.is_none() || table.metadata().current_schema().field_by_name(k).is_some()
+            })
+            .cloned()
+            .collect();
+        if let Some((_, what)) = &evolved {
+            r.schema_change = Some(what.clone());
+            // Everything the first pass saw is in the evolved schema unless it had no type.
+            r.unknown_fields = written
+                .unknown
+                .iter()
+                .filter(|(_, t)| t.is_none())
+                .map(|(k, _)| k.clone())
+                .collect();
+        }
+        let deprecated = crate::evolve::deprecated_in_use(
+            written.deprecated_seen.iter().map(String::as_str),
+            &tctx.cfg.deprecations(),
+        );
+        for (field, date) in &deprecated {
+            tracing::warn!(object = %uri, field, removal = %date, "input still produces a deprecated field");
+        }
         r.data_files = written.files.len();
         r.data_bytes = written.files.iter().map(|f| f.file_size_in_bytes()).sum();
         r.late_records = written.late;
@@ -455,13 +520,16 @@ impl Ingestor {
         if let Some(q) = &r.quarantine {
             props.insert("floe.quarantine".into(), q.clone());
         }
+        if let Some((schema, what)) = &evolved {
+            props.insert(
+                "floe.schema-change".into(),
+                format!("{what} (schema {}, by ingest of {uri})", schema.schema_id()),
+            );
+        }
         let files = written.files;
-        let plan = commit::append_once_plan(
-            &source,
-            &writer_id,
-            Change::append(files.clone(), props),
-            limits.skew,
-        );
+        let mut change = Change::append(files.clone(), props);
+        change.schema = evolved.as_ref().map(|(s, _)| s.clone());
+        let plan = commit::append_once_plan(&source, &writer_id, change, limits.skew);
         match self
             .committer
             .commit_from(&tctx.ident, Some(table.clone()), &limits, plan)
@@ -491,6 +559,11 @@ impl Ingestor {
                     r.snapshot_id = Some(found.snapshot_id);
                 }
                 delete_files(&table, &files).await;
+            }
+            // Stale: nothing was committed and these files can never be (wrong schema ids).
+            Err(e) if e.kind() == ErrorKind::Stale => {
+                delete_files(&table, &files).await;
+                return Err(e);
             }
             // The outcome may be unknown (a lost answer): never delete files that might be
             // referenced; unreferenced ones are left to orphan cleanup.
@@ -547,7 +620,9 @@ struct Written {
     records_in: u64,
     rows: u64,
     quarantined: u64,
-    unknown: BTreeSet<String>,
+    unknown: BTreeMap<String, Option<PrimitiveType>>,
+    widen: BTreeMap<String, PrimitiveType>,
+    deprecated_seen: std::collections::BTreeSet<String>,
     quarantine_spool: Option<std::path::PathBuf>,
     et_min: Option<i64>,
     et_max: Option<i64>,
@@ -566,18 +641,52 @@ impl From<Error> for WriteFailure {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
+/// The per-object settings of [`write_object`].
+struct WriteParams<'a> {
+    uri: &'a str,
+    writer_id: &'a str,
+    ingested_at: DateTime<Utc>,
+    chunk_records: usize,
+    late_after_seconds: i64,
+    allow_unknown: bool,
+}
+
+/// `table` with `schema` as its current schema (locally, for writing; committed with the data).
+fn with_schema(table: &Table, schema: iceberg::spec::Schema) -> Result<Table> {
+    let md = iceberg::spec::TableMetadataBuilder::new_from_metadata(
+        table.metadata().clone(),
+        table.metadata_location().map(str::to_string),
+    )
+    .add_current_schema(schema)
+    .and_then(|b| b.build())
+    .map_err(|e| Error::iceberg("staging the evolved schema", e))?
+    .metadata;
+    Table::builder()
+        .metadata(md)
+        .metadata_location(table.metadata_location().unwrap_or_default().to_string())
+        .identifier(table.identifier().clone())
+        .file_io(table.file_io().clone())
+        .runtime(iceberg::Runtime::try_current().map_err(|e| Error::iceberg("runtime", e))?)
+        .build()
+        .map_err(|e| Error::iceberg("staging the evolved schema", e))
+}
+
 async fn write_object(
     table: &Table,
     tctx: &TableCtx,
     route: &RouteConfig,
-    uri: &str,
-    writer_id: &str,
     body: std::pin::Pin<Box<dyn tokio::io::AsyncRead + Send>>,
-    ingested_at: DateTime<Utc>,
-    chunk_records: usize,
-    late_after_seconds: i64,
+    params: &WriteParams<'_>,
 ) -> std::result::Result<Written, WriteFailure> {
+    let WriteParams {
+        uri,
+        writer_id,
+        ingested_at,
+        chunk_records,
+        late_after_seconds,
+        allow_unknown,
+    } = *params;
+    let deprecated: Vec<String> = tctx.cfg.deprecations().into_keys().collect();
     let iceberg_schema = table.metadata().current_schema().clone();
     let arrow_schema: SchemaRef = Arc::new(
         schema_to_arrow_schema(&iceberg_schema)
@@ -597,6 +706,7 @@ async fn write_object(
         schema: decode_schema,
         required,
         chunk_records,
+        allow_unknown,
     };
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Piece>(2);
     let decoder = tokio::task::spawn_blocking(move || {
@@ -613,7 +723,9 @@ async fn write_object(
         records_in: 0,
         rows: 0,
         quarantined: 0,
-        unknown: BTreeSet::new(),
+        unknown: BTreeMap::new(),
+        widen: BTreeMap::new(),
+        deprecated_seen: Default::default(),
         quarantine_spool: None,
         et_min: None,
         et_max: None,
@@ -629,6 +741,13 @@ async fn write_object(
         match piece {
             Piece::Batch(batch) => {
                 let n = batch.num_rows();
+                for d in &deprecated {
+                    if let Some(c) = batch.column_by_name(d) {
+                        if c.null_count() < c.len() {
+                            w.deprecated_seen.insert(d.clone());
+                        }
+                    }
+                }
                 if let Ok(idx) = batch.schema().index_of(&et_col) {
                     event_time_stats(batch.column(idx), ingested_us, late_us, &mut w);
                 }
@@ -654,6 +773,7 @@ async fn write_object(
                 }
             }
             Piece::UnknownFields(u) => w.unknown.extend(u),
+            Piece::Widen(u) => w.widen.extend(u),
         }
     }
     drop(rx);

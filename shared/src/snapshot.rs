@@ -32,6 +32,9 @@ pub struct Change {
     pub properties: HashMap<String, String>,
     /// Snapshots to remove from the metadata (expiration). An expiring change makes no snapshot.
     pub expire: Vec<i64>,
+    /// The schema the added files were written with, when it evolved the table's: installed in
+    /// the same commit if it extends the base, nothing if the base already has it, else `Stale`.
+    pub schema: Option<iceberg::spec::Schema>,
 }
 
 impl Change {
@@ -44,6 +47,7 @@ impl Change {
             rewrite_manifests: false,
             properties,
             expire: Vec::new(),
+            schema: None,
         }
     }
 
@@ -56,6 +60,7 @@ impl Change {
             rewrite_manifests: false,
             properties: HashMap::new(),
             expire: snapshot_ids,
+            schema: None,
         }
     }
 
@@ -68,6 +73,7 @@ impl Change {
             rewrite_manifests: true,
             properties,
             expire: Vec::new(),
+            schema: None,
         }
     }
 
@@ -84,6 +90,7 @@ impl Change {
             rewrite_manifests: false,
             properties,
             expire: Vec::new(),
+            schema: None,
         }
     }
 }
@@ -181,6 +188,35 @@ pub async fn stage(table: &Table, change: &Change, write: bool) -> Result<Staged
     let seq = md.next_sequence_number();
     let parent = md.current_snapshot();
     let schema = md.current_schema().clone();
+    // An evolved schema the files were written with: add it unless the base already has it.
+    let (new_schema, schema_id) = match &change.schema {
+        None => (None, md.current_schema_id()),
+        Some(ours) => match crate::evolve::fit(md.current_schema(), ours) {
+            crate::evolve::Fit::Same => (None, md.current_schema_id()),
+            crate::evolve::Fit::Extends => {
+                let id = md
+                    .schemas_iter()
+                    .find(|s| s.as_struct() == ours.as_struct())
+                    .map(|s| s.schema_id())
+                    .unwrap_or_else(|| {
+                        md.schemas_iter().map(|s| s.schema_id()).max().unwrap_or(0) + 1
+                    });
+                (Some(ours.clone()), id)
+            }
+            crate::evolve::Fit::Conflict => return Err(Error::new(
+                ErrorKind::Stale,
+                format!(
+                    "the schema of {} changed differently meanwhile; the data must be rewritten",
+                    table.identifier()
+                ),
+            )),
+        },
+    };
+    // Manifests describe the files with the schema they were written with.
+    let schema = match &change.schema {
+        Some(ours) => std::sync::Arc::new(ours.clone()),
+        None => schema,
+    };
     let spec = md.default_partition_spec().clone();
     let meta_dir = format!("{}/metadata", md.location().trim_end_matches('/'));
     let commit_uuid = uuid::Uuid::new_v4();
@@ -365,6 +401,10 @@ pub async fn stage(table: &Table, change: &Change, write: bool) -> Result<Staged
     written.push(list_path.clone());
 
     let mut props = change.properties.clone();
+    if new_schema.is_none() {
+        // The base already has the schema these files need (added by a concurrent ingest).
+        props.remove("floe.schema-change");
+    }
     let counts = collector.build();
     props.extend(counts.clone());
     let prev = parent.map(|s| s.summary());
@@ -399,13 +439,20 @@ pub async fn stage(table: &Table, change: &Change, write: bool) -> Result<Staged
                 .max(md.last_updated_ms() + 1),
         )
         .with_manifest_list(list_path)
-        .with_schema_id(md.current_schema_id())
+        .with_schema_id(schema_id)
         .with_summary(Summary {
             operation: change.operation.clone(),
             additional_properties: props,
         })
         .build();
-    let builder = TableMetadataBuilder::new_from_metadata(md.clone(), Some(previous.clone()))
+    let builder = TableMetadataBuilder::new_from_metadata(md.clone(), Some(previous.clone()));
+    let builder = match new_schema {
+        Some(s) => builder
+            .add_current_schema(s)
+            .map_err(ice("adding the evolved schema"))?,
+        None => builder,
+    };
+    let builder = builder
         .add_snapshot(snapshot)
         .map_err(ice("adding the snapshot"))?
         .set_ref(

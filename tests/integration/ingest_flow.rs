@@ -223,7 +223,9 @@ async fn formats_bad_records_and_quarantine_reconcile() {
         (74, 71, 3),
         "{r:?}"
     );
-    assert_eq!(r.unknown_fields, vec!["coupon".to_string()]);
+    // Additive policy (the default): the new field became an optional column in this commit.
+    assert!(r.unknown_fields.is_empty(), "{r:?}");
+    assert_eq!(r.schema_change.as_deref(), Some("added coupon (string)"));
     let qkey = r.quarantine.clone().unwrap();
     let qkey = qkey.trim_start_matches(&format!("s3://{}/", env.bucket));
     let q = String::from_utf8(env.get(qkey).await.unwrap()).unwrap();
@@ -276,7 +278,7 @@ async fn formats_bad_records_and_quarantine_reconcile() {
         (4, 2, 2),
         "{r:?}"
     );
-    assert_eq!(r.unknown_fields, vec!["surplus".to_string()]);
+    assert_eq!(r.schema_change.as_deref(), Some("added surplus (string)"));
 
     let total = 71 + 40 + 30 + 2;
     assert_eq!(env.count_rows(ingestor.catalog().as_ref()).await, total);

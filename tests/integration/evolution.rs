@@ -1,0 +1,275 @@
+//! Schema evolution at ingest, by policy: additive (default), strict, ignore.
+
+use std::collections::HashSet;
+
+use arrow::array::{Array, Int64Array, StringArray};
+use floe::ingest::Status;
+use futures::TryStreamExt;
+use iceberg::spec::{PrimitiveType, Type};
+
+use crate::harness::{orders, TestEnv};
+
+fn with_field(text: &str, field: &str, value: &str) -> String {
+    text.lines()
+        .map(|l| format!("{},\"{field}\":{value}}}\n", l.trim_end_matches('}')))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_objects_adding_the_same_field_make_one_column() {
+    let env = TestEnv::new("sqlite").await;
+    let ingestor = env.ingestor().await;
+    env.put("orders/base.jsonl", orders(10, 1)).await;
+    env.ingest(&ingestor, "orders/base.jsonl").await.unwrap();
+    let before = ingestor
+        .catalog()
+        .load_table(&env.ident())
+        .await
+        .unwrap()
+        .metadata()
+        .schemas_iter()
+        .count();
+    for i in 0..4u64 {
+        env.put(
+            &format!("orders/c{i}.jsonl"),
+            with_field(&orders(15, 10 + i), "coupon", "\"XMAS\""),
+        )
+        .await;
+    }
+    let mut tasks = Vec::new();
+    for i in 0..4 {
+        tasks.push(env.spawn_ingest(&format!("orders/c{i}.jsonl")).await);
+    }
+    let mut changes = 0;
+    for t in tasks {
+        let r = t.await.unwrap().unwrap();
+        assert_eq!(r.status, Status::Committed, "{r:?}");
+        assert_eq!(r.records_committed, 15);
+        changes += usize::from(r.schema_change.is_some());
+    }
+    assert!(changes >= 1);
+    let table = ingestor.catalog().load_table(&env.ident()).await.unwrap();
+    let md = table.metadata();
+    assert_eq!(
+        md.schemas_iter().count(),
+        before + 1,
+        "one schema change for four objects"
+    );
+    let coupon = md
+        .current_schema()
+        .field_by_name("coupon")
+        .expect("coupon column");
+    assert!(!coupon.required);
+    assert_eq!(*coupon.field_type, Type::Primitive(PrimitiveType::String));
+    let summaries: Vec<_> = md
+        .snapshots()
+        .filter_map(|s| {
+            s.summary()
+                .additional_properties
+                .get("floe.schema-change")
+                .cloned()
+        })
+        .collect();
+    assert_eq!(summaries.len(), 1, "{summaries:?}");
+    // Old rows read the new column as null, new rows have it.
+    let batches: Vec<_> = table
+        .scan()
+        .build()
+        .unwrap()
+        .to_arrow()
+        .await
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap();
+    let (mut nulls, mut xmas) = (0, 0);
+    for b in &batches {
+        let c = b
+            .column_by_name("coupon")
+            .unwrap()
+            .as_any()
+            .downcast_ref::<StringArray>()
+            .unwrap()
+            .clone();
+        nulls += c.null_count();
+        xmas += c.iter().flatten().filter(|v| *v == "XMAS").count();
+    }
+    assert_eq!((nulls, xmas), (10, 60));
+    let py = env.pyiceberg();
+    assert_eq!(py["rows"], 70, "{py}");
+    assert!(
+        py["columns"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c == "coupon"),
+        "{py}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn widening_int_to_long_across_files_then_a_scan_reads_both() {
+    let env = TestEnv::new("sqlite").await;
+    let ingestor = env.ingestor().await;
+    // `items` is an int column; the second object carries a value beyond 32 bits.
+    env.put("orders/w1.jsonl", orders(10, 21)).await;
+    assert_eq!(
+        env.ingest(&ingestor, "orders/w1.jsonl")
+            .await
+            .unwrap()
+            .records_committed,
+        10
+    );
+    let big = orders(5, 22).replace("\"items\":", "\"items\":5000000000");
+    let big: String = big
+        .lines()
+        .map(|l| {
+            // keep JSON valid: "items":5000000000<digit> → one big number
+            format!("{l}\n")
+        })
+        .collect();
+    env.put("orders/w2.jsonl", big).await;
+    let r = env.ingest(&ingestor, "orders/w2.jsonl").await.unwrap();
+    assert_eq!(
+        (r.records_committed, r.records_quarantined),
+        (5, 0),
+        "{r:?}"
+    );
+    assert!(
+        r.schema_change
+            .as_deref()
+            .unwrap_or("")
+            .contains("widened items int → long"),
+        "{r:?}"
+    );
+    let table = ingestor.catalog().load_table(&env.ident()).await.unwrap();
+    let items = table
+        .metadata()
+        .current_schema()
+        .field_by_name("items")
+        .unwrap()
+        .clone();
+    assert_eq!(*items.field_type, Type::Primitive(PrimitiveType::Long));
+    let batches: Vec<_> = table
+        .scan()
+        .build()
+        .unwrap()
+        .to_arrow()
+        .await
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap();
+    let mut small = 0;
+    let mut huge = 0;
+    for b in &batches {
+        let c = b
+            .column_by_name("items")
+            .unwrap()
+            .as_any()
+            .downcast_ref::<Int64Array>()
+            .expect("read as long")
+            .clone();
+        for v in c.iter().flatten() {
+            if v > i32::MAX as i64 {
+                huge += 1
+            } else {
+                small += 1
+            }
+        }
+    }
+    assert_eq!((small, huge), (10, 5));
+    assert_eq!(env.pyiceberg()["rows"], 15);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn strict_quarantines_unknown_fields_ignore_drops_them_and_breaking_values_are_quarantined() {
+    // strict
+    let env = TestEnv::with_orders_toml("sqlite", r#"schema_policy = "strict""#).await;
+    let ingestor = env.ingestor().await;
+    let mut text = orders(8, 31);
+    text.push_str(&with_field(&orders(2, 32), "coupon", "\"X\""));
+    env.put("orders/s.jsonl", text).await;
+    let r = env.ingest(&ingestor, "orders/s.jsonl").await.unwrap();
+    assert_eq!(
+        (r.records_committed, r.records_quarantined),
+        (8, 2),
+        "{r:?}"
+    );
+    assert!(r.schema_change.is_none());
+    let q = r.quarantine.clone().unwrap();
+    let q = String::from_utf8(
+        env.get(q.trim_start_matches(&format!("s3://{}/", env.bucket)))
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    assert!(q.lines().all(|l| l.contains("coupon")), "{q}");
+
+    // ignore
+    let env = TestEnv::with_orders_toml("sqlite", r#"schema_policy = "ignore""#).await;
+    let ingestor = env.ingestor().await;
+    env.put(
+        "orders/i.jsonl",
+        with_field(&orders(6, 33), "coupon", "\"X\""),
+    )
+    .await;
+    let r = env.ingest(&ingestor, "orders/i.jsonl").await.unwrap();
+    assert_eq!(
+        (r.records_committed, r.unknown_fields.clone()),
+        (6, vec!["coupon".to_string()]),
+        "{r:?}"
+    );
+    let table = ingestor.catalog().load_table(&env.ident()).await.unwrap();
+    assert!(table
+        .metadata()
+        .current_schema()
+        .field_by_name("coupon")
+        .is_none());
+
+    // breaking under additive: a known field with an incompatible type is quarantined, the rest land
+    let env = TestEnv::new("sqlite").await;
+    let ingestor = env.ingestor().await;
+    let mut text = orders(7, 34);
+    text.push_str(&orders(3, 35).replace(
+        "\"customer_id\":",
+        "\"customer_id\":\"not a number\",\"x_\":",
+    ));
+    env.put("orders/b.jsonl", text).await;
+    let r = env.ingest(&ingestor, "orders/b.jsonl").await.unwrap();
+    assert_eq!(
+        (r.records_committed, r.records_quarantined),
+        (7, 3),
+        "{r:?}"
+    );
+    let ids: HashSet<String> = table_ids(&env, &ingestor).await;
+    assert_eq!(ids.len(), 7);
+    assert_eq!(env.pyiceberg()["rows"], 7);
+}
+
+async fn table_ids(env: &TestEnv, ingestor: &floe::ingest::Ingestor) -> HashSet<String> {
+    let table = ingestor.catalog().load_table(&env.ident()).await.unwrap();
+    let batches: Vec<_> = table
+        .scan()
+        .build()
+        .unwrap()
+        .to_arrow()
+        .await
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap();
+    batches
+        .iter()
+        .flat_map(|b| {
+            let c = b
+                .column_by_name("order_id")
+                .unwrap()
+                .as_any()
+                .downcast_ref::<StringArray>()
+                .unwrap()
+                .clone();
+            c.iter().flatten().map(str::to_string).collect::<Vec<_>>()
+        })
+        .collect()
+}
