@@ -100,6 +100,7 @@ pub struct CommitLimits {
 
 /// What the caller wants done on a given table version.
 #[derive(Debug, Clone)]
+#[allow(clippy::large_enum_variant)] // one short-lived value per commit attempt
 pub enum Plan {
     /// Nothing to do (already done, or no longer applicable); the value says why.
     Skip(Skipped),

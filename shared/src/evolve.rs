@@ -194,7 +194,7 @@ pub fn evolve_schema(
         if let (Some(to), Type::Primitive(from)) = (widen.get(&f.name), f.field_type.as_ref()) {
             if is_widening(from, to) {
                 what.push(format!("widened {} {from} → {to}", f.name));
-                f.field_type = Box::new(Type::Primitive(to.clone()));
+                *f.field_type = Type::Primitive(to.clone());
             }
         }
     }

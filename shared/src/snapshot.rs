@@ -203,13 +203,15 @@ pub async fn stage(table: &Table, change: &Change, write: bool) -> Result<Staged
                     });
                 (Some(ours.clone()), id)
             }
-            crate::evolve::Fit::Conflict => return Err(Error::new(
-                ErrorKind::Stale,
-                format!(
+            crate::evolve::Fit::Conflict => {
+                return Err(Error::new(
+                    ErrorKind::Stale,
+                    format!(
                     "the schema of {} changed differently meanwhile; the data must be rewritten",
                     table.identifier()
                 ),
-            )),
+                ))
+            }
         },
     };
     // Manifests describe the files with the schema they were written with.
