@@ -200,6 +200,10 @@ pub struct TableConfig {
     /// columns, widen types the spec allows), `strict` (quarantine such records), `ignore` (drop).
     #[serde(default)]
     pub schema_policy: SchemaPolicy,
+    /// Deprecations that outlive their column: field → removal date (`YYYY-MM-DD`), so removing a
+    /// deprecated field after its date classifies as compatible.
+    #[serde(default)]
+    pub deprecated: BTreeMap<String, String>,
     /// Sort order for compaction output, e.g. `["customer_id", "event_time desc"]`.
     #[serde(default)]
     pub sort: Vec<String>,
@@ -444,6 +448,15 @@ impl Config {
                     Error::config(origin, &at(&format!("partition[{j}]")), reason)
                 })?;
             }
+            for (field, d) in &table.deprecated {
+                chrono::NaiveDate::parse_from_str(d, "%Y-%m-%d").map_err(|_| {
+                    Error::config(
+                        origin,
+                        &at(&format!("deprecated.{field}")),
+                        format!("`{d}`: expected a date YYYY-MM-DD"),
+                    )
+                })?;
+            }
             for (j, key) in table.sort.iter().enumerate() {
                 let col = key.split_whitespace().next().unwrap_or("");
                 if !cols.contains(col) {
@@ -512,14 +525,16 @@ impl Config {
 impl TableConfig {
     /// Deprecated columns and their removal dates.
     pub fn deprecations(&self) -> crate::evolve::Deprecations {
-        self.columns
+        let parse = |d: &str| chrono::NaiveDate::parse_from_str(d, "%Y-%m-%d").ok();
+        let listed = self
+            .deprecated
             .iter()
-            .filter_map(|c| {
-                let d =
-                    chrono::NaiveDate::parse_from_str(c.deprecated.as_deref()?, "%Y-%m-%d").ok()?;
-                Some((c.name.clone(), d))
-            })
-            .collect()
+            .filter_map(|(f, d)| Some((f.clone(), parse(d)?)));
+        let on_columns = self
+            .columns
+            .iter()
+            .filter_map(|c| Some((c.name.clone(), parse(c.deprecated.as_deref()?)?)));
+        listed.chain(on_columns).collect()
     }
 }
 

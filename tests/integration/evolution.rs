@@ -273,3 +273,93 @@ async fn table_ids(env: &TestEnv, ingestor: &floe::ingest::Ingestor) -> HashSet<
         })
         .collect()
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schema_diff_classifies_config_and_object_changes() {
+    use floe::evolve::{schema_diff, Class};
+    let env = TestEnv::new("sqlite").await;
+    let _ingestor = env.ingestor().await;
+    let class_of = |r: &floe::evolve::DiffReport, f: &str| {
+        r.changes
+            .iter()
+            .filter(|c| c.field == f)
+            .map(|c| c.class)
+            .max()
+    };
+
+    // The config proposes: widen items, add coupon, drop status.
+    let mut cfg = env.config.clone();
+    let t = cfg.tables.iter_mut().find(|t| t.name == "orders").unwrap();
+    t.columns
+        .iter_mut()
+        .find(|c| c.name == "items")
+        .unwrap()
+        .type_name = "long".into();
+    t.columns.retain(|c| c.name != "status");
+    t.columns.push(floe::config::ColumnConfig {
+        name: "coupon".into(),
+        type_name: "string".into(),
+        required: false,
+        doc: None,
+        deprecated: None,
+    });
+    let r = schema_diff(&cfg, "orders", None).await.unwrap();
+    assert_eq!(class_of(&r, "items"), Some(Class::Compatible), "{r:?}");
+    assert_eq!(class_of(&r, "coupon"), Some(Class::Additive));
+    assert_eq!(class_of(&r, "status"), Some(Class::Breaking));
+    assert!(r.breaking);
+
+    // Deprecated with a past removal date: removing it is compatible; the rollout may proceed.
+    let mut cfg2 = env.config.clone();
+    let t = cfg2.tables.iter_mut().find(|t| t.name == "orders").unwrap();
+    t.columns
+        .iter_mut()
+        .find(|c| c.name == "payment_method")
+        .unwrap()
+        .deprecated = Some("2026-01-01".into());
+    let still = schema_diff(&cfg2, "orders", None).await.unwrap();
+    assert!(
+        still.warnings.iter().any(|w| w.contains("payment_method")),
+        "{still:?}"
+    );
+    let t = cfg2.tables.iter_mut().find(|t| t.name == "orders").unwrap();
+    t.columns.retain(|c| c.name != "payment_method");
+    t.deprecated
+        .insert("payment_method".into(), "2026-01-01".into());
+    let r = schema_diff(&cfg2, "orders", None).await.unwrap();
+    assert_eq!(
+        class_of(&r, "payment_method"),
+        Some(Class::Compatible),
+        "{r:?}"
+    );
+    assert!(!r.breaking);
+
+    // An object: a new field is additive; values that do not fit are breaking.
+    env.put(
+        "orders/new-field.jsonl",
+        with_field(&orders(5, 41), "coupon", "\"X\""),
+    )
+    .await;
+    let uri = format!("s3://{}/orders/new-field.jsonl", env.bucket);
+    let r = schema_diff(&env.config, "orders", Some(&uri))
+        .await
+        .unwrap();
+    assert_eq!(class_of(&r, "coupon"), Some(Class::Additive), "{r:?}");
+    assert!(!r.breaking);
+    env.put(
+        "orders/bad-type.jsonl",
+        orders(3, 42).replace("\"customer_id\":", "\"customer_id\":\"x\",\"y_\":"),
+    )
+    .await;
+    let uri = format!("s3://{}/orders/bad-type.jsonl", env.bucket);
+    let r = schema_diff(&env.config, "orders", Some(&uri))
+        .await
+        .unwrap();
+    assert!(r.breaking, "{r:?}");
+    assert!(
+        r.changes
+            .iter()
+            .any(|c| c.field == "(records)" && c.change.starts_with("3 record(s)")),
+        "{r:?}"
+    );
+}

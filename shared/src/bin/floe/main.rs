@@ -6,6 +6,7 @@
 //! floe status --config F [--json]           per table: snapshots, files, records, freshness, quarantine
 //! floe maintain --config F [--table T] [--only compact,expire,orphans,manifests] [--dry-run]
 //!               [--older-than-hours H] [--retain-last N] [--orphan-older-than-hours H] [--json]
+//! floe schema-diff --config F --table T [--object s3://b/k] [--json]   classify schema changes (exit 2 if breaking)
 //! floe bench [--big-mb N] [--small N] ...   ingest benchmark vs PyIceberg and plain arrow-rs
 //! ```
 
@@ -18,10 +19,11 @@ use floe::ingest::{Ingestor, ObjectReport};
 mod bench;
 mod bench_maintain;
 mod demo;
+mod schema_diff;
 mod status;
 
 fn usage() -> &'static str {
-    "usage:\n  floe demo [--dir DIR]\n  floe ingest --config FILE s3://bucket/key [...]\n  floe status --config FILE [--json]\n  floe maintain --config FILE [--table T] [--only compact,expire,orphans,manifests] [--dry-run] [--older-than-hours H] [--retain-last N] [--orphan-older-than-hours H] [--json]\n  floe bench [--big-mb N] [--small N] [--dir DIR] [--python PY] [--skip-pyiceberg]"
+    "usage:\n  floe demo [--dir DIR]\n  floe ingest --config FILE s3://bucket/key [...]\n  floe status --config FILE [--json]\n  floe maintain --config FILE [--table T] [--only compact,expire,orphans,manifests] [--dry-run] [--older-than-hours H] [--retain-last N] [--orphan-older-than-hours H] [--json]\n  floe schema-diff --config FILE --table T [--object s3://bucket/key] [--json]\n  floe bench [--big-mb N] [--small N] [--dir DIR] [--python PY] [--skip-pyiceberg]"
 }
 
 /// Minimal flag parsing: `--name value` pairs, bare `--flag`s and positionals.
@@ -171,6 +173,17 @@ async fn main() -> Result<()> {
                 println!("{}", serde_json::to_string_pretty(&reports)?);
             } else {
                 print_maintenance(&reports);
+            }
+            Ok(())
+        }
+        "schema-diff" => {
+            let json = args.flag("--json");
+            let table = args.value("--table").context("--table is required")?;
+            let object = args.value("--object");
+            let config = load(&mut args).await?;
+            if schema_diff::run(&config, &table, object, json).await? {
+                // Non-zero on breaking changes, so CI pipelines stop the rollout.
+                std::process::exit(2);
             }
             Ok(())
         }
