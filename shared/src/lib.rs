@@ -17,6 +17,7 @@ pub mod ingest;
 pub mod lambda;
 pub mod maintain;
 pub mod metrics;
+pub mod process;
 pub mod sample;
 pub mod schema;
 pub mod snapshot;

@@ -10,6 +10,7 @@ mod glue;
 mod harness;
 mod ingest_flow;
 mod maintain;
+mod planning;
 mod rest;
 
 pub use maintain::only as maintain_opts;

@@ -206,6 +206,13 @@ pub async fn run(mut args: crate::Args) -> Result<()> {
         return Ok(());
     }
 
+    if args.flag("--planning") {
+        let dir = PathBuf::from(
+            args.value("--dir")
+                .unwrap_or_else(|| "target/floe-bench-plan".into()),
+        );
+        return crate::bench_plan::run(&dir).await;
+    }
     if args.flag("--maintenance") {
         let n: usize = args
             .value("--appends")

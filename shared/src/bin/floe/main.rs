@@ -18,6 +18,7 @@ use floe::ingest::{Ingestor, ObjectReport};
 
 mod bench;
 mod bench_maintain;
+mod bench_plan;
 mod demo;
 mod schema_diff;
 mod status;

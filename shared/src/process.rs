@@ -1,0 +1,246 @@
+//! Incremental planning for the process function: which data files a consumer has not seen yet.
+//!
+//! The role Flink's Iceberg streaming source plays. A consumer's checkpoint (the last source
+//! snapshot it processed, per source table) lives in its sink table's snapshot summary,
+//! `floe.checkpoint.<source uuid>`, committed atomically with its output. The plan walks main's
+//! ancestry from the source's current snapshot back to the checkpoint (exclusive), so its cost
+//! grows with the new snapshots, not with the table's history; each `append` contributes the
+//! data files it ADDED (read from its own manifest list, so later manifest merges do not hide
+//! them), `replace` snapshots (compaction) change no data and are skipped, and `overwrite`/`delete`
+//! follow an explicit policy that fails loudly by default.
+//!
+//! SQL transforms over the planned rows come with the process issue; this module is their input.
+
+use iceberg::spec::{DataFile, ManifestContentType, ManifestStatus, Operation, TableMetadata};
+use iceberg::table::Table;
+use serde::Serialize;
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::maintain::CHECKPOINT_PREFIX;
+
+/// Summary key recording the transform version that produced a sink snapshot, per source.
+pub const TRANSFORM_PREFIX: &str = "floe.transform.";
+
+/// Where a consumer without a checkpoint starts (Flink's starting strategies).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Start {
+    /// From the first snapshot: everything.
+    Earliest,
+    /// From the current snapshot: only what comes next.
+    Latest,
+    /// After this snapshot.
+    AfterSnapshot(i64),
+    /// After the last snapshot committed at or before this time (epoch ms).
+    AfterTimestamp(i64),
+}
+
+/// What to do with `overwrite` and `delete` snapshots in the delta (they change existing rows,
+/// which an append-only consumer cannot follow).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RowChangePolicy {
+    /// Stop with an error naming the snapshot (the default).
+    #[default]
+    Fail,
+    /// Skip them, logging each (for consumers that only care about new rows).
+    Skip,
+}
+
+/// A consumer's position on a source table.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Checkpoint {
+    /// Last source snapshot processed.
+    pub snapshot_id: i64,
+    /// Transform version (hash) that processed it, if recorded.
+    pub transform: Option<String>,
+    /// The sink snapshot that recorded it.
+    pub sink_snapshot_id: i64,
+}
+
+/// Reads the consumer's checkpoint on `source_uuid` from the sink's newest snapshot carrying one.
+pub fn read_checkpoint(sink: &TableMetadata, source_uuid: &str) -> Option<Checkpoint> {
+    let key = format!("{CHECKPOINT_PREFIX}{source_uuid}");
+    let tkey = format!("{TRANSFORM_PREFIX}{source_uuid}");
+    let mut cur = sink.current_snapshot();
+    while let Some(s) = cur {
+        let props = &s.summary().additional_properties;
+        if let Some(id) = props.get(&key).and_then(|v| v.parse().ok()) {
+            return Some(Checkpoint {
+                snapshot_id: id,
+                transform: props.get(&tkey).cloned(),
+                sink_snapshot_id: s.snapshot_id(),
+            });
+        }
+        cur = s.parent_snapshot_id().and_then(|p| sink.snapshot_by_id(p));
+    }
+    None
+}
+
+/// The snapshot-summary properties that record a checkpoint (commit them with the output).
+pub fn checkpoint_properties(
+    source_uuid: &str,
+    snapshot_id: i64,
+    transform: &str,
+) -> Vec<(String, String)> {
+    vec![
+        (
+            format!("{CHECKPOINT_PREFIX}{source_uuid}"),
+            snapshot_id.to_string(),
+        ),
+        (
+            format!("{TRANSFORM_PREFIX}{source_uuid}"),
+            transform.to_string(),
+        ),
+    ]
+}
+
+/// The exclusive lower bound a start strategy means on `source` (None: from the beginning).
+pub fn start_after(source: &TableMetadata, start: Start) -> Result<Option<i64>> {
+    Ok(match start {
+        Start::Earliest => None,
+        Start::Latest => source.current_snapshot_id(),
+        Start::AfterSnapshot(id) => {
+            if source.snapshot_by_id(id).is_none() {
+                return Err(Error::new(
+                    ErrorKind::Config,
+                    format!("start snapshot {id} does not exist"),
+                ));
+            }
+            Some(id)
+        }
+        Start::AfterTimestamp(ms) => {
+            let mut best: Option<(i64, i64)> = None;
+            let mut cur = source.current_snapshot();
+            while let Some(s) = cur {
+                if s.timestamp_ms() <= ms && best.map(|(t, _)| s.timestamp_ms() > t).unwrap_or(true)
+                {
+                    best = Some((s.timestamp_ms(), s.snapshot_id()));
+                }
+                cur = s
+                    .parent_snapshot_id()
+                    .and_then(|p| source.snapshot_by_id(p));
+            }
+            best.map(|(_, id)| id)
+        }
+    })
+}
+
+/// A new data file to process, with where it came from.
+#[derive(Debug, Clone)]
+pub struct NewFile {
+    /// The file.
+    pub file: DataFile,
+    /// Its partition spec id.
+    pub spec_id: i32,
+    /// The snapshot that added it.
+    pub snapshot_id: i64,
+}
+
+/// What a consumer has to process.
+#[derive(Debug, Clone, Default)]
+pub struct Delta {
+    /// The checkpoint the delta starts after (None: from the beginning).
+    pub after: Option<i64>,
+    /// The source snapshot the delta ends at (the next checkpoint); None for an empty table.
+    pub to: Option<i64>,
+    /// Append snapshots in the delta, oldest first.
+    pub appends: Vec<i64>,
+    /// Replace snapshots skipped (no data change).
+    pub replaces_skipped: usize,
+    /// Overwrite/delete snapshots skipped under [`RowChangePolicy::Skip`].
+    pub row_changes_skipped: Vec<i64>,
+    /// The files to process, oldest snapshot first.
+    pub files: Vec<NewFile>,
+}
+
+impl Delta {
+    /// Rows in the delta.
+    pub fn records(&self) -> u64 {
+        self.files.iter().map(|f| f.file.record_count()).sum()
+    }
+}
+
+/// Plans the delta of `source` after `after` (exclusive) up to its current snapshot.
+///
+/// A checkpoint that is no longer in main's ancestry (expired, or the branch was rolled back) is
+/// an error of kind `Stale` naming the recovery: a full refresh of the consumer.
+pub async fn plan(
+    source: &Table,
+    after: Option<i64>,
+    policy: RowChangePolicy,
+    consumer: &str,
+) -> Result<Delta> {
+    let md = source.metadata();
+    let mut delta = Delta {
+        after,
+        to: md.current_snapshot_id(),
+        ..Default::default()
+    };
+    // Walk back from the current snapshot to the checkpoint: O(new snapshots).
+    let mut chain = Vec::new();
+    let mut cur = md.current_snapshot();
+    let mut reached = after.is_none();
+    while let Some(s) = cur {
+        if Some(s.snapshot_id()) == after {
+            reached = true;
+            break;
+        }
+        chain.push(s.clone());
+        cur = s.parent_snapshot_id().and_then(|p| md.snapshot_by_id(p));
+    }
+    if !reached {
+        return Err(Error::new(
+            ErrorKind::Stale,
+            format!(
+                "checkpoint snapshot {} of `{consumer}` is no longer in the history of {} (expired or rolled back); \
+                 nothing was processed. Recover with a full refresh: `floe process refresh --pipeline {consumer}`",
+                after.unwrap_or_default(),
+                source.identifier()
+            ),
+        ));
+    }
+    chain.reverse();
+    for s in chain {
+        match s.summary().operation {
+            Operation::Append => {
+                delta.appends.push(s.snapshot_id());
+                let list = source
+                    .manifest_list_reader(&s)
+                    .load()
+                    .await
+                    .map_err(|e| Error::iceberg(format!("reading the manifest list of snapshot {}", s.snapshot_id()), e))?;
+                for mf in list.entries() {
+                    if mf.content != ManifestContentType::Data || mf.added_snapshot_id != s.snapshot_id() || !mf.has_added_files() {
+                        continue;
+                    }
+                    let m = mf.load_manifest(source.file_io()).await.map_err(|e| Error::iceberg("reading a manifest", e))?;
+                    for e in m.entries() {
+                        let added_here = e.status() == ManifestStatus::Added && e.snapshot_id().unwrap_or(s.snapshot_id()) == s.snapshot_id();
+                        if added_here {
+                            delta.files.push(NewFile { file: e.data_file().clone(), spec_id: mf.partition_spec_id, snapshot_id: s.snapshot_id() });
+                        }
+                    }
+                }
+            }
+            Operation::Replace => delta.replaces_skipped += 1,
+            Operation::Overwrite | Operation::Delete => match policy {
+                RowChangePolicy::Fail => {
+                    return Err(Error::new(
+                        ErrorKind::Stale,
+                        format!(
+                            "snapshot {} of {} is an {} (rows changed, not appended); `{consumer}` follows appends only. \
+                             Set the pipeline's row-change policy to `skip`, or refresh it: `floe process refresh --pipeline {consumer}`",
+                            s.snapshot_id(),
+                            source.identifier(),
+                            s.summary().operation.as_str()
+                        ),
+                    ))
+                }
+                RowChangePolicy::Skip => {
+                    tracing::warn!(snapshot = s.snapshot_id(), operation = s.summary().operation.as_str(), consumer, "skipping a row-changing snapshot");
+                    delta.row_changes_skipped.push(s.snapshot_id());
+                }
+            },
+        }
+    }
+    Ok(delta)
+}
