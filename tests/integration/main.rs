@@ -12,5 +12,6 @@ mod ingest_flow;
 mod maintain;
 mod planning;
 mod rest;
+mod template;
 
 pub use maintain::only as maintain_opts;
