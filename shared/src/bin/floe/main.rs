@@ -7,6 +7,7 @@
 //! floe maintain --config F [--table T] [--only compact,expire,orphans,manifests] [--dry-run]
 //!               [--older-than-hours H] [--retain-last N] [--orphan-older-than-hours H] [--json]
 //! floe schema-diff --config F --table T [--object s3://b/k] [--json]   classify schema changes (exit 2 if breaking)
+//! floe local [--port 5000] [--dir D]        the deployed topology on moto_server: S3 → SQS → ingest, schedule → maintain
 //! floe bench [--big-mb N] [--small N] ...   ingest benchmark vs PyIceberg and plain arrow-rs
 //! ```
 
@@ -20,11 +21,12 @@ mod bench;
 mod bench_maintain;
 mod bench_plan;
 mod demo;
+mod local;
 mod schema_diff;
 mod status;
 
 fn usage() -> &'static str {
-    "usage:\n  floe demo [--dir DIR]\n  floe ingest --config FILE s3://bucket/key [...]\n  floe status --config FILE [--json]\n  floe maintain --config FILE [--table T] [--only compact,expire,orphans,manifests] [--dry-run] [--older-than-hours H] [--retain-last N] [--orphan-older-than-hours H] [--json]\n  floe schema-diff --config FILE --table T [--object s3://bucket/key] [--json]\n  floe bench [--big-mb N] [--small N] [--dir DIR] [--python PY] [--skip-pyiceberg]"
+    "usage:\n  floe demo [--dir DIR]\n  floe ingest --config FILE s3://bucket/key [...]\n  floe status --config FILE [--json]\n  floe maintain --config FILE [--table T] [--only compact,expire,orphans,manifests] [--dry-run] [--older-than-hours H] [--retain-last N] [--orphan-older-than-hours H] [--json]\n  floe local [--port 5000] [--dir DIR] [--maintain-every-seconds N]\n  floe schema-diff --config FILE --table T [--object s3://bucket/key] [--json]\n  floe bench [--big-mb N] [--small N] [--dir DIR] [--python PY] [--skip-pyiceberg]"
 }
 
 /// Minimal flag parsing: `--name value` pairs, bare `--flag`s and positionals.
@@ -187,6 +189,13 @@ async fn main() -> Result<()> {
                 std::process::exit(2);
             }
             Ok(())
+        }
+        "local" => {
+            let port: u16 = args.value("--port").map(|v| v.parse()).transpose()?.unwrap_or(5000);
+            let dir = args.value("--dir").unwrap_or_else(|| "target/floe-local".into());
+            let every: u64 = args.value("--maintain-every-seconds").map(|v| v.parse()).transpose()?.unwrap_or(600);
+            let exit_after = args.value("--exit-after-seconds").map(|v| v.parse::<u64>()).transpose()?.map(Duration::from_secs);
+            local::run(port, dir, Duration::from_secs(every), exit_after).await
         }
         "bench" => bench::run(args).await,
         "help" | "--help" | "-h" => {
