@@ -73,3 +73,25 @@ fn template_passes_and_each_violation_is_caught() {
         assert!(!ok && out.contains(expect), "{what} not caught: {out}");
     }
 }
+
+#[test]
+fn sample_events_for_sam_local_invoke_parse() {
+    let read = |f: &str| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(repo_root().join("events").join(f)).unwrap())
+            .unwrap()
+    };
+    let d = floe::event::parse_payload(&read("ingest-sqs-s3.json")).unwrap();
+    let objs = d[0].objects.as_ref().unwrap();
+    assert_eq!(objs[0].key, "landing/orders/2026/11/30/batch 001.jsonl.gz");
+    assert!(d[0].message_id.is_some());
+    let d = floe::event::parse_payload(&read("ingest-eventbridge-object-created.json")).unwrap();
+    assert_eq!(
+        d[0].objects.as_ref().unwrap()[0].key,
+        "landing/orders/2026/11/30/batch-002.jsonl"
+    );
+    assert_eq!(
+        floe::lambda::classify_trigger(&read("process-glue-table-change.json")),
+        floe::lambda::Trigger::GlueTableChange
+    );
+    assert_eq!(read("maintain-schedule.json")["tables"][0], "orders");
+}

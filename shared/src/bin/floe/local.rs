@@ -59,14 +59,31 @@ impl Drop for Moto {
     }
 }
 
-pub async fn run(port: u16, dir: String, maintain_every: Duration, exit_after: Option<Duration>) -> Result<()> {
+pub async fn run(
+    port: u16,
+    dir: String,
+    maintain_every: Duration,
+    exit_after: Option<Duration>,
+) -> Result<()> {
     std::fs::create_dir_all(&dir)?;
     let dir = std::fs::canonicalize(&dir)?.display().to_string();
-    let py = String::from_utf8(Command::new("bash").arg("infra/venv.sh").output().context("infra/venv.sh")?.stdout)?;
+    let py = String::from_utf8(
+        Command::new("bash")
+            .arg("infra/venv.sh")
+            .output()
+            .context("infra/venv.sh")?
+            .stdout,
+    )?;
     let port_file = format!("{dir}/moto.port");
     let _ = std::fs::remove_file(&port_file);
     let child = Command::new(py.trim())
-        .args(["infra/moto_server.py", "--port", &port.to_string(), "--port-file", &port_file])
+        .args([
+            "infra/moto_server.py",
+            "--port",
+            &port.to_string(),
+            "--port-file",
+            &port_file,
+        ])
         .args(["--parent-pid", &std::process::id().to_string()])
         .stderr(std::fs::File::create(format!("{dir}/moto.log"))?)
         .spawn()
@@ -79,7 +96,10 @@ pub async fn run(port: u16, dir: String, maintain_every: Duration, exit_after: O
                 break p.trim().to_string();
             }
         }
-        anyhow::ensure!(start.elapsed() < Duration::from_secs(60), "moto_server did not start; see {dir}/moto.log");
+        anyhow::ensure!(
+            start.elapsed() < Duration::from_secs(60),
+            "moto_server did not start; see {dir}/moto.log"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     let endpoint = format!("http://127.0.0.1:{port}");
@@ -89,18 +109,43 @@ pub async fn run(port: u16, dir: String, maintain_every: Duration, exit_after: O
 
     // Bucket, queue, notification: what template.yaml deploys.
     let s3 = floe::store::s3_client(&config.storage).await;
-    s3.create_bucket().bucket(BUCKET).send().await.context("creating the bucket")?;
+    s3.create_bucket()
+        .bucket(BUCKET)
+        .send()
+        .await
+        .context("creating the bucket")?;
     let sdk = aws_config::defaults(aws_config::BehaviorVersion::latest())
         .region(aws_config::Region::new("us-east-1"))
-        .credentials_provider(aws_sdk_s3::config::Credentials::new("test", "test", None, None, "local"))
+        .credentials_provider(aws_sdk_s3::config::Credentials::new(
+            "test", "test", None, None, "local",
+        ))
         .endpoint_url(&endpoint)
         .load()
         .await;
     let sqs = aws_sdk_sqs::Client::new(&sdk);
-    let queue_url = sqs.create_queue().queue_name(QUEUE).send().await?.queue_url().unwrap_or_default().to_string();
-    use aws_sdk_s3::types::{Event, FilterRule, FilterRuleName, NotificationConfiguration, NotificationConfigurationFilter, QueueConfiguration, S3KeyFilter};
+    let queue_url = sqs
+        .create_queue()
+        .queue_name(QUEUE)
+        .send()
+        .await?
+        .queue_url()
+        .unwrap_or_default()
+        .to_string();
+    use aws_sdk_s3::types::{
+        Event, FilterRule, FilterRuleName, NotificationConfiguration,
+        NotificationConfigurationFilter, QueueConfiguration, S3KeyFilter,
+    };
     let filter = NotificationConfigurationFilter::builder()
-        .key(S3KeyFilter::builder().filter_rules(FilterRule::builder().name(FilterRuleName::Prefix).value("landing/").build()).build())
+        .key(
+            S3KeyFilter::builder()
+                .filter_rules(
+                    FilterRule::builder()
+                        .name(FilterRuleName::Prefix)
+                        .value("landing/")
+                        .build(),
+                )
+                .build(),
+        )
         .build();
     let queue = QueueConfiguration::builder()
         .queue_arn(format!("arn:aws:sqs:us-east-1:123456789012:{QUEUE}"))
@@ -109,7 +154,11 @@ pub async fn run(port: u16, dir: String, maintain_every: Duration, exit_after: O
         .build()?;
     s3.put_bucket_notification_configuration()
         .bucket(BUCKET)
-        .notification_configuration(NotificationConfiguration::builder().queue_configurations(queue).build())
+        .notification_configuration(
+            NotificationConfiguration::builder()
+                .queue_configurations(queue)
+                .build(),
+        )
         .send()
         .await?;
 
@@ -126,23 +175,41 @@ pub async fn run(port: u16, dir: String, maintain_every: Duration, exit_after: O
         if exit_after.map(|d| started.elapsed() >= d).unwrap_or(false) {
             return Ok(());
         }
-        let out = sqs.receive_message().queue_url(&queue_url).max_number_of_messages(10).wait_time_seconds(2).send().await?;
+        let out = sqs
+            .receive_message()
+            .queue_url(&queue_url)
+            .max_number_of_messages(10)
+            .wait_time_seconds(2)
+            .send()
+            .await?;
         let messages = out.messages();
         if !messages.is_empty() {
             let records: Vec<_> = messages
                 .iter()
                 .map(|m| json!({"messageId": m.message_id(), "receiptHandle": m.receipt_handle(), "body": m.body(), "eventSource": "aws:sqs"}))
                 .collect();
-            let result = ingestor.handle_payload(&json!({ "Records": records }), Instant::now() + Duration::from_secs(300)).await;
+            let result = ingestor
+                .handle_payload(
+                    &json!({ "Records": records }),
+                    Instant::now() + Duration::from_secs(300),
+                )
+                .await;
             if !result.reports.is_empty() {
                 crate::print_reports(&result.reports);
             }
             // Like Lambda with ReportBatchItemFailures: delete what succeeded, leave failures.
             for m in messages {
-                let failed = m.message_id().map(|id| result.failed_message_ids.iter().any(|f| f == id)).unwrap_or(false);
+                let failed = m
+                    .message_id()
+                    .map(|id| result.failed_message_ids.iter().any(|f| f == id))
+                    .unwrap_or(false);
                 if !failed {
                     if let Some(h) = m.receipt_handle() {
-                        sqs.delete_message().queue_url(&queue_url).receipt_handle(h).send().await?;
+                        sqs.delete_message()
+                            .queue_url(&queue_url)
+                            .receipt_handle(h)
+                            .send()
+                            .await?;
                     }
                 }
             }
@@ -153,7 +220,10 @@ pub async fn run(port: u16, dir: String, maintain_every: Duration, exit_after: O
         if last_maintain.elapsed() >= maintain_every {
             last_maintain = Instant::now();
             let reports = maintainer
-                .handle_payload(&json!({"detail-type": "Scheduled Event"}), Instant::now() + Duration::from_secs(120))
+                .handle_payload(
+                    &json!({"detail-type": "Scheduled Event"}),
+                    Instant::now() + Duration::from_secs(120),
+                )
                 .await?;
             crate::print_maintenance(&reports);
         }

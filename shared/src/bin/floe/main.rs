@@ -191,10 +191,24 @@ async fn main() -> Result<()> {
             Ok(())
         }
         "local" => {
-            let port: u16 = args.value("--port").map(|v| v.parse()).transpose()?.unwrap_or(5000);
-            let dir = args.value("--dir").unwrap_or_else(|| "target/floe-local".into());
-            let every: u64 = args.value("--maintain-every-seconds").map(|v| v.parse()).transpose()?.unwrap_or(600);
-            let exit_after = args.value("--exit-after-seconds").map(|v| v.parse::<u64>()).transpose()?.map(Duration::from_secs);
+            let port: u16 = args
+                .value("--port")
+                .map(|v| v.parse())
+                .transpose()?
+                .unwrap_or(5000);
+            let dir = args
+                .value("--dir")
+                .unwrap_or_else(|| "target/floe-local".into());
+            let every: u64 = args
+                .value("--maintain-every-seconds")
+                .map(|v| v.parse())
+                .transpose()?
+                .unwrap_or(600);
+            let exit_after = args
+                .value("--exit-after-seconds")
+                .map(|v| v.parse::<u64>())
+                .transpose()?
+                .map(Duration::from_secs);
             local::run(port, dir, Duration::from_secs(every), exit_after).await
         }
         "bench" => bench::run(args).await,
