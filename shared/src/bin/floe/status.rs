@@ -6,57 +6,52 @@ use floe::config::Config;
 use serde::Serialize;
 
 /// One table's status.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Default, Serialize)]
 pub struct TableStatus {
     pub table: String,
     pub snapshots: usize,
     pub current_snapshot: Option<i64>,
     pub records: u64,
     pub data_files: u64,
+    /// Share of live data files under a quarter of the target size (compaction candidates).
+    pub small_file_share: Option<f64>,
     pub last_commit: Option<String>,
+    /// Commit time − latest event time of the newest ingest commit.
     pub freshness_lag_seconds: Option<f64>,
     pub records_quarantined: u64,
+    /// Consumers of this table: (consumer table, snapshots behind, seconds behind).
+    pub processor_lag: Vec<(String, usize, f64)>,
 }
 
 pub async fn collect(config: &Config) -> Result<Vec<TableStatus>> {
     let catalog = floe::catalog::connect(config).await?;
-    let mut out = Vec::new();
+    let mut loaded = Vec::new();
     for t in &config.tables {
         let ident = floe::catalog::table_ident(config, &t.name)?;
-        let table = match catalog.load_table(&ident).await {
-            Ok(t) => t,
-            Err(_) => {
-                out.push(TableStatus {
-                    table: ident.to_string(),
-                    snapshots: 0,
-                    current_snapshot: None,
-                    records: 0,
-                    data_files: 0,
-                    last_commit: None,
-                    freshness_lag_seconds: None,
-                    records_quarantined: 0,
-                });
-                continue;
-            }
+        loaded.push((t, ident.clone(), catalog.load_table(&ident).await.ok()));
+    }
+    let mut out = Vec::new();
+    for (t, ident, table) in &loaded {
+        let Some(table) = table else {
+            out.push(TableStatus {
+                table: ident.to_string(),
+                ..Default::default()
+            });
+            continue;
         };
         let md = table.metadata();
-        let snaps: Vec<_> = md.snapshots().collect();
+        let mut snaps: Vec<_> = md.snapshots().collect();
+        snaps.sort_by_key(|s| s.timestamp_ms());
         let current = md.current_snapshot();
         let prop =
             |k: &str| current.and_then(|s| s.summary().additional_properties.get(k).cloned());
-        let records = prop("total-records")
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0);
-        let files: u64 = prop("total-data-files")
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0);
-        let quarantined = snaps
+        let num = |k: &str| prop(k).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        let live = floe::maintain::live_files(table).await?;
+        let target = (t.target_file_size_mb << 20) as f64;
+        let small = live
             .iter()
-            .filter_map(|s| s.summary().additional_properties.get("records-quarantined"))
-            .filter_map(|v| v.parse::<u64>().ok())
-            .sum();
-        let last_commit =
-            current.and_then(|s| DateTime::<Utc>::from_timestamp_millis(s.timestamp_ms()));
+            .filter(|f| (f.file.file_size_in_bytes() as f64) < target / 4.0)
+            .count();
         let freshness = snaps.iter().rev().find_map(|s| {
             let et = s
                 .summary()
@@ -65,15 +60,47 @@ pub async fn collect(config: &Config) -> Result<Vec<TableStatus>> {
             let et = DateTime::parse_from_rfc3339(et).ok()?;
             Some((s.timestamp_ms() - et.timestamp_millis()) as f64 / 1000.0)
         });
+        // Consumers: configured tables whose summaries checkpoint this one.
+        let uuid = md.uuid().to_string();
+        let mut lag = Vec::new();
+        for (_, consumer, ct) in &loaded {
+            let Some(ct) = ct else { continue };
+            let Some(cp) = floe::process::read_checkpoint(ct.metadata(), &uuid) else {
+                continue;
+            };
+            let mut behind = 0;
+            let mut cur = current;
+            while let Some(s) = cur {
+                if s.snapshot_id() == cp.snapshot_id {
+                    break;
+                }
+                behind += 1;
+                cur = s.parent_snapshot_id().and_then(|p| md.snapshot_by_id(p));
+            }
+            let cp_ts = md.snapshot_by_id(cp.snapshot_id).map(|s| s.timestamp_ms());
+            let secs = match (current, cp_ts) {
+                (Some(c), Some(t0)) => (c.timestamp_ms() - t0) as f64 / 1000.0,
+                _ => f64::NAN,
+            };
+            lag.push((consumer.to_string(), behind, secs));
+        }
         out.push(TableStatus {
             table: ident.to_string(),
             snapshots: snaps.len(),
             current_snapshot: current.map(|s| s.snapshot_id()),
-            records,
-            data_files: files,
-            last_commit: last_commit.map(|t| t.to_rfc3339()),
+            records: num("total-records"),
+            data_files: num("total-data-files"),
+            small_file_share: (!live.is_empty()).then(|| small as f64 / live.len() as f64),
+            last_commit: current
+                .and_then(|s| DateTime::<Utc>::from_timestamp_millis(s.timestamp_ms()))
+                .map(|t| t.to_rfc3339()),
             freshness_lag_seconds: freshness,
-            records_quarantined: quarantined,
+            records_quarantined: snaps
+                .iter()
+                .filter_map(|s| s.summary().additional_properties.get("records-quarantined"))
+                .filter_map(|v| v.parse::<u64>().ok())
+                .sum(),
+            processor_lag: lag,
         });
     }
     Ok(out)
@@ -91,27 +118,34 @@ pub async fn run(config: &Config, json: bool) -> Result<()> {
 
 pub fn print(rows: &[TableStatus]) {
     println!(
-        "{:<20} {:>9} {:>10} {:>10} {:>11} {:>26} {:>13}",
+        "{:<20} {:>9} {:>9} {:>6} {:>6} {:>11} {:>26} {:>9}",
         "table",
         "snapshots",
         "records",
-        "data files",
+        "files",
+        "small",
         "quarantined",
         "last commit",
-        "freshness (s)"
+        "fresh (s)"
     );
     for r in rows {
         println!(
-            "{:<20} {:>9} {:>10} {:>10} {:>11} {:>26} {:>13}",
+            "{:<20} {:>9} {:>9} {:>6} {:>6} {:>11} {:>26} {:>9}",
             r.table,
             r.snapshots,
             r.records,
             r.data_files,
+            r.small_file_share
+                .map(|s| format!("{:.0}%", s * 100.0))
+                .unwrap_or_else(|| "-".into()),
             r.records_quarantined,
             r.last_commit.clone().unwrap_or_else(|| "-".into()),
             r.freshness_lag_seconds
                 .map(|f| format!("{f:.1}"))
                 .unwrap_or_else(|| "-".into())
         );
+        for (consumer, behind, secs) in &r.processor_lag {
+            println!("    consumer {consumer}: {behind} snapshot(s), {secs:.1} s behind");
+        }
     }
 }
