@@ -4,7 +4,6 @@ use std::collections::HashSet;
 
 use arrow::array::{Array, Int64Array, StringArray};
 use floe::ingest::Status;
-use futures::TryStreamExt;
 use iceberg::spec::{PrimitiveType, Type};
 
 use crate::harness::{orders, TestEnv};
@@ -72,16 +71,7 @@ async fn concurrent_objects_adding_the_same_field_make_one_column() {
         .collect();
     assert_eq!(summaries.len(), 1, "{summaries:?}");
     // Old rows read the new column as null, new rows have it.
-    let batches: Vec<_> = table
-        .scan()
-        .build()
-        .unwrap()
-        .to_arrow()
-        .await
-        .unwrap()
-        .try_collect()
-        .await
-        .unwrap();
+    let batches = env.scan_all(ingestor.catalog().as_ref()).await;
     let (mut nulls, mut xmas) = (0, 0);
     for b in &batches {
         let c = b
@@ -150,16 +140,7 @@ async fn widening_int_to_long_across_files_then_a_scan_reads_both() {
         .unwrap()
         .clone();
     assert_eq!(*items.field_type, Type::Primitive(PrimitiveType::Long));
-    let batches: Vec<_> = table
-        .scan()
-        .build()
-        .unwrap()
-        .to_arrow()
-        .await
-        .unwrap()
-        .try_collect()
-        .await
-        .unwrap();
+    let batches = env.scan_all(ingestor.catalog().as_ref()).await;
     let mut small = 0;
     let mut huge = 0;
     for b in &batches {
@@ -248,17 +229,7 @@ async fn strict_quarantines_unknown_fields_ignore_drops_them_and_breaking_values
 }
 
 async fn table_ids(env: &TestEnv, ingestor: &floe::ingest::Ingestor) -> HashSet<String> {
-    let table = ingestor.catalog().load_table(&env.ident()).await.unwrap();
-    let batches: Vec<_> = table
-        .scan()
-        .build()
-        .unwrap()
-        .to_arrow()
-        .await
-        .unwrap()
-        .try_collect()
-        .await
-        .unwrap();
+    let batches = env.scan_all(ingestor.catalog().as_ref()).await;
     batches
         .iter()
         .flat_map(|b| {

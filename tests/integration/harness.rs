@@ -304,7 +304,7 @@ format = "parquet"
     }
 
     /// Every row of `orders`, by a full scan through iceberg-rust.
-    async fn scan_all(&self, catalog: &dyn Catalog) -> Vec<arrow::array::RecordBatch> {
+    pub async fn scan_all(&self, catalog: &dyn Catalog) -> Vec<arrow::array::RecordBatch> {
         use futures::TryStreamExt;
         let table = catalog.load_table(&self.ident()).await.expect("load");
         if table.metadata().current_snapshot().is_none() {

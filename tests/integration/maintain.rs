@@ -332,7 +332,6 @@ async fn compaction_stops_at_the_deadline_and_continues_next_run() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn compaction_follows_the_sort_order_and_the_schedule_payload_drives_it() {
     use arrow::array::{Array, Int64Array};
-    use futures::TryStreamExt;
     let env = TestEnv::with_orders_toml("sqlite", r#"sort = ["customer_id"]"#).await;
     let ingestor = env.ingestor().await;
     for i in 0..5u64 {
@@ -363,16 +362,7 @@ async fn compaction_follows_the_sort_order_and_the_schedule_payload_drives_it() 
     );
     let table = ingestor.catalog().load_table(&env.ident()).await.unwrap();
     assert!(!table.metadata().default_sort_order().is_unsorted());
-    let batches: Vec<_> = table
-        .scan()
-        .build()
-        .unwrap()
-        .to_arrow()
-        .await
-        .unwrap()
-        .try_collect()
-        .await
-        .unwrap();
+    let batches = env.scan_all(ingestor.catalog().as_ref()).await;
     let ids: Vec<i64> = batches
         .iter()
         .flat_map(|b| {
