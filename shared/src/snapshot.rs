@@ -8,9 +8,8 @@ use std::str::FromStr;
 
 use iceberg::spec::{
     DataContentType, DataFile, ManifestContentType, ManifestFile, ManifestList, ManifestListWriter,
-    ManifestStatus, ManifestWriterBuilder, Operation, Snapshot, SnapshotReference,
-    SnapshotRetention, SnapshotSummaryCollector, Summary, TableMetadata, TableMetadataBuilder,
-    MAIN_BRANCH,
+    ManifestWriterBuilder, Operation, Snapshot, SnapshotReference, SnapshotRetention,
+    SnapshotSummaryCollector, Summary, TableMetadata, TableMetadataBuilder, MAIN_BRANCH,
 };
 use iceberg::table::Table;
 use iceberg::{MetadataLocation, TableRequirement, TableUpdate};
@@ -521,9 +520,4 @@ pub async fn write_metadata(
         changes,
         requirements,
     })
-}
-
-/// Whether a manifest entry is a live data file.
-pub fn is_live(status: ManifestStatus) -> bool {
-    matches!(status, ManifestStatus::Added | ManifestStatus::Existing)
 }

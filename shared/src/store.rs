@@ -61,8 +61,6 @@ pub trait ObjectStore: Send + Sync {
     async fn open(&self, bucket: &str, key: &str) -> Result<OpenedObject>;
     /// Writes a whole object (quarantine files, demo inputs).
     async fn put(&self, bucket: &str, key: &str, body: Vec<u8>) -> Result<()>;
-    /// Lists keys under a prefix (all pages).
-    async fn list(&self, bucket: &str, prefix: &str) -> Result<Vec<String>>;
 }
 
 /// Builds the store the config asks for: a local directory when `storage.local_root` is set, else S3.
@@ -182,27 +180,6 @@ impl ObjectStore for S3Store {
             .map_err(|e| s3_error(format!("PutObject s3://{bucket}/{key}"), e))?;
         Ok(())
     }
-
-    async fn list(&self, bucket: &str, prefix: &str) -> Result<Vec<String>> {
-        let mut keys = Vec::new();
-        let mut pages = self
-            .client
-            .list_objects_v2()
-            .bucket(bucket)
-            .prefix(prefix)
-            .into_paginator()
-            .send();
-        while let Some(page) = pages.next().await {
-            let page =
-                page.map_err(|e| s3_error(format!("ListObjectsV2 s3://{bucket}/{prefix}"), e))?;
-            keys.extend(
-                page.contents()
-                    .iter()
-                    .filter_map(|o| o.key().map(str::to_string)),
-            );
-        }
-        Ok(keys)
-    }
 }
 
 /// Marks every error of the inner reader as transient (network, not content).
@@ -304,35 +281,5 @@ impl ObjectStore for LocalStore {
         tokio::fs::rename(&tmp, &path)
             .await
             .map_err(|e| io_error(format!("rename to {}", path.display()), e))
-    }
-
-    async fn list(&self, bucket: &str, prefix: &str) -> Result<Vec<String>> {
-        let base = self.root.join(bucket);
-        let mut out = Vec::new();
-        let mut stack = vec![base.clone()];
-        while let Some(dir) = stack.pop() {
-            let mut rd = match tokio::fs::read_dir(&dir).await {
-                Ok(rd) => rd,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                Err(e) => return Err(io_error(format!("list {}", dir.display()), e)),
-            };
-            while let Some(entry) = rd
-                .next_entry()
-                .await
-                .map_err(|e| io_error(format!("list {}", dir.display()), e))?
-            {
-                let p = entry.path();
-                if p.is_dir() {
-                    stack.push(p);
-                } else if let Ok(rel) = p.strip_prefix(&base) {
-                    let key = rel.to_string_lossy().replace('\\', "/");
-                    if key.starts_with(prefix) {
-                        out.push(key);
-                    }
-                }
-            }
-        }
-        out.sort();
-        Ok(out)
     }
 }
