@@ -29,6 +29,18 @@ pub struct ObjectRef {
 }
 
 impl ObjectRef {
+    /// An object named by bucket and key only (the rest is read from the object itself).
+    pub fn new(bucket: impl Into<String>, key: impl Into<String>) -> Self {
+        Self {
+            bucket: bucket.into(),
+            key: key.into(),
+            size: None,
+            etag: None,
+            version_id: None,
+            event_time: None,
+        }
+    }
+
     /// `s3://bucket/key`.
     pub fn uri(&self) -> String {
         format!("s3://{}/{}", self.bucket, self.key)

@@ -235,14 +235,7 @@ format = "parquet"
     }
 
     pub fn object(&self, key: &str) -> ObjectRef {
-        ObjectRef {
-            bucket: self.bucket.clone(),
-            key: key.into(),
-            size: None,
-            etag: None,
-            version_id: None,
-            event_time: None,
-        }
+        ObjectRef::new(self.bucket.clone(), key)
     }
 
     pub async fn ingest(&self, ingestor: &Ingestor, key: &str) -> floe::Result<ObjectReport> {

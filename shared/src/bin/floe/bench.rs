@@ -57,7 +57,8 @@ fn generate_big(path: &Path, mb: usize) -> Result<u64> {
     Ok(rows)
 }
 
-fn bench_config(work: &Path, inputs: &Path) -> String {
+/// The benchmarks' floe.toml: SQLite catalog and file warehouse under `work`, buckets under `inputs`.
+pub(crate) fn bench_config(work: &Path, inputs: &Path) -> String {
     let chunk = std::env::var("FLOE_BENCH_CHUNK").unwrap_or_else(|_| "4096".into());
     format!(
         "[catalog]\nkind = \"sqlite\"\nuri = \"{w}/catalog.db\"\nwarehouse = \"{w}/warehouse\"\nnamespace = \"bench\"\n\n[storage]\nlocal_root = \"{i}\"\n\n[ingest]\nchunk_records = {chunk}\n\n[[routes]]\nbucket = \"input\"\nprefix = \"\"\ntable = \"orders\"\nformat = \"jsonl\"\n{t}",
@@ -76,14 +77,7 @@ async fn child_floe(inputs: &Path, work: &Path, keys: Vec<String>) -> Result<Val
     let mut rows = 0;
     let t0 = Instant::now();
     for key in keys {
-        let obj = floe::event::ObjectRef {
-            bucket: "input".into(),
-            key,
-            size: None,
-            etag: None,
-            version_id: None,
-            event_time: None,
-        };
+        let obj = floe::event::ObjectRef::new("input", key);
         let s = Instant::now();
         let r = ingestor
             .ingest(&obj, Instant::now() + Duration::from_secs(3600))

@@ -18,11 +18,7 @@ use floe::maintain::{Maintainer, Options};
 use floe::sample;
 
 fn config(work: &Path) -> String {
-    format!(
-        "[catalog]\nkind = \"sqlite\"\nuri = \"{w}/catalog.db\"\nwarehouse = \"{w}/warehouse\"\nnamespace = \"bench\"\n\n[storage]\nlocal_root = \"{w}/inputs\"\n\n[[routes]]\nbucket = \"input\"\nprefix = \"\"\ntable = \"orders\"\nformat = \"jsonl\"\n{t}",
-        w = work.display(),
-        t = sample::ORDERS_TABLE_TOML
-    )
+    crate::bench::bench_config(work, &work.join("inputs"))
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -45,14 +41,7 @@ async fn appends(work: &Path, n: usize, every: Option<usize>) -> Result<(f64, f6
             work.join("inputs/input").join(&key),
             sample::orders_jsonl(10, i as u64, now),
         )?;
-        let obj = ObjectRef {
-            bucket: "input".into(),
-            key,
-            size: None,
-            etag: None,
-            version_id: None,
-            event_time: None,
-        };
+        let obj = ObjectRef::new("input", key);
         let t = Instant::now();
         ingestor
             .ingest(&obj, Instant::now() + Duration::from_secs(600))
@@ -104,14 +93,7 @@ async fn compaction_throughput(
             work.join("inputs/input").join(&key),
             sample::orders_jsonl(rows_per_file, 10_000 + i as u64, now),
         )?;
-        let obj = ObjectRef {
-            bucket: "input".into(),
-            key,
-            size: None,
-            etag: None,
-            version_id: None,
-            event_time: None,
-        };
+        let obj = ObjectRef::new("input", key);
         ingestor
             .ingest(&obj, Instant::now() + Duration::from_secs(600))
             .await?;

@@ -16,11 +16,7 @@ use iceberg::spec::{
 };
 
 fn config(work: &Path) -> String {
-    format!(
-        "[catalog]\nkind = \"sqlite\"\nuri = \"{w}/catalog.db\"\nwarehouse = \"{w}/warehouse\"\nnamespace = \"bench\"\n\n[storage]\nlocal_root = \"{w}/inputs\"\n\n[[routes]]\nbucket = \"input\"\nprefix = \"\"\ntable = \"orders\"\nformat = \"jsonl\"\n{t}",
-        w = work.display(),
-        t = sample::ORDERS_TABLE_TOML
-    )
+    crate::bench::bench_config(work, &work.join("inputs"))
 }
 
 async fn ingest(ingestor: &Ingestor, work: &Path, key: &str, seed: u64) -> Result<i64> {
@@ -28,14 +24,7 @@ async fn ingest(ingestor: &Ingestor, work: &Path, key: &str, seed: u64) -> Resul
         work.join("inputs/input").join(key),
         sample::orders_jsonl(100, seed, Utc::now()),
     )?;
-    let obj = ObjectRef {
-        bucket: "input".into(),
-        key: key.into(),
-        size: None,
-        etag: None,
-        version_id: None,
-        event_time: None,
-    };
+    let obj = ObjectRef::new("input", key);
     let r = ingestor
         .ingest(&obj, Instant::now() + Duration::from_secs(600))
         .await?;

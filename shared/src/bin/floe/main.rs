@@ -99,14 +99,7 @@ async fn main() -> Result<()> {
                 let (bucket, key) = rest
                     .split_once('/')
                     .with_context(|| format!("`{o}`: expected s3://bucket/key"))?;
-                let obj = floe::event::ObjectRef {
-                    bucket: bucket.into(),
-                    key: key.into(),
-                    size: None,
-                    etag: None,
-                    version_id: None,
-                    event_time: None,
-                };
+                let obj = floe::event::ObjectRef::new(bucket, key);
                 reports.push(
                     ingestor
                         .ingest(&obj, Instant::now() + Duration::from_secs(600))
