@@ -430,24 +430,17 @@ impl Ingestor {
         r.records_in = written.records_in;
         r.records_committed = written.rows;
         r.records_quarantined = written.quarantined;
-        r.unknown_fields = written
-            .unknown
-            .keys()
-            .filter(|k| {
-                evolved.is_none() || table.metadata().current_schema().field_by_name(k).is_some()
-            })
-            .cloned()
-            .collect();
-        if let Some((_, what)) = &evolved {
-            r.schema_change = Some(what.clone());
+        r.unknown_fields = match &evolved {
             // Everything the first pass saw is in the evolved schema unless it had no type.
-            r.unknown_fields = written
+            Some(_) => written
                 .unknown
                 .iter()
                 .filter(|(_, t)| t.is_none())
                 .map(|(k, _)| k.clone())
-                .collect();
-        }
+                .collect(),
+            None => written.unknown.keys().cloned().collect(),
+        };
+        r.schema_change = evolved.as_ref().map(|(_, what)| what.clone());
         let deprecated = crate::evolve::deprecated_in_use(
             written.deprecated_seen.iter().map(String::as_str),
             &tctx.cfg.deprecations(),

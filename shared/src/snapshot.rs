@@ -8,8 +8,9 @@ use std::str::FromStr;
 
 use iceberg::spec::{
     DataContentType, DataFile, ManifestContentType, ManifestFile, ManifestList, ManifestListWriter,
-    ManifestWriterBuilder, Operation, Snapshot, SnapshotReference, SnapshotRetention,
-    SnapshotSummaryCollector, Summary, TableMetadata, TableMetadataBuilder, MAIN_BRANCH,
+    ManifestWriter, ManifestWriterBuilder, Operation, PartitionSpec, Snapshot, SnapshotReference,
+    SnapshotRetention, SnapshotSummaryCollector, Summary, TableMetadata, TableMetadataBuilder,
+    MAIN_BRANCH,
 };
 use iceberg::table::Table;
 use iceberg::{MetadataLocation, TableRequirement, TableUpdate};
@@ -154,6 +155,38 @@ fn total(prev: Option<&Summary>, key: &str) -> i64 {
         .unwrap_or(0)
 }
 
+/// The partition spec a manifest was written with.
+fn spec_by_id(md: &TableMetadata, id: i32) -> Result<PartitionSpec> {
+    md.partition_spec_by_id(id)
+        .map(|s| s.as_ref().clone())
+        .ok_or_else(|| Error::new(ErrorKind::Internal, format!("unknown partition spec {id}")))
+}
+
+/// Names and opens the new manifests of one staged version (`<uuid>-m<n>.avro`).
+struct ManifestFiles<'a> {
+    table: &'a Table,
+    dir: String,
+    uuid: uuid::Uuid,
+    count: usize,
+    snapshot_id: i64,
+    schema: iceberg::spec::SchemaRef,
+}
+
+impl ManifestFiles<'_> {
+    fn open(&mut self, spec: PartitionSpec) -> Result<(String, ManifestWriter)> {
+        let path = format!("{}/{}-m{}.avro", self.dir, self.uuid, self.count);
+        self.count += 1;
+        let out = self
+            .table
+            .file_io()
+            .new_output(&path)
+            .map_err(ice("manifest output"))?;
+        let w = ManifestWriterBuilder::new(out, Some(self.snapshot_id), self.schema.clone(), spec)
+            .build_v2_data();
+        Ok((path, w))
+    }
+}
+
 /// Writes manifests, manifest list, snapshot and metadata.json for `change` on top of `table`.
 /// With `write` false the metadata.json is not written (a REST catalog writes its own).
 pub async fn stage(table: &Table, change: &Change, write: bool) -> Result<Staged> {
@@ -227,7 +260,14 @@ pub async fn stage(table: &Table, change: &Change, write: bool) -> Result<Staged
     let removed: HashSet<&str> = change.removed.iter().map(String::as_str).collect();
     let mut found: HashSet<String> = HashSet::new();
     let mut manifests: Vec<ManifestFile> = Vec::new();
-    let mut rewritten = 0usize;
+    let mut files = ManifestFiles {
+        table,
+        dir: meta_dir.clone(),
+        uuid: commit_uuid,
+        count: 0,
+        snapshot_id,
+        schema: schema.clone(),
+    };
     // Live entries carried into a merged manifest per spec when rewriting manifests.
     let mut merged: HashMap<i32, Vec<iceberg::spec::ManifestEntry>> = HashMap::new();
 
@@ -268,22 +308,8 @@ pub async fn stage(table: &Table, change: &Change, write: bool) -> Result<Staged
             manifests.push(mf);
             continue;
         }
-        let part_spec = md
-            .partition_spec_by_id(mf.partition_spec_id)
-            .ok_or_else(|| {
-                Error::new(
-                    ErrorKind::Internal,
-                    format!("unknown partition spec {}", mf.partition_spec_id),
-                )
-            })?
-            .as_ref()
-            .clone();
-        let path = format!("{meta_dir}/{commit_uuid}-m{rewritten}.avro");
-        rewritten += 1;
-        let out = file_io.new_output(&path).map_err(ice("manifest output"))?;
-        let mut w =
-            ManifestWriterBuilder::new(out, Some(snapshot_id), schema.clone(), part_spec.clone())
-                .build_v2_data();
+        let part_spec = spec_by_id(md, mf.partition_spec_id)?;
+        let (path, mut w) = files.open(part_spec.clone())?;
         let mut any = false;
         for e in manifest.entries().iter().filter(|e| e.is_alive()) {
             let df = e.data_file().clone();
@@ -326,21 +352,7 @@ pub async fn stage(table: &Table, change: &Change, write: bool) -> Result<Staged
         ));
     }
     for (spec_id, entries) in merged {
-        let part_spec = md
-            .partition_spec_by_id(spec_id)
-            .ok_or_else(|| {
-                Error::new(
-                    ErrorKind::Internal,
-                    format!("unknown partition spec {spec_id}"),
-                )
-            })?
-            .as_ref()
-            .clone();
-        let path = format!("{meta_dir}/{commit_uuid}-m{rewritten}.avro");
-        rewritten += 1;
-        let out = file_io.new_output(&path).map_err(ice("manifest output"))?;
-        let mut w = ManifestWriterBuilder::new(out, Some(snapshot_id), schema.clone(), part_spec)
-            .build_v2_data();
+        let (path, mut w) = files.open(spec_by_id(md, spec_id)?)?;
         for e in entries {
             let data_seq = e.sequence_number.unwrap_or(0);
             let sid = e.snapshot_id.unwrap_or(snapshot_id);
@@ -360,15 +372,7 @@ pub async fn stage(table: &Table, change: &Change, write: bool) -> Result<Staged
         written.push(path);
     }
     if !change.added.is_empty() {
-        let path = format!("{meta_dir}/{commit_uuid}-m{rewritten}.avro");
-        let out = file_io.new_output(&path).map_err(ice("manifest output"))?;
-        let mut w = ManifestWriterBuilder::new(
-            out,
-            Some(snapshot_id),
-            schema.clone(),
-            spec.as_ref().clone(),
-        )
-        .build_v2_data();
+        let (path, mut w) = files.open(spec.as_ref().clone())?;
         for df in &change.added {
             if df.content_type() != DataContentType::Data {
                 return Err(Error::new(
