@@ -220,13 +220,22 @@ async fn ensure_table(catalog: &dyn Catalog, cfg: &Config, t: &TableConfig) -> R
         .sort_order(sort)
         .properties(props)
         .build();
+    create_if_missing(catalog, &ident, creation).await
+}
+
+/// Creates a table unless it exists; losing a creation race to another process is fine.
+pub async fn create_if_missing(
+    catalog: &dyn Catalog,
+    ident: &TableIdent,
+    creation: TableCreation,
+) -> Result<()> {
     match catalog.create_table(ident.namespace(), creation).await {
         Ok(_) => {
             tracing::info!(table = %ident, "created table");
             Ok(())
         }
         Err(e) => {
-            if catalog.table_exists(&ident).await.unwrap_or(false) {
+            if catalog.table_exists(ident).await.unwrap_or(false) {
                 Ok(())
             } else {
                 Err(Error::iceberg(format!("creating table {ident}"), e))

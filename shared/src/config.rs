@@ -30,6 +30,97 @@ pub struct Config {
     /// Where landing objects go: bucket + key prefix → table.
     #[serde(default)]
     pub routes: Vec<RouteConfig>,
+    /// Incremental SQL pipelines run by the process function: source table → sink table.
+    #[serde(default)]
+    pub pipelines: Vec<PipelineConfig>,
+    /// Where floe announces its commits (the process function's trigger).
+    #[serde(default)]
+    pub events: EventsConfig,
+}
+
+/// Commit notifications.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EventsConfig {
+    /// EventBridge bus that receives a `floe.commit` event after every ingest commit (none: off).
+    #[serde(default)]
+    pub bus: Option<String>,
+    /// EventBridge endpoint override (emulators).
+    #[serde(default)]
+    pub endpoint: Option<String>,
+}
+
+/// How a pipeline turns source rows into sink rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PipelineMode {
+    /// Stateless filter/project/enrich: the SQL's rows over the new source rows are appended.
+    Append,
+    /// Grouped by an event-time window: windows touched by new rows (late ones included) are
+    /// recomputed from the whole source table and replaced atomically in the sink.
+    Aggregate,
+}
+
+/// One incremental pipeline.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PipelineConfig {
+    /// Pipeline name (also the consumer name in logs and recovery hints).
+    pub name: String,
+    /// Source table (one of `tables`).
+    pub source: String,
+    /// Sink table, created from the SQL's output schema on first run.
+    pub sink: String,
+    /// `append` or `aggregate`.
+    pub mode: PipelineMode,
+    /// SQL over the relation `source` (DataFusion dialect). In `aggregate` mode `source` also has
+    /// a `window_start` column (the event time floored to `window`) that the output must carry.
+    pub sql: String,
+    /// Aggregate window size: `30s`, `1m`, `5 minutes`, `1h`.
+    #[serde(default)]
+    pub window: Option<String>,
+    /// Event-time column the window applies to (default: the source table's `event_time`).
+    #[serde(default)]
+    pub time_column: Option<String>,
+    /// Output columns identifying a row, used by reconcile to report differences per key.
+    #[serde(default)]
+    pub keys: Vec<String>,
+    /// Where a pipeline without a checkpoint starts: `earliest`, `latest`, `snapshot:<id>` or
+    /// `timestamp:<RFC 3339>`.
+    #[serde(default = "default_start")]
+    pub start: String,
+    /// What to do with source `overwrite`/`delete` snapshots: `fail` (default) or `skip`.
+    #[serde(default)]
+    pub on_row_change: RowChange,
+    /// Optional alert output (append mode): every output row is also sent as a message.
+    #[serde(default)]
+    pub alert: Option<AlertConfig>,
+}
+
+/// Policy for row-changing source snapshots.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RowChange {
+    /// Stop with an error naming the snapshot and the recovery.
+    #[default]
+    Fail,
+    /// Skip them (logged).
+    Skip,
+}
+
+/// Alert output of an append pipeline: at least once, with deterministic ids for dedup.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AlertConfig {
+    /// EventBridge bus name.
+    #[serde(default)]
+    pub eventbridge_bus: Option<String>,
+    /// SQS queue URL.
+    #[serde(default)]
+    pub sqs_queue_url: Option<String>,
+    /// Endpoint override for the alert service (emulators).
+    #[serde(default)]
+    pub endpoint: Option<String>,
 }
 
 /// The catalog kind.
@@ -115,6 +206,12 @@ pub struct IngestConfig {
     /// Records decoded per chunk (the unit of decode and of bad-record isolation).
     #[serde(default = "default_chunk")]
     pub chunk_records: usize,
+    /// SSM parameter (SecureString) holding the key for `sensitive = "hash"` columns.
+    #[serde(default)]
+    pub hash_key_parameter: Option<String>,
+    /// SSM endpoint override (emulators).
+    #[serde(default)]
+    pub ssm_endpoint: Option<String>,
 }
 
 impl Default for IngestConfig {
@@ -127,6 +224,8 @@ impl Default for IngestConfig {
             commit_timeout_seconds: default_commit_seconds(),
             late_after_seconds: default_late(),
             chunk_records: default_chunk(),
+            hash_key_parameter: None,
+            ssm_endpoint: None,
         }
     }
 }
@@ -237,6 +336,19 @@ pub struct ColumnConfig {
     /// it is still produced; removing it before the date is breaking, after it compatible.
     #[serde(default)]
     pub deprecated: Option<String>,
+    /// Sensitive data: `hash` (keyed HMAC-SHA256, see [`crate::protect`]) or `drop` (never stored).
+    #[serde(default)]
+    pub sensitive: Option<Sensitive>,
+}
+
+/// What ingest does with a sensitive column.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Sensitive {
+    /// Replace each value by its keyed HMAC-SHA256 (hex): joinable, not reversible.
+    Hash,
+    /// Store nulls instead of the values.
+    Drop,
 }
 
 /// Schema policy of a table at ingest.
@@ -279,6 +391,9 @@ pub struct RouteConfig {
     pub format: Format,
 }
 
+fn default_start() -> String {
+    "earliest".into()
+}
 fn default_namespace() -> String {
     "floe".into()
 }
@@ -362,7 +477,15 @@ impl Config {
     /// Loads from `FLOE_CONFIG` (default `floe.toml`).
     pub async fn from_env() -> Result<Self> {
         let location = std::env::var("FLOE_CONFIG").unwrap_or_else(|_| "floe.toml".into());
-        Self::load(&location).await
+        let mut config = Self::load(&location).await?;
+        // Names the deployment creates (template.yaml) win over the file's.
+        if let Ok(bus) = std::env::var("FLOE_EVENT_BUS") {
+            config.events.bus = Some(bus).filter(|b| !b.is_empty());
+        }
+        if let Ok(p) = std::env::var("FLOE_HASH_KEY_PARAMETER") {
+            config.ingest.hash_key_parameter = Some(p).filter(|p| !p.is_empty());
+        }
+        Ok(config)
     }
 
     fn validate(&self, origin: &str) -> Result<()> {
@@ -421,6 +544,23 @@ impl Config {
                             format!("`{d}`: expected a date YYYY-MM-DD"),
                         )
                     })?;
+                }
+                match col.sensitive {
+                    Some(Sensitive::Hash) if col.type_name != "string" => {
+                        return Err(Error::config(
+                            origin,
+                            &at(&format!("columns[{j}].sensitive")),
+                            "only string columns can be hashed",
+                        ))
+                    }
+                    Some(_) if col.required || col.name == table.event_time => {
+                        return Err(Error::config(
+                            origin,
+                            &at(&format!("columns[{j}].sensitive")),
+                            "a sensitive column cannot be required or the event time",
+                        ))
+                    }
+                    _ => {}
                 }
                 crate::schema::parse_type(&col.type_name).map_err(|reason| {
                     Error::config(origin, &at(&format!("columns[{j}].type")), reason)
@@ -491,6 +631,22 @@ impl Config {
                 ));
             }
         }
+        for (i, p) in self.pipelines.iter().enumerate() {
+            p.validate(self, origin, i, &names)?;
+            if self.pipelines[..i]
+                .iter()
+                .any(|q| q.name == p.name || q.sink == p.sink)
+            {
+                return Err(Error::config(
+                    origin,
+                    &format!("pipelines[{i}]"),
+                    format!(
+                        "pipeline `{}` or its sink `{}` is declared twice",
+                        p.name, p.sink
+                    ),
+                ));
+            }
+        }
         if self.maintain.orphan_older_than_hours < 1.0 {
             return Err(Error::config(
                 origin,
@@ -519,6 +675,157 @@ impl Config {
     /// A table by name.
     pub fn table(&self, name: &str) -> Option<&TableConfig> {
         self.tables.iter().find(|t| t.name == name)
+    }
+
+    /// Every table floe writes: the ingest tables, then the pipelines' sinks.
+    pub fn all_tables(&self) -> Vec<String> {
+        self.tables
+            .iter()
+            .map(|t| t.name.clone())
+            .chain(self.pipelines.iter().map(|p| p.sink.clone()))
+            .collect()
+    }
+
+    /// A pipeline by name.
+    pub fn pipeline(&self, name: &str) -> Option<&PipelineConfig> {
+        self.pipelines.iter().find(|p| p.name == name)
+    }
+}
+
+/// Parses a window size (`30s`, `1m`, `5 minutes`, `1h`, `1 day`) into microseconds.
+pub fn parse_window(text: &str) -> std::result::Result<i64, String> {
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: i64 = num
+        .parse()
+        .map_err(|_| format!("`{text}`: expected a number and a unit, e.g. `1m`"))?;
+    let unit_us: i64 = match unit.trim() {
+        "s" | "sec" | "second" | "seconds" => 1_000_000,
+        "m" | "min" | "minute" | "minutes" => 60_000_000,
+        "h" | "hour" | "hours" => 3_600_000_000,
+        "d" | "day" | "days" => 86_400_000_000,
+        other => return Err(format!("`{text}`: unknown unit `{other}` (s, m, h, d)")),
+    };
+    if n <= 0 {
+        return Err(format!("`{text}`: must be positive"));
+    }
+    Ok(n * unit_us)
+}
+
+impl PipelineConfig {
+    fn validate(&self, cfg: &Config, origin: &str, i: usize, tables: &HashSet<&str>) -> Result<()> {
+        let at = |k: &str| format!("pipelines[{i}].{k}");
+        if !tables.contains(self.source.as_str()) {
+            return Err(Error::config(
+                origin,
+                &at("source"),
+                format!("no table named `{}`", self.source),
+            ));
+        }
+        if tables.contains(self.sink.as_str()) || self.sink == self.source {
+            return Err(Error::config(
+                origin,
+                &at("sink"),
+                format!(
+                    "`{}` is an ingest table; a sink must be its own table",
+                    self.sink
+                ),
+            ));
+        }
+        if self.sql.trim().is_empty() {
+            return Err(Error::config(origin, &at("sql"), "must not be empty"));
+        }
+        self.start_strategy()
+            .map_err(|r| Error::config(origin, &at("start"), r))?;
+        match self.mode {
+            PipelineMode::Aggregate => {
+                let Some(w) = &self.window else {
+                    return Err(Error::config(
+                        origin,
+                        &at("window"),
+                        "an aggregate pipeline needs a window, e.g. `1m`",
+                    ));
+                };
+                parse_window(w).map_err(|r| Error::config(origin, &at("window"), r))?;
+                if self.alert.is_some() {
+                    return Err(Error::config(
+                        origin,
+                        &at("alert"),
+                        "alerts are for append pipelines (aggregate rows are replaced, not final)",
+                    ));
+                }
+            }
+            PipelineMode::Append => {
+                if self.window.is_some() {
+                    return Err(Error::config(
+                        origin,
+                        &at("window"),
+                        "only aggregate pipelines have a window",
+                    ));
+                }
+            }
+        }
+        if let Some(col) = &self.time_column {
+            let known = cfg
+                .table(&self.source)
+                .map(|t| t.columns.iter().any(|c| &c.name == col))
+                .unwrap_or(false);
+            if !known {
+                return Err(Error::config(
+                    origin,
+                    &at("time_column"),
+                    format!("`{}` has no column `{col}`", self.source),
+                ));
+            }
+        }
+        if let Some(a) = &self.alert {
+            if a.eventbridge_bus.is_some() == a.sqs_queue_url.is_some() {
+                return Err(Error::config(
+                    origin,
+                    &at("alert"),
+                    "set exactly one of `eventbridge_bus` and `sqs_queue_url`",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The starting strategy for a pipeline without a checkpoint.
+    pub fn start_strategy(&self) -> std::result::Result<crate::process::Start, String> {
+        use crate::process::Start;
+        let s = self.start.trim();
+        if s == "earliest" {
+            Ok(Start::Earliest)
+        } else if s == "latest" {
+            Ok(Start::Latest)
+        } else if let Some(id) = s.strip_prefix("snapshot:") {
+            id.trim()
+                .parse()
+                .map(Start::AfterSnapshot)
+                .map_err(|_| format!("`{s}`: expected snapshot:<id>"))
+        } else if let Some(ts) = s.strip_prefix("timestamp:") {
+            chrono::DateTime::parse_from_rfc3339(ts.trim())
+                .map(|t| Start::AfterTimestamp(t.timestamp_millis()))
+                .map_err(|e| format!("`{s}`: expected timestamp:<RFC 3339>: {e}"))
+        } else {
+            Err(format!(
+                "`{s}`: expected earliest, latest, snapshot:<id> or timestamp:<RFC 3339>"
+            ))
+        }
+    }
+
+    /// Window size in microseconds (aggregate mode).
+    pub fn window_micros(&self) -> Option<i64> {
+        self.window.as_deref().and_then(|w| parse_window(w).ok())
+    }
+
+    /// The event-time column windows apply to.
+    pub fn time_column<'a>(&'a self, cfg: &'a Config) -> &'a str {
+        self.time_column
+            .as_deref()
+            .or_else(|| cfg.table(&self.source).map(|t| t.event_time.as_str()))
+            .unwrap_or("event_time")
     }
 }
 

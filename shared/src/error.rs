@@ -21,6 +21,8 @@ pub enum ErrorKind {
     CommitConflict,
     /// The change no longer applies to the table (e.g. files to replace were replaced meanwhile).
     Stale,
+    /// A pipeline's SQL failed or no longer fits its source (the message names the field).
+    Transform,
     /// The commit could not finish inside its deadline.
     DeadlineExceeded,
     /// Anything else: a bug or an unexpected state.

@@ -44,23 +44,9 @@ impl GlueHook {
 
 /// A Glue client honouring the config's endpoint override, region and static keys.
 pub async fn client(cfg: &Config) -> aws_sdk_glue::Client {
-    let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest());
-    if let Some(region) = &cfg.storage.region {
-        loader = loader.region(aws_config::Region::new(region.clone()));
-    }
-    if let (Some(k), Some(s)) = (&cfg.storage.access_key_id, &cfg.storage.secret_access_key) {
-        loader = loader.credentials_provider(aws_sdk_glue::config::Credentials::new(
-            k.clone(),
-            s.clone(),
-            None,
-            None,
-            "floe-config",
-        ));
-    }
-    if let Some(uri) = &cfg.catalog.uri {
-        loader = loader.endpoint_url(uri);
-    }
-    aws_sdk_glue::Client::new(&loader.load().await)
+    aws_sdk_glue::Client::new(
+        &crate::store::sdk_config(&cfg.storage, cfg.catalog.uri.as_deref()).await,
+    )
 }
 
 fn db(ns: &NamespaceIdent) -> iceberg::Result<String> {

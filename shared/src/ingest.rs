@@ -170,6 +170,8 @@ pub struct Ingestor {
     committer: Committer,
     store: Arc<dyn ObjectStore>,
     tables: HashMap<String, TableCtx>,
+    notifier: Option<crate::notify::Notifier>,
+    hash_key: Option<Vec<u8>>,
 }
 
 /// Result of handling one Lambda payload.
@@ -191,7 +193,16 @@ impl Ingestor {
         let catalog = catalog::connect(&config).await?;
         let swap = crate::swap::from_config(&config).await?;
         let store = crate::store::from_config(&config.storage).await;
-        Self::with_parts(config, Committer::new(catalog, swap), store).await
+        let notifier = crate::notify::Notifier::from_config(&config).await;
+        let mut me = Self::with_parts(config, Committer::new(catalog, swap), store).await?;
+        me.notifier = notifier;
+        Ok(me)
+    }
+
+    /// Publishes a commit event after every commit (see [`crate::notify`]).
+    pub fn with_notifier(mut self, notifier: crate::notify::Notifier) -> Self {
+        self.notifier = Some(notifier);
+        self
     }
 
     /// Builds from explicit parts (tests, the CLI).
@@ -201,6 +212,7 @@ impl Ingestor {
         store: Arc<dyn ObjectStore>,
     ) -> Result<Self> {
         catalog::ensure_tables(committer.catalog().as_ref(), &config).await?;
+        let hash_key = crate::protect::load_key(&config).await?;
         let mut tables = HashMap::new();
         for t in &config.tables {
             tables.insert(
@@ -216,6 +228,8 @@ impl Ingestor {
             committer,
             store,
             tables,
+            notifier: None,
+            hash_key,
         })
     }
 
@@ -268,6 +282,11 @@ impl Ingestor {
                         match self.ingest(&obj, deadline).await {
                             Ok(report) => {
                                 report.emit();
+                                if let (Some(n), Status::Committed) =
+                                    (&self.notifier, report.status)
+                                {
+                                    n.commit(&report).await;
+                                }
                                 result.reports.push(report);
                             }
                             Err(e) => {
@@ -377,6 +396,7 @@ impl Ingestor {
             chunk_records: self.config.ingest.chunk_records,
             late_after_seconds: self.config.ingest.late_after_seconds,
             allow_unknown: policy != SchemaPolicy::Strict,
+            hash_key: self.hash_key.as_deref(),
         };
         let mut written = write_object(&table, tctx, &route, opened.body, &params).await;
         // Additive policy: new fields (and widenings) evolve the schema in the same commit as the
@@ -642,10 +662,11 @@ struct WriteParams<'a> {
     chunk_records: usize,
     late_after_seconds: i64,
     allow_unknown: bool,
+    hash_key: Option<&'a [u8]>,
 }
 
 /// `table` with `schema` as its current schema (locally, for writing; committed with the data).
-fn with_schema(table: &Table, schema: iceberg::spec::Schema) -> Result<Table> {
+pub(crate) fn with_schema(table: &Table, schema: iceberg::spec::Schema) -> Result<Table> {
     let md = iceberg::spec::TableMetadataBuilder::new_from_metadata(
         table.metadata().clone(),
         table.metadata_location().map(str::to_string),
@@ -678,6 +699,7 @@ async fn write_object(
         chunk_records,
         late_after_seconds,
         allow_unknown,
+        hash_key,
     } = *params;
     let deprecated: Vec<String> = tctx.cfg.deprecations().into_keys().collect();
     let iceberg_schema = table.metadata().current_schema().clone();
@@ -744,7 +766,9 @@ async fn write_object(
                 if let Ok(idx) = batch.schema().index_of(&et_col) {
                     event_time_stats(batch.column(idx), ingested_us, late_us, &mut w);
                 }
-                let full = match with_floe_columns(&batch, &arrow_schema, ingested_us, uri) {
+                let full = match crate::protect::protect(&batch, &tctx.cfg, hash_key)
+                    .and_then(|b| with_floe_columns(&b, &arrow_schema, ingested_us, uri))
+                {
                     Ok(b) => b,
                     Err(e) => {
                         write_err = Some(e);

@@ -39,6 +39,22 @@ pub fn ingest_response(result: &PayloadResult) -> Result<Value, String> {
     Ok(json!({ "reports": result.reports }))
 }
 
+/// The process function's answer: the runs, or an error naming every failed pipeline (so the
+/// invocation is retried and counted in the function's error alarm).
+pub fn process_response(
+    reports: &[crate::pipeline::RunReport],
+    errors: &[crate::Error],
+) -> Result<Value, String> {
+    if !errors.is_empty() {
+        return Err(errors
+            .iter()
+            .map(|e| e.to_string())
+            .collect::<Vec<_>>()
+            .join("; "));
+    }
+    Ok(json!({ "runs": reports }))
+}
+
 /// Initialises `tracing`: JSON lines for CloudWatch in Lambda, human-readable text elsewhere.
 /// `RUST_LOG` filters (default `info`).
 pub fn init_tracing() {

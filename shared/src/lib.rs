@@ -17,12 +17,16 @@ pub mod ingest;
 pub mod lambda;
 pub mod maintain;
 pub mod metrics;
+pub mod notify;
+pub mod pipeline;
 pub mod process;
+pub mod protect;
 pub mod sample;
 pub mod schema;
 pub mod snapshot;
 pub mod store;
 pub mod swap;
+pub mod transform;
 pub mod write;
 
 pub use error::{Error, ErrorKind, Result};

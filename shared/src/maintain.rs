@@ -482,8 +482,8 @@ impl Maintainer {
     pub async fn checkpoints(&self, table: &Table) -> Result<Vec<i64>> {
         let key = format!("{CHECKPOINT_PREFIX}{}", table.metadata().uuid());
         let mut out = Vec::new();
-        for t in &self.config.tables {
-            let ident = crate::catalog::table_ident(&self.config, &t.name)?;
+        for name in self.config.all_tables() {
+            let ident = crate::catalog::table_ident(&self.config, &name)?;
             let Ok(consumer) = self.committer.catalog().load_table(&ident).await else {
                 continue;
             };
@@ -823,7 +823,7 @@ impl Maintainer {
                 .iter()
                 .filter_map(|v| v.as_str().map(str::to_string))
                 .collect(),
-            None => self.config.tables.iter().map(|t| t.name.clone()).collect(),
+            None => self.config.all_tables(),
         };
         let opts = Options {
             dry_run: pick("dry_run").and_then(|v| v.as_bool()).unwrap_or(false),
@@ -831,7 +831,7 @@ impl Maintainer {
         };
         let mut reports = Vec::new();
         for table in tables {
-            if self.config.table(&table).is_none() {
+            if !self.config.all_tables().contains(&table) {
                 return Err(Error::new(
                     ErrorKind::Event,
                     format!("maintain: no configured table `{table}`"),

@@ -24,6 +24,36 @@ columns = [
 ]
 "#;
 
+/// Two pipelines over `orders` for the demo and the tests: an `append` transform flagging
+/// suspicious orders, and revenue per region per minute (`aggregate`, late events included).
+pub const PIPELINES_TOML: &str = r#"
+[[pipelines]]
+name = "suspicious_orders"
+source = "orders"
+sink = "suspicious_orders"
+mode = "append"
+keys = ["order_id"]
+sql = """
+SELECT order_id, customer_id, region, amount, payment_method, event_time,
+       CASE WHEN amount >= 4900 THEN 'very large order' ELSE 'large voucher payment' END AS reason
+FROM source
+WHERE amount >= 4900 OR (payment_method = 'voucher' AND amount >= 4000)
+"""
+
+[[pipelines]]
+name = "revenue_per_region_minute"
+source = "orders"
+sink = "revenue_per_region_minute"
+mode = "aggregate"
+window = "1m"
+keys = ["window_start", "region"]
+sql = """
+SELECT window_start, region, count(*) AS orders, sum(amount) AS revenue
+FROM source
+GROUP BY window_start, region
+"""
+"#;
+
 const REGIONS: [&str; 5] = ["eu-west", "us-east", "us-west", "ap-south", "sa-east"];
 const CURRENCIES: [&str; 4] = ["EUR", "USD", "GBP", "JPY"];
 const STATUSES: [&str; 4] = ["placed", "paid", "shipped", "cancelled"];
@@ -86,6 +116,16 @@ pub fn orders_jsonl(n: usize, seed: u64, base: DateTime<Utc>) -> String {
     let mut s = String::with_capacity(n * 240);
     for _ in 0..n {
         order_line(&mut s, &mut rng, base, 0);
+    }
+    s
+}
+
+/// `n` order lines whose event times lie `lateness_s` seconds (plus up to a minute) in the past.
+pub fn late_orders_jsonl(n: usize, seed: u64, base: DateTime<Utc>, lateness_s: i64) -> String {
+    let mut rng = Rng::new(seed);
+    let mut s = String::with_capacity(n * 240);
+    for _ in 0..n {
+        order_line(&mut s, &mut rng, base, lateness_s);
     }
     s
 }

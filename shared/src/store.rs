@@ -71,8 +71,9 @@ pub async fn from_config(cfg: &StorageConfig) -> std::sync::Arc<dyn ObjectStore>
     }
 }
 
-/// An S3 client honouring the config's endpoint, region, path style and static keys.
-pub async fn s3_client(cfg: &StorageConfig) -> aws_sdk_s3::Client {
+/// AWS SDK settings from the config: region and static keys, plus an endpoint override
+/// (emulators) for the service the client is built for.
+pub async fn sdk_config(cfg: &StorageConfig, endpoint: Option<&str>) -> aws_config::SdkConfig {
     let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest());
     if let Some(region) = &cfg.region {
         loader = loader.region(aws_config::Region::new(region.clone()));
@@ -86,11 +87,16 @@ pub async fn s3_client(cfg: &StorageConfig) -> aws_sdk_s3::Client {
             "floe-config",
         ));
     }
-    let sdk = loader.load().await;
-    let mut b = aws_sdk_s3::config::Builder::from(&sdk).force_path_style(cfg.path_style);
-    if let Some(endpoint) = &cfg.endpoint {
-        b = b.endpoint_url(endpoint);
+    if let Some(endpoint) = endpoint {
+        loader = loader.endpoint_url(endpoint);
     }
+    loader.load().await
+}
+
+/// An S3 client honouring the config's endpoint, region, path style and static keys.
+pub async fn s3_client(cfg: &StorageConfig) -> aws_sdk_s3::Client {
+    let sdk = sdk_config(cfg, cfg.endpoint.as_deref()).await;
+    let b = aws_sdk_s3::config::Builder::from(&sdk).force_path_style(cfg.path_style);
     aws_sdk_s3::Client::from_conf(b.build())
 }
 

@@ -273,6 +273,7 @@ async fn schema_diff_classifies_config_and_object_changes() {
         required: false,
         doc: None,
         deprecated: None,
+        sensitive: None,
     });
     let r = schema_diff(&cfg, "orders", None).await.unwrap();
     assert_eq!(class_of(&r, "items"), Some(Class::Compatible), "{r:?}");

@@ -13,7 +13,7 @@ use crate::harness::{orders, TestEnv};
 
 /// Where the injected failure happens.
 #[derive(Debug, Clone, Copy, PartialEq)]
-enum Fault {
+pub(crate) enum Fault {
     /// Data files and manifests are written; the process dies before table metadata is written.
     BeforeMetadata,
     /// The new metadata.json is written; the process dies before swapping the catalog pointer.
@@ -75,7 +75,7 @@ impl PointerSwap for Inject {
     }
 }
 
-fn faulty(fault: Fault) -> impl FnOnce(Arc<dyn PointerSwap>) -> Arc<dyn PointerSwap> {
+pub(crate) fn faulty(fault: Fault) -> impl FnOnce(Arc<dyn PointerSwap>) -> Arc<dyn PointerSwap> {
     move |inner| {
         Arc::new(Inject {
             fault,

@@ -99,6 +99,16 @@ impl TestEnv {
 
     /// Like `new`, with extra TOML lines in the `orders` table (e.g. `properties = {...}`).
     pub async fn with_orders_toml(catalog_kind: &'static str, extra: &str) -> Self {
+        Self::build(catalog_kind, extra, "").await
+    }
+
+    /// Like `new`, plus the sample pipelines (and `tail`, more TOML at the end of the config).
+    pub async fn with_pipelines(catalog_kind: &'static str, tail: &str) -> Self {
+        let toml = format!("{}\n{tail}", floe::sample::PIPELINES_TOML);
+        Self::build(catalog_kind, "", &toml).await
+    }
+
+    async fn build(catalog_kind: &'static str, extra: &str, tail: &str) -> Self {
         let endpoint = moto();
         let bucket = unique("floe");
         let namespace = unique("ns").replace('-', "_");
@@ -156,7 +166,7 @@ bucket = "{bucket}"
 prefix = "parquet/"
 table = "orders"
 format = "parquet"
-{tables}{consumer}"#,
+{tables}{consumer}{tail}"#,
             tables = floe::sample::ORDERS_TABLE_TOML.replace(
                 "target_file_size_mb = 128",
                 &format!("target_file_size_mb = 128\n{extra}"),
@@ -260,6 +270,26 @@ format = "parquet"
 
     pub fn ident(&self) -> iceberg::TableIdent {
         floe::catalog::table_ident(&self.config, "orders").unwrap()
+    }
+
+    /// A processor (pipelines) over this test's catalog.
+    pub async fn processor(&self) -> floe::pipeline::Processor {
+        floe::pipeline::Processor::new(self.config.clone())
+            .await
+            .expect("processor")
+    }
+
+    /// A processor whose sink commits go through `wrap` (fault injection).
+    pub async fn processor_with(
+        &self,
+        wrap: impl FnOnce(Arc<dyn PointerSwap>) -> Arc<dyn PointerSwap>,
+    ) -> floe::pipeline::Processor {
+        let catalog = floe::catalog::connect(&self.config).await.expect("catalog");
+        let swap = floe::swap::from_config(&self.config).await.expect("swap");
+        floe::pipeline::Processor::with_parts(
+            self.config.clone(),
+            Committer::new(catalog, wrap(swap)),
+        )
     }
 
     /// A maintainer over this test's catalog.

@@ -342,3 +342,79 @@ async fn unreadable_objects_are_quarantined_whole_and_unrouted_refused() {
         .unwrap();
     assert_eq!(r.status, Status::Missing);
 }
+
+#[tokio::test]
+async fn sensitive_fields_are_hashed_with_a_key_from_ssm_or_dropped() {
+    use arrow::array::{Array, StringArray};
+    let mut env = TestEnv::new("sqlite").await;
+    let sdk =
+        floe::store::sdk_config(&crate::harness::storage(), Some(crate::harness::moto())).await;
+    let ssm = aws_sdk_ssm::Client::new(&sdk);
+    let name = format!("/floe/{}", crate::harness::unique("hash-key"));
+    ssm.put_parameter()
+        .name(&name)
+        .value("s3cr3t")
+        .r#type(aws_sdk_ssm::types::ParameterType::SecureString)
+        .send()
+        .await
+        .unwrap();
+    env.config.ingest.hash_key_parameter = Some(name);
+    env.config.ingest.ssm_endpoint = Some(crate::harness::moto().to_string());
+    let t = env
+        .config
+        .tables
+        .iter_mut()
+        .find(|t| t.name == "orders")
+        .unwrap();
+    for c in t.columns.iter_mut() {
+        match c.name.as_str() {
+            "payment_method" => c.sensitive = Some(floe::config::Sensitive::Hash),
+            "currency" => c.sensitive = Some(floe::config::Sensitive::Drop),
+            _ => {}
+        }
+    }
+    let text = orders(50, 5);
+    let by_id: std::collections::HashMap<String, String> = text
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            (
+                v["order_id"].as_str().unwrap().to_string(),
+                v["payment_method"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    env.put("orders/pii.jsonl", text).await;
+    let ingestor = env.ingestor().await;
+    let r = env.ingest(&ingestor, "orders/pii.jsonl").await.unwrap();
+    assert_eq!(r.records_committed, 50);
+    let mut seen = 0;
+    for b in env.scan_all(ingestor.catalog().as_ref()).await {
+        let ids = b
+            .column_by_name("order_id")
+            .unwrap()
+            .as_any()
+            .downcast_ref::<StringArray>()
+            .unwrap()
+            .clone();
+        let pm = b
+            .column_by_name("payment_method")
+            .unwrap()
+            .as_any()
+            .downcast_ref::<StringArray>()
+            .unwrap()
+            .clone();
+        assert_eq!(
+            b.column_by_name("currency").unwrap().null_count(),
+            b.num_rows(),
+            "dropped"
+        );
+        for i in 0..b.num_rows() {
+            let original = &by_id[ids.value(i)];
+            assert_eq!(pm.value(i), floe::protect::hmac_hex(b"s3cr3t", original));
+            assert_ne!(pm.value(i), original);
+            seen += 1;
+        }
+    }
+    assert_eq!(seen, 50);
+}

@@ -11,6 +11,7 @@ mod harness;
 mod ingest_flow;
 mod maintain;
 mod planning;
+mod process;
 mod rest;
 mod template;
 

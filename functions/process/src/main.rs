@@ -1,5 +1,11 @@
-//! The process Lambda (minimal until the process issue lands): accepts floe commit events, Glue
-//! table-change events, S3 metadata events and scheduled polls, and reports which trigger woke it.
+//! The process Lambda: a floe commit event, a Glue table change, an S3 metadata event or a
+//! scheduled poll wakes the pipelines reading the named table; each processes everything after
+//! its checkpoint and commits output + checkpoint atomically to its sink.
+//!
+//! Thin by design: the processor is built once per container; each event goes to
+//! [`floe::pipeline::Processor::handle_payload`].
+
+use std::sync::Arc;
 
 use lambda_runtime::{service_fn, Error, LambdaEvent};
 use serde_json::Value;
@@ -7,13 +13,17 @@ use serde_json::Value;
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     floe::lambda::init_tracing();
-    lambda_runtime::run(service_fn(|event: LambdaEvent<Value>| async move {
-        let trigger = floe::lambda::classify_trigger(&event.payload);
-        tracing::info!(
-            ?trigger,
-            "process woke; incremental processing is not implemented yet"
-        );
-        Ok::<Value, Error>(serde_json::json!({ "trigger": format!("{trigger:?}"), "processed": 0 }))
+    let config = floe::config::Config::from_env().await?;
+    let processor = Arc::new(floe::pipeline::Processor::new(config).await?);
+    lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| {
+        let processor = Arc::clone(&processor);
+        async move {
+            // Keep 30 s for the commit in flight when the deadline is reached.
+            let deadline =
+                floe::lambda::deadline_from_epoch_ms(event.context.deadline.saturating_sub(30_000));
+            let (reports, errors) = processor.handle_payload(&event.payload, deadline).await;
+            floe::lambda::process_response(&reports, &errors).map_err(Error::from)
+        }
     }))
     .await
 }

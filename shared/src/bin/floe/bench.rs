@@ -14,7 +14,7 @@ use floe::config::Config;
 use floe::sample;
 use serde_json::{json, Value};
 
-fn peak_rss_mb() -> f64 {
+pub(crate) fn peak_rss_mb() -> f64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
@@ -206,6 +206,23 @@ pub async fn run(mut args: crate::Args) -> Result<()> {
                 .unwrap_or_else(|| "target/floe-bench-plan".into()),
         );
         return crate::bench_plan::run(&dir).await;
+    }
+    if args.flag("--latency") {
+        let commits: usize = args
+            .value("--commits")
+            .map(|v| v.parse())
+            .transpose()?
+            .unwrap_or(120);
+        let rows: usize = args
+            .value("--rows")
+            .map(|v| v.parse())
+            .transpose()?
+            .unwrap_or(200);
+        let dir = PathBuf::from(
+            args.value("--dir")
+                .unwrap_or_else(|| "target/floe-bench-latency".into()),
+        );
+        return crate::bench_latency::run(&dir, commits, rows).await;
     }
     if args.flag("--maintenance") {
         let n: usize = args

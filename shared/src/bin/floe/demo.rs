@@ -40,8 +40,9 @@ bucket = "landing"
 prefix = "orders-csv/"
 table = "orders"
 format = "csv"
-{tables}"#,
-        tables = sample::ORDERS_TABLE_TOML
+{tables}{pipelines}"#,
+        tables = sample::ORDERS_TABLE_TOML,
+        pipelines = sample::PIPELINES_TOML
     )
 }
 
@@ -163,9 +164,53 @@ pub async fn run(dir: String) -> Result<()> {
         }),
     );
     println!("quarantined records: {dir}/buckets/landing/quarantine/");
-    println!("next: `cargo run --bin floe -- status --config {config_path}`");
     if !result.errors.is_empty() {
         anyhow::bail!("demo saw errors: {}", result.errors.join("; "));
     }
+
+    // The process function: the commit event wakes both pipelines (append + windowed aggregate).
+    let processor = floe::pipeline::Processor::new(config.clone()).await?;
+    let commit_event =
+        json!({"source": "floe", "detail-type": "floe.commit", "detail": {"table": "orders"}});
+    let deadline = Instant::now() + Duration::from_secs(300);
+    let (mut runs, errors) = processor.handle_payload(&commit_event, deadline).await;
+    if let Some(e) = errors.first() {
+        anyhow::bail!("process: {e}");
+    }
+    // Late events arrive (20 to 80 minutes old): their windows are recomputed and replaced.
+    let late = sample::late_orders_jsonl(300, 7, Utc::now(), 20 * 60);
+    store
+        .put(
+            "landing",
+            "orders/2026/11/late-004.jsonl",
+            late.into_bytes(),
+        )
+        .await?;
+    let late_payload =
+        json!({"Records": [s3_event_in_sqs("m7", "landing", "orders/2026/11/late-004.jsonl")]});
+    let late_result = ingestor.handle_payload(&late_payload, deadline).await;
+    if !late_result.errors.is_empty() {
+        anyhow::bail!("demo saw errors: {}", late_result.errors.join("; "));
+    }
+    let (more, errors) = processor.handle_payload(&commit_event, deadline).await;
+    if let Some(e) = errors.first() {
+        anyhow::bail!("process: {e}");
+    }
+    runs.extend(more);
+    println!("\nprocess (incremental, from each sink's checkpoint; the second round carries 300 late events):");
+    crate::process_cmd::print_runs(&runs);
+    let mut recs = Vec::new();
+    for p in &config.pipelines {
+        recs.push(processor.reconcile(&p.name).await?);
+    }
+    println!(
+        "\nreconcile (the same SQL over the whole table vs the incrementally maintained sink):"
+    );
+    crate::process_cmd::print_reconciliations(&recs);
+    if !recs.iter().all(|r| r.matches()) {
+        anyhow::bail!("reconcile found differences");
+    }
+    println!("\nnext: `cargo run --bin floe -- status --config {config_path}`");
+    println!("      `cargo run --bin floe -- process reconcile --config {config_path}`");
     Ok(())
 }

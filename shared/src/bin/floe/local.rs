@@ -2,7 +2,8 @@
 //!
 //! Landing bucket → S3 notification → SQS queue → the ingest handler (the Lambda's code path, with
 //! SQS partial-batch semantics: failed messages stay on the queue and come back); a timer → the
-//! maintain handler (the schedule). Drop files with any S3 client and watch `floe status`.
+//! maintain handler (the schedule); ingest commit events → EventBridge bus → rule → SQS → the
+//! process handler (plus a 60 s poll, the deployed `rate()` fallback). Drop files with any S3 client and watch `floe status`.
 
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
@@ -15,6 +16,8 @@ use serde_json::json;
 
 const BUCKET: &str = "floe-local";
 const QUEUE: &str = "floe-ingest";
+const PROCESS_QUEUE: &str = "floe-process";
+const BUS: &str = "floe-local";
 
 fn config_text(endpoint: &str, dir: &str) -> String {
     format!(
@@ -32,6 +35,10 @@ path_style = true
 access_key_id = "test"
 secret_access_key = "test"
 
+[events]
+bus = "{BUS}"
+endpoint = "{endpoint}"
+
 [[routes]]
 bucket = "{BUCKET}"
 prefix = "landing/orders/"
@@ -43,8 +50,9 @@ bucket = "{BUCKET}"
 prefix = "landing/orders-csv/"
 table = "orders"
 format = "csv"
-{tables}"#,
-        tables = floe::sample::ORDERS_TABLE_TOML
+{tables}{pipelines}"#,
+        tables = floe::sample::ORDERS_TABLE_TOML,
+        pipelines = floe::sample::PIPELINES_TOML
     )
 }
 
@@ -162,15 +170,51 @@ pub async fn run(
         .send()
         .await?;
 
+    // Commit events: bus → rule → queue → the process handler (EventBridge → Lambda when deployed).
+    let process_queue_url = sqs
+        .create_queue()
+        .queue_name(PROCESS_QUEUE)
+        .send()
+        .await?
+        .queue_url()
+        .unwrap_or_default()
+        .to_string();
+    let events = aws_sdk_eventbridge::Client::new(&sdk);
+    events.create_event_bus().name(BUS).send().await?;
+    events
+        .put_rule()
+        .name("floe-commits")
+        .event_bus_name(BUS)
+        .event_pattern(r#"{"source":["floe"],"detail-type":["floe.commit"]}"#)
+        .send()
+        .await?;
+    events
+        .put_targets()
+        .rule("floe-commits")
+        .event_bus_name(BUS)
+        .targets(
+            aws_sdk_eventbridge::types::Target::builder()
+                .id("process")
+                .arn(format!(
+                    "arn:aws:sqs:us-east-1:123456789012:{PROCESS_QUEUE}"
+                ))
+                .build()?,
+        )
+        .send()
+        .await?;
+
     let ingestor = Ingestor::new(config.clone()).await?;
+    let processor = floe::pipeline::Processor::new(config.clone()).await?;
     let maintainer = Maintainer::new(config.clone()).await?;
     println!("floe local stack on {endpoint}");
     println!("  config:   {config_path}");
     println!("  drop:     aws --endpoint-url {endpoint} s3 cp orders.jsonl s3://{BUCKET}/landing/orders/");
     println!("  status:   cargo run --bin floe -- status --config {config_path}");
     println!("  (AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test AWS_DEFAULT_REGION=us-east-1 for the aws cli)");
+    println!("  pipelines: floe.commit events → process (+ a poll every 60 s); `floe process reconcile --config {config_path}`");
     let started = Instant::now();
     let mut last_maintain = Instant::now();
+    let mut last_poll = Instant::now();
     loop {
         if exit_after.map(|d| started.elapsed() >= d).unwrap_or(false) {
             return Ok(());
@@ -215,6 +259,49 @@ pub async fn run(
             }
             for e in &result.errors {
                 eprintln!("error (message stays on the queue): {e}");
+            }
+        }
+        // The process leg: each commit event wakes the pipelines of its table; the poll is the
+        // deployed `rate()` fallback.
+        let out = sqs
+            .receive_message()
+            .queue_url(&process_queue_url)
+            .max_number_of_messages(10)
+            .send()
+            .await?;
+        let mut wake: Vec<serde_json::Value> = out
+            .messages()
+            .iter()
+            .filter_map(|m| serde_json::from_str(m.body().unwrap_or("")).ok())
+            .collect();
+        for m in out.messages() {
+            if let Some(h) = m.receipt_handle() {
+                sqs.delete_message()
+                    .queue_url(&process_queue_url)
+                    .receipt_handle(h)
+                    .send()
+                    .await?;
+            }
+        }
+        if last_poll.elapsed() >= Duration::from_secs(60) {
+            last_poll = Instant::now();
+            wake.push(json!({"detail-type": "Scheduled Event"}));
+        }
+        // Several notifications for one table need one run: the work comes from the checkpoint.
+        wake.dedup_by(|a, b| a["detail"]["table"] == b["detail"]["table"]);
+        for event in wake {
+            let (runs, errors) = processor
+                .handle_payload(&event, Instant::now() + Duration::from_secs(300))
+                .await;
+            let runs: Vec<_> = runs
+                .into_iter()
+                .filter(|r| r.sink_snapshot.is_some())
+                .collect();
+            if !runs.is_empty() {
+                crate::process_cmd::print_runs(&runs);
+            }
+            for e in &errors {
+                eprintln!("process error: {e}");
             }
         }
         if last_maintain.elapsed() >= maintain_every {

@@ -7,6 +7,7 @@
 //! floe maintain --config F [--table T] [--only compact,expire,orphans,manifests] [--dry-run]
 //!               [--older-than-hours H] [--retain-last N] [--orphan-older-than-hours H] [--json]
 //! floe schema-diff --config F --table T [--object s3://b/k] [--json]   classify schema changes (exit 2 if breaking)
+//! floe process run|refresh|reconcile --config F [--pipeline P] [--json]   incremental run, batch refresh, batch-vs-sink check (exit 1 on difference)
 //! floe local [--port 5000] [--dir D]        the deployed topology on moto_server: S3 → SQS → ingest, schedule → maintain
 //! floe bench [--big-mb N] [--small N] ...   ingest benchmark vs PyIceberg and plain arrow-rs
 //! ```
@@ -18,15 +19,17 @@ use floe::config::Config;
 use floe::ingest::{Ingestor, ObjectReport};
 
 mod bench;
+mod bench_latency;
 mod bench_maintain;
 mod bench_plan;
 mod demo;
 mod local;
+mod process_cmd;
 mod schema_diff;
 mod status;
 
 fn usage() -> &'static str {
-    "usage:\n  floe demo [--dir DIR]\n  floe ingest --config FILE s3://bucket/key [...]\n  floe status --config FILE [--json]\n  floe maintain --config FILE [--table T] [--only compact,expire,orphans,manifests] [--dry-run] [--older-than-hours H] [--retain-last N] [--orphan-older-than-hours H] [--json]\n  floe local [--port 5000] [--dir DIR] [--maintain-every-seconds N]\n  floe schema-diff --config FILE --table T [--object s3://bucket/key] [--json]\n  floe bench [--big-mb N] [--small N] [--dir DIR] [--python PY] [--skip-pyiceberg]"
+    "usage:\n  floe demo [--dir DIR]\n  floe ingest --config FILE s3://bucket/key [...]\n  floe status --config FILE [--json]\n  floe maintain --config FILE [--table T] [--only compact,expire,orphans,manifests] [--dry-run] [--older-than-hours H] [--retain-last N] [--orphan-older-than-hours H] [--json]\n  floe process run|refresh|reconcile --config FILE [--pipeline P] [--json]\n  floe local [--port 5000] [--dir DIR] [--maintain-every-seconds N]\n  floe schema-diff --config FILE --table T [--object s3://bucket/key] [--json]\n  floe bench [--big-mb N] [--small N] [--dir DIR] [--python PY] [--skip-pyiceberg]"
 }
 
 /// Minimal flag parsing: `--name value` pairs, bare `--flag`s and positionals.
@@ -158,7 +161,7 @@ async fn main() -> Result<()> {
             }
             let tables: Vec<String> = match table {
                 Some(t) => vec![t],
-                None => config.tables.iter().map(|t| t.name.clone()).collect(),
+                None => config.all_tables(),
             };
             let m = floe::maintain::Maintainer::new(config).await?;
             let mut reports = Vec::new();
@@ -180,6 +183,20 @@ async fn main() -> Result<()> {
             if schema_diff::run(&config, &table, object, json).await? {
                 // Non-zero on breaking changes, so CI pipelines stop the rollout.
                 std::process::exit(2);
+            }
+            Ok(())
+        }
+        "process" => {
+            if args.items.is_empty() {
+                bail!("{}", usage());
+            }
+            let action = args.items.remove(0);
+            let json = args.flag("--json");
+            let pipeline = args.value("--pipeline");
+            let config = load(&mut args).await?;
+            if !process_cmd::run(config, &action, pipeline, json).await? {
+                // The two speeds disagree: fail the caller's job.
+                std::process::exit(1);
             }
             Ok(())
         }

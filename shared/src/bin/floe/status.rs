@@ -26,12 +26,20 @@ pub struct TableStatus {
 pub async fn collect(config: &Config) -> Result<Vec<TableStatus>> {
     let catalog = floe::catalog::connect(config).await?;
     let mut loaded = Vec::new();
-    for t in &config.tables {
-        let ident = floe::catalog::table_ident(config, &t.name)?;
-        loaded.push((t, ident.clone(), catalog.load_table(&ident).await.ok()));
+    for name in config.all_tables() {
+        let ident = floe::catalog::table_ident(config, &name)?;
+        let target_mb = config
+            .table(&name)
+            .map(|t| t.target_file_size_mb)
+            .unwrap_or(128);
+        loaded.push((
+            target_mb,
+            ident.clone(),
+            catalog.load_table(&ident).await.ok(),
+        ));
     }
     let mut out = Vec::new();
-    for (t, ident, table) in &loaded {
+    for (target_mb, ident, table) in &loaded {
         let Some(table) = table else {
             out.push(TableStatus {
                 table: ident.to_string(),
@@ -47,7 +55,7 @@ pub async fn collect(config: &Config) -> Result<Vec<TableStatus>> {
             |k: &str| current.and_then(|s| s.summary().additional_properties.get(k).cloned());
         let num = |k: &str| prop(k).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
         let live = floe::maintain::live_files(table).await?;
-        let target = (t.target_file_size_mb << 20) as f64;
+        let target = (target_mb << 20) as f64;
         let small = live
             .iter()
             .filter(|f| (f.file.file_size_in_bytes() as f64) < target / 4.0)

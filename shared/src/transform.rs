@@ -1,0 +1,376 @@
+//! Running a pipeline's SQL: DataFusion over an in-memory relation `source`.
+//!
+//! The same function runs over a delta (incremental) and over a whole table (batch, backfill,
+//! reconcile), so the two speeds execute one piece of code. Only queries are accepted (no DDL,
+//! DML or `SET`). Output columns are normalised to types an Iceberg table can hold, all optional.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, RecordBatch, TimestampMicrosecondArray};
+use arrow::compute::cast;
+use arrow_schema::{DataType, Field, Schema as ArrowSchema, SchemaRef, TimeUnit};
+use datafusion::datasource::MemTable;
+use datafusion::execution::context::{SQLOptions, SessionConfig, SessionContext};
+use sha2::{Digest, Sha256};
+
+use crate::config::{PipelineConfig, PipelineMode};
+use crate::error::{Error, ErrorKind, Result};
+
+/// The column aggregate pipelines see in `source`: the event time floored to the window.
+pub const WINDOW_START: &str = "window_start";
+
+/// The transform's version: a hash of everything that shapes its output (mode, SQL, window,
+/// time column). Recorded with every checkpoint; a different hash needs an explicit refresh.
+pub fn transform_hash(p: &PipelineConfig, time_column: &str) -> String {
+    let mut h = Sha256::new();
+    let mode = match p.mode {
+        PipelineMode::Append => "append",
+        PipelineMode::Aggregate => "aggregate",
+    };
+    let sql: String = p.sql.split_whitespace().collect::<Vec<_>>().join(" ");
+    for part in [
+        mode,
+        &sql,
+        &p.window_micros().unwrap_or(0).to_string(),
+        time_column,
+    ] {
+        h.update(part.as_bytes());
+        h.update([0u8]);
+    }
+    hex::encode(&h.finalize()[..8])
+}
+
+/// Drops field metadata (Iceberg field ids) so batches from different files share one schema.
+pub fn plain_schema(schema: &ArrowSchema) -> SchemaRef {
+    Arc::new(ArrowSchema::new(
+        schema
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone().with_metadata(HashMap::new()))
+            .collect::<Vec<_>>(),
+    ))
+}
+
+/// Re-labels `batch` with `schema` (same columns, metadata aside).
+pub fn relabel(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch> {
+    RecordBatch::try_new(schema.clone(), batch.columns().to_vec())
+        .map_err(|e| Error::new(ErrorKind::Internal, format!("re-labelling a batch: {e}")))
+}
+
+/// Appends `window_start` = `time_column` floored to `window_us` microseconds.
+pub fn with_window_start(
+    batch: &RecordBatch,
+    time_column: &str,
+    window_us: i64,
+) -> Result<RecordBatch> {
+    let (idx, field) = batch
+        .schema()
+        .column_with_name(time_column)
+        .map(|(i, f)| (i, f.clone()))
+        .ok_or_else(|| {
+            Error::new(
+                ErrorKind::Transform,
+                format!("the source has no event-time column `{time_column}`"),
+            )
+        })?;
+    let tz = match field.data_type() {
+        DataType::Timestamp(_, tz) => tz.clone(),
+        other => {
+            return Err(Error::new(
+                ErrorKind::Transform,
+                format!("event-time column `{time_column}` is {other}, expected a timestamp"),
+            ))
+        }
+    };
+    let micros = cast(
+        batch.column(idx),
+        &DataType::Timestamp(TimeUnit::Microsecond, tz.clone()),
+    )
+    .map_err(|e| Error::new(ErrorKind::Transform, format!("`{time_column}`: {e}")))?;
+    let micros = micros
+        .as_any()
+        .downcast_ref::<TimestampMicrosecondArray>()
+        .ok_or_else(|| Error::new(ErrorKind::Internal, "timestamp cast"))?;
+    let floored: TimestampMicrosecondArray = micros
+        .iter()
+        .map(|v| v.map(|v| v.div_euclid(window_us) * window_us))
+        .collect::<TimestampMicrosecondArray>()
+        .with_timezone_opt(tz.clone());
+    let mut fields: Vec<Field> = batch
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| f.as_ref().clone())
+        .collect();
+    let mut columns = batch.columns().to_vec();
+    fields.push(Field::new(
+        WINDOW_START,
+        DataType::Timestamp(TimeUnit::Microsecond, tz),
+        true,
+    ));
+    columns.push(Arc::new(floored) as ArrayRef);
+    RecordBatch::try_new(Arc::new(ArrowSchema::new(fields)), columns)
+        .map_err(|e| Error::new(ErrorKind::Internal, format!("adding {WINDOW_START}: {e}")))
+}
+
+/// The window starts (µs) present in `batch`'s `window_start` column.
+pub fn window_starts(batch: &RecordBatch) -> Vec<i64> {
+    let Some(col) = batch.column_by_name(WINDOW_START) else {
+        return Vec::new();
+    };
+    let Ok(micros) = cast(col, &DataType::Timestamp(TimeUnit::Microsecond, None)) else {
+        return Vec::new();
+    };
+    micros
+        .as_any()
+        .downcast_ref::<TimestampMicrosecondArray>()
+        .map(|a| a.iter().flatten().collect())
+        .unwrap_or_default()
+}
+
+/// Runs `sql` over `source` (the given schema and batches) and returns the normalised output.
+/// `context` names the pipeline and source in errors; a SQL that no longer fits the source's
+/// schema is an error of kind `Transform` naming the field.
+pub async fn run_sql(
+    sql: &str,
+    schema: SchemaRef,
+    batches: Vec<RecordBatch>,
+    context: &str,
+) -> Result<(SchemaRef, Vec<RecordBatch>)> {
+    let ctx = SessionContext::new_with_config(SessionConfig::new().with_target_partitions(2));
+    let table = MemTable::try_new(schema.clone(), vec![batches])
+        .map_err(|e| Error::new(ErrorKind::Internal, format!("{context}: {e}")))?;
+    ctx.register_table("source", Arc::new(table))
+        .map_err(|e| Error::new(ErrorKind::Internal, format!("{context}: {e}")))?;
+    let options = SQLOptions::new()
+        .with_allow_ddl(false)
+        .with_allow_dml(false)
+        .with_allow_statements(false);
+    let df = ctx
+        .sql_with_options(sql, options)
+        .await
+        .map_err(|e| sql_error(context, &schema, e))?;
+    let out_schema = normalised(df.schema().as_arrow(), context)?;
+    let batches = df
+        .collect()
+        .await
+        .map_err(|e| sql_error(context, &schema, e))?;
+    let mut out = Vec::with_capacity(batches.len());
+    for b in batches {
+        if b.num_rows() > 0 {
+            out.push(conform(&b, &out_schema)?);
+        }
+    }
+    Ok((out_schema, out))
+}
+
+fn sql_error(context: &str, schema: &ArrowSchema, e: datafusion::error::DataFusionError) -> Error {
+    let text = e.to_string();
+    let field = text
+        .split("No field named ")
+        .nth(1)
+        .map(|rest| {
+            rest.trim_start_matches(['"', '`', '\''])
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect::<String>()
+        })
+        .filter(|f| !f.is_empty());
+    let message = match field {
+        Some(field) => {
+            let known: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+            format!(
+                "{context}: the SQL reads field `{field}`, which the source schema no longer has \
+                 (it has: {}); fix the SQL or the source, then `floe process refresh`",
+                known.join(", ")
+            )
+        }
+        None => format!("{context}: the SQL failed: {text}"),
+    };
+    Error::new(ErrorKind::Transform, message)
+}
+
+/// The output schema as an Iceberg-friendly, all-optional Arrow schema.
+fn normalised(schema: &ArrowSchema, context: &str) -> Result<SchemaRef> {
+    let mut seen = std::collections::HashSet::new();
+    let mut fields = Vec::with_capacity(schema.fields().len());
+    for f in schema.fields() {
+        if !seen.insert(f.name().clone()) {
+            return Err(Error::new(
+                ErrorKind::Transform,
+                format!(
+                    "{context}: the SQL outputs column `{}` twice; alias it",
+                    f.name()
+                ),
+            ));
+        }
+        let ty = match f.data_type() {
+            DataType::Utf8View | DataType::LargeUtf8 => DataType::Utf8,
+            DataType::BinaryView | DataType::LargeBinary => DataType::Binary,
+            DataType::Timestamp(_, tz) => DataType::Timestamp(TimeUnit::Microsecond, tz.clone()),
+            DataType::Int8 | DataType::Int16 | DataType::UInt8 | DataType::UInt16 => {
+                DataType::Int32
+            }
+            DataType::UInt32 | DataType::UInt64 => DataType::Int64,
+            DataType::Float16 => DataType::Float32,
+            t @ (DataType::Boolean
+            | DataType::Int32
+            | DataType::Int64
+            | DataType::Float32
+            | DataType::Float64
+            | DataType::Utf8
+            | DataType::Binary
+            | DataType::Date32
+            | DataType::Decimal128(_, _)) => t.clone(),
+            other => {
+                return Err(Error::new(
+                    ErrorKind::Transform,
+                    format!(
+                        "{context}: output column `{}` has type {other}, which an Iceberg table \
+                         cannot hold; cast it in the SQL",
+                        f.name()
+                    ),
+                ))
+            }
+        };
+        fields.push(Field::new(f.name(), ty, true));
+    }
+    Ok(Arc::new(ArrowSchema::new(fields)))
+}
+
+/// Casts `batch`'s columns to `schema` (same names and order).
+pub fn conform(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch> {
+    let mut cols = Vec::with_capacity(schema.fields().len());
+    for (f, c) in schema.fields().iter().zip(batch.columns()) {
+        let c = if c.data_type() == f.data_type() {
+            c.clone()
+        } else {
+            cast(c, f.data_type()).map_err(|e| {
+                Error::new(
+                    ErrorKind::Transform,
+                    format!("casting output column `{}`: {e}", f.name()),
+                )
+            })?
+        };
+        cols.push(c);
+    }
+    RecordBatch::try_new(schema.clone(), cols)
+        .map_err(|e| Error::new(ErrorKind::Internal, format!("output batch: {e}")))
+}
+
+/// Rows of `batches` as canonical strings (floats to 10 significant digits), for comparing a
+/// batch result with a sink. Columns are taken in `columns` order; a missing column is NULL.
+pub fn canonical_rows(batches: &[RecordBatch], columns: &[String]) -> Result<Vec<Vec<String>>> {
+    use arrow::util::display::{ArrayFormatter, FormatOptions};
+    let opts = FormatOptions::default().with_null("NULL");
+    let mut rows = Vec::new();
+    for b in batches {
+        let mut per_col: Vec<Box<dyn Fn(usize) -> String + '_>> = Vec::new();
+        for name in columns {
+            match b.column_by_name(name) {
+                None => per_col.push(Box::new(|_| "NULL".to_string())),
+                Some(col) => match col.data_type() {
+                    DataType::Float64 | DataType::Float32 => {
+                        let f = cast(col, &DataType::Float64).map_err(|e| {
+                            Error::new(ErrorKind::Internal, format!("`{name}`: {e}"))
+                        })?;
+                        per_col.push(Box::new(move |i| {
+                            let a = f
+                                .as_any()
+                                .downcast_ref::<arrow::array::Float64Array>()
+                                .filter(|a| a.is_valid(i));
+                            match a {
+                                Some(a) => format!("{:.9e}", a.value(i)),
+                                None => "NULL".to_string(),
+                            }
+                        }));
+                    }
+                    _ => {
+                        let fmt = ArrayFormatter::try_new(col.as_ref(), &opts).map_err(|e| {
+                            Error::new(ErrorKind::Internal, format!("`{name}`: {e}"))
+                        })?;
+                        per_col.push(Box::new(move |i| fmt.value(i).to_string()));
+                    }
+                },
+            }
+        }
+        for i in 0..b.num_rows() {
+            rows.push(per_col.iter().map(|f| f(i)).collect());
+        }
+    }
+    Ok(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::{Float64Array, StringArray};
+
+    fn orders() -> (SchemaRef, RecordBatch) {
+        let schema = Arc::new(ArrowSchema::new(vec![
+            Field::new("region", DataType::Utf8, true),
+            Field::new("amount", DataType::Float64, true),
+            Field::new(
+                "event_time",
+                DataType::Timestamp(TimeUnit::Microsecond, Some("+00:00".into())),
+                false,
+            ),
+        ]));
+        let t = TimestampMicrosecondArray::from(vec![59_000_000, 60_000_000, 61_000_000])
+            .with_timezone("+00:00");
+        let b = RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                Arc::new(StringArray::from(vec!["eu", "eu", "us"])),
+                Arc::new(Float64Array::from(vec![1.0, 2.0, 3.0])),
+                Arc::new(t),
+            ],
+        )
+        .unwrap();
+        (schema, b)
+    }
+
+    #[tokio::test]
+    async fn windows_and_aggregates() {
+        let (_, b) = orders();
+        let b = with_window_start(&b, "event_time", 60_000_000).unwrap();
+        assert_eq!(window_starts(&b), vec![0, 60_000_000, 60_000_000]);
+        let (schema, out) = run_sql(
+            "SELECT window_start, region, sum(amount) AS revenue, count(*) AS n FROM source \
+             GROUP BY window_start, region ORDER BY window_start, region",
+            b.schema(),
+            vec![b],
+            "test",
+        )
+        .await
+        .unwrap();
+        assert!(schema.fields().iter().all(|f| f.is_nullable()));
+        let cols: Vec<String> = ["window_start", "region", "revenue", "n"]
+            .map(String::from)
+            .to_vec();
+        let rows = canonical_rows(&out, &cols).unwrap();
+        assert_eq!(rows.len(), 3, "{rows:?}");
+        assert_eq!(rows[1][1], "eu");
+        assert_eq!(rows[1][2], format!("{:.9e}", 2.0));
+    }
+
+    #[tokio::test]
+    async fn a_missing_field_is_named_and_ddl_refused() {
+        let (schema, b) = orders();
+        let e = run_sql(
+            "SELECT country FROM source",
+            schema.clone(),
+            vec![b.clone()],
+            "pipeline p",
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Transform);
+        assert!(e.to_string().contains("`country`"), "{e}");
+        let e = run_sql("CREATE TABLE x (a int)", schema, vec![b], "pipeline p")
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Transform);
+    }
+}

@@ -1,0 +1,369 @@
+//! The process function: incremental SQL pipelines, exactly once, equal to the batch result.
+
+use std::time::{Duration, Instant};
+
+use floe::pipeline::Processor;
+use floe::snapshot::Change;
+use floe::ErrorKind;
+use iceberg::spec::Operation;
+use serde_json::json;
+
+use crate::exactly_once::{faulty, Fault};
+use crate::harness::{orders, TestEnv};
+
+const APPEND: &str = "suspicious_orders";
+const AGG: &str = "revenue_per_region_minute";
+
+fn soon() -> Instant {
+    Instant::now() + Duration::from_secs(120)
+}
+
+/// Runs both pipelines and asserts reconcile matches for each; returns the runs.
+async fn run_and_reconcile(p: &Processor) -> Vec<floe::pipeline::RunReport> {
+    let mut out = Vec::new();
+    for name in [APPEND, AGG] {
+        out.push(p.run(name, soon()).await.expect("run"));
+        assert_reconciled(p, name).await;
+    }
+    out
+}
+
+async fn assert_reconciled(p: &Processor, name: &str) {
+    let r = p.reconcile(name).await.expect("reconcile");
+    assert!(
+        r.matches(),
+        "{name}: batch {} rows, sink {} rows, {} differing: {:?}",
+        r.batch_rows,
+        r.sink_rows,
+        r.differing,
+        r.differences
+    );
+    assert!(r.batch_rows > 0, "{name}: the comparison must cover rows");
+}
+
+async fn put_orders(env: &TestEnv, key: &str, n: usize, seed: u64) {
+    env.put(key, orders(n, seed)).await;
+}
+
+#[tokio::test]
+async fn pipelines_follow_appends_late_events_and_duplicate_triggers() {
+    let env = TestEnv::with_pipelines("sqlite", "").await;
+    let ingestor = env.ingestor().await;
+    for i in 0..3 {
+        put_orders(&env, &format!("orders/a{i}.jsonl"), 400, i).await;
+        env.ingest(&ingestor, &format!("orders/a{i}.jsonl"))
+            .await
+            .unwrap();
+    }
+    let p = env.processor().await;
+    let runs = run_and_reconcile(&p).await;
+    assert_eq!(runs[0].source_snapshots, 3, "all three commits in one run");
+    assert!(
+        runs[0].rows_out > 0 && runs[0].rows_out < 1200,
+        "the filter keeps some rows"
+    );
+    assert!(runs[1].windows >= 1);
+
+    // Duplicate notifications: nothing new, no new sink snapshot.
+    for _ in 0..2 {
+        let again = p.run(APPEND, soon()).await.unwrap();
+        assert_eq!((again.rows_in, again.sink_snapshot), (0, None));
+    }
+
+    // Late events: two hours old; the aggregate recomputes those windows from the whole table.
+    let late = floe::sample::late_orders_jsonl(300, 99, chrono::Utc::now(), 7200);
+    env.put("orders/late.jsonl", late).await;
+    env.ingest(&ingestor, "orders/late.jsonl").await.unwrap();
+    put_orders(&env, "orders/b.jsonl", 200, 42).await;
+    env.ingest(&ingestor, "orders/b.jsonl").await.unwrap();
+    let runs = run_and_reconcile(&p).await;
+    assert_eq!(runs[1].source_snapshots, 2);
+    assert!(
+        runs[1].windows >= 2,
+        "late and current windows: {}",
+        runs[1].windows
+    );
+    assert!(runs[1].rows_recomputed >= 500);
+
+    // A trigger for another table wakes nothing; the schedule wakes all.
+    assert!(p
+        .pipelines_for(&json!({"detail-type": "floe.commit", "detail": {"table": "other"}}))
+        .is_empty());
+    assert_eq!(
+        p.pipelines_for(&json!({"detail-type": "Scheduled Event"}))
+            .len(),
+        2
+    );
+    let (reports, errors) = p
+        .handle_payload(
+            &json!({"detail-type": "floe.commit", "source": "floe", "detail": {"table": "orders"}}),
+            soon(),
+        )
+        .await;
+    assert!(errors.is_empty(), "{errors:?}");
+    assert_eq!(reports.len(), 2);
+    assert!(
+        reports.iter().all(|r| r.sink_snapshot.is_none()),
+        "nothing new"
+    );
+}
+
+#[tokio::test]
+async fn concurrent_runs_and_a_crash_before_commit_neither_duplicate_nor_lose() {
+    let env = TestEnv::with_pipelines("sqlite", "").await;
+    let ingestor = env.ingestor().await;
+    for i in 0..4 {
+        put_orders(&env, &format!("orders/c{i}.jsonl"), 500, 10 + i).await;
+        env.ingest(&ingestor, &format!("orders/c{i}.jsonl"))
+            .await
+            .unwrap();
+    }
+    // A run that dies after writing its output files, before its commit lands.
+    let crashing = env.processor_with(faulty(Fault::AfterMetadata)).await;
+    for name in [APPEND, AGG] {
+        let e = crashing.run(name, soon()).await.unwrap_err();
+        assert!(e.to_string().contains("injected crash"), "{e}");
+    }
+    // Four processes race on the same delta.
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        let config = env.config.clone();
+        tasks.push(tokio::spawn(async move {
+            let p = Processor::new(config).await.unwrap();
+            let a = p.run(APPEND, soon()).await?;
+            let b = p.run(AGG, soon()).await?;
+            Ok::<_, floe::Error>((a, b))
+        }));
+    }
+    let mut committed = 0;
+    for t in tasks {
+        let (a, b) = t.await.unwrap().expect("run");
+        committed += a.sink_snapshot.is_some() as u32 + b.sink_snapshot.is_some() as u32;
+    }
+    assert!(committed >= 2, "each pipeline committed its delta once");
+    let p = env.processor().await;
+    for name in [APPEND, AGG] {
+        assert_reconciled(&p, name).await;
+    }
+    // The checkpoint is at the source's head: one more run has nothing to do.
+    let again = p.run(APPEND, soon()).await.unwrap();
+    assert_eq!(again.source_snapshots, 0);
+}
+
+#[tokio::test]
+async fn replace_overwrite_expired_checkpoint_and_changed_transform() {
+    let env = TestEnv::with_pipelines("sqlite", "").await;
+    let ingestor = env.ingestor().await;
+    for i in 0..3 {
+        put_orders(&env, &format!("orders/r{i}.jsonl"), 100, 20 + i).await;
+        env.ingest(&ingestor, &format!("orders/r{i}.jsonl"))
+            .await
+            .unwrap();
+    }
+    let p = env.processor().await;
+    run_and_reconcile(&p).await;
+
+    // Compaction (a replace snapshot) changes no data: skipped, nothing re-emitted.
+    let m = env.maintainer().await;
+    m.run("orders", &crate::maintain_opts(true, false, false))
+        .await
+        .unwrap();
+    let r = p.run(APPEND, soon()).await.unwrap();
+    assert_eq!((r.source_snapshots, r.rows_in), (0, 0));
+    assert_reconciled(&p, APPEND).await;
+
+    // An overwrite on the source fails loudly, naming the snapshot and the recovery.
+    let committer = m.committer();
+    let table = committer.load(&env.ident()).await.unwrap();
+    let victim = floe::maintain::live_files(&table).await.unwrap()[0]
+        .file
+        .file_path()
+        .to_string();
+    let mut change = Change::append(Vec::new(), Default::default());
+    change.operation = Operation::Overwrite;
+    change.removed = vec![victim];
+    committer
+        .commit(&env.ident(), &limits(), move |_| {
+            Ok(floe::commit::Plan::Apply(change.clone()))
+        })
+        .await
+        .unwrap();
+    let e = p.run(APPEND, soon()).await.unwrap_err();
+    assert!(
+        e.to_string().contains("overwrite") && e.to_string().contains("floe process refresh"),
+        "{e}"
+    );
+    // Refresh recovers: the sink equals the batch result over the table as it now is.
+    let r = p.refresh(APPEND, soon()).await.unwrap();
+    assert!(r.refresh && r.sink_snapshot.is_some());
+    assert_reconciled(&p, APPEND).await;
+
+    // An expired checkpoint: the error names the recovery, nothing is processed silently.
+    put_orders(&env, "orders/r9.jsonl", 100, 29).await;
+    env.ingest(&ingestor, "orders/r9.jsonl").await.unwrap();
+    let table = committer.load(&env.ident()).await.unwrap();
+    let md = table.metadata();
+    let current = md.current_snapshot_id().unwrap();
+    let old: Vec<i64> = md
+        .snapshots()
+        .map(|s| s.snapshot_id())
+        .filter(|id| *id != current)
+        .collect();
+    committer
+        .commit(&env.ident(), &limits(), move |_| {
+            Ok(floe::commit::Plan::Apply(Change::expire(old.clone())))
+        })
+        .await
+        .unwrap();
+    let e = p.run(AGG, soon()).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Stale);
+    assert!(
+        e.to_string()
+            .contains("floe process refresh --pipeline revenue_per_region_minute"),
+        "{e}"
+    );
+    p.refresh(AGG, soon()).await.unwrap();
+    assert_reconciled(&p, AGG).await;
+
+    // A changed transform is never mixed with old output: the run stops until a refresh.
+    let mut config = env.config.clone();
+    config.pipelines[0].sql = config.pipelines[0].sql.replace(">= 4900", ">= 4800");
+    let changed = Processor::new(config).await.unwrap();
+    let e = changed.run(APPEND, soon()).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Transform);
+    assert!(
+        e.to_string().contains("transform changed") && e.to_string().contains("refresh"),
+        "{e}"
+    );
+    changed.refresh(APPEND, soon()).await.unwrap();
+    assert_reconciled(&changed, APPEND).await;
+    changed.run(APPEND, soon()).await.unwrap();
+}
+
+fn limits() -> floe::commit::CommitLimits {
+    floe::commit::CommitLimits {
+        max_attempts: 10,
+        deadline: soon(),
+        skew: Duration::from_secs(900),
+    }
+}
+
+#[tokio::test]
+async fn schema_changes_additive_keeps_running_breaking_names_the_field() {
+    let tail = r#"
+[[pipelines]]
+name = "coupons"
+source = "orders"
+sink = "coupon_orders"
+mode = "append"
+sql = "SELECT order_id, amount, discount_code FROM source WHERE amount > 100"
+"#;
+    let env = TestEnv::with_pipelines("sqlite", tail).await;
+    let ingestor = env.ingestor().await;
+    put_orders(&env, "orders/s0.jsonl", 300, 30).await;
+    env.ingest(&ingestor, "orders/s0.jsonl").await.unwrap();
+    let p = env.processor().await;
+    run_and_reconcile(&p).await;
+    // An additive change: a new field arrives; old files read with it as null.
+    let with_coupon: String = orders(200, 31)
+        .lines()
+        .map(|l| l.replacen('{', "{\"coupon\":\"SPRING\",", 1) + "\n")
+        .collect();
+    env.put("orders/s1.jsonl", with_coupon).await;
+    let r = env.ingest(&ingestor, "orders/s1.jsonl").await.unwrap();
+    assert!(
+        r.schema_change.as_deref().unwrap_or("").contains("coupon"),
+        "{r:?}"
+    );
+    run_and_reconcile(&p).await;
+    // A SQL reading a field the source does not have stops with the field's name.
+    let e = p.run("coupons", soon()).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Transform);
+    assert!(e.to_string().contains("`discount_code`"), "{e}");
+}
+
+#[tokio::test]
+async fn alerts_reach_sqs_once_per_row_with_stable_ids() {
+    let sqs = aws_sdk_sqs::Client::new(
+        &floe::store::sdk_config(&crate::harness::storage(), Some(crate::harness::moto())).await,
+    );
+    let name = crate::harness::unique("alerts");
+    let url = sqs
+        .create_queue()
+        .queue_name(&name)
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap();
+    let tail = format!(
+        r#"
+[[pipelines]]
+name = "big_orders"
+source = "orders"
+sink = "big_orders"
+mode = "append"
+sql = "SELECT order_id, region, amount FROM source WHERE amount >= 4000"
+[pipelines.alert]
+sqs_queue_url = "{url}"
+endpoint = "{}"
+"#,
+        crate::harness::moto()
+    );
+    let env = TestEnv::with_pipelines("sqlite", &tail).await;
+    let ingestor = env.ingestor().await;
+    put_orders(&env, "orders/x.jsonl", 500, 50).await;
+    env.ingest(&ingestor, "orders/x.jsonl").await.unwrap();
+    let p = env.processor().await;
+    let r = p.run("big_orders", soon()).await.unwrap();
+    assert!(r.rows_out > 0);
+    assert_eq!(r.alerts as u64, r.rows_out);
+    let mut ids = std::collections::HashSet::new();
+    for _ in 0..20 {
+        let got = sqs
+            .receive_message()
+            .queue_url(&url)
+            .max_number_of_messages(10)
+            .send()
+            .await
+            .unwrap();
+        let msgs = got.messages.unwrap_or_default();
+        if msgs.is_empty() {
+            break;
+        }
+        for m in msgs {
+            let v: serde_json::Value = serde_json::from_str(m.body().unwrap()).unwrap();
+            assert!(v["row"]["amount"].as_f64().unwrap() >= 4000.0);
+            ids.insert(v["id"].as_str().unwrap().to_string());
+            sqs.delete_message()
+                .queue_url(&url)
+                .receipt_handle(m.receipt_handle().unwrap())
+                .send()
+                .await
+                .unwrap();
+        }
+    }
+    assert_eq!(
+        ids.len() as u64,
+        r.rows_out,
+        "one alert per output row, distinct ids"
+    );
+}
+
+#[tokio::test]
+async fn pipelines_on_glue() {
+    let env = TestEnv::with_pipelines("glue", "").await;
+    let ingestor = env.ingestor().await;
+    for i in 0..2 {
+        put_orders(&env, &format!("orders/g{i}.jsonl"), 300, 60 + i).await;
+        env.ingest(&ingestor, &format!("orders/g{i}.jsonl"))
+            .await
+            .unwrap();
+    }
+    let p = env.processor().await;
+    run_and_reconcile(&p).await;
+    put_orders(&env, "orders/g9.jsonl", 300, 69).await;
+    env.ingest(&ingestor, "orders/g9.jsonl").await.unwrap();
+    let runs = run_and_reconcile(&p).await;
+    assert_eq!(runs[1].source_snapshots, 1);
+}
