@@ -140,9 +140,6 @@ pub async fn run(dir: String) -> Result<()> {
     let response = floe::lambda::ingest_response(&result).map_err(anyhow::Error::msg)?;
     println!("\nLambda response (SQS partial batch): {response}");
 
-    println!();
-    let rows = crate::status::collect(&config).await?;
-    crate::status::print(&rows);
     let reports = &result.reports;
     let sum = |f: fn(&floe::ingest::ObjectReport) -> u64| reports.iter().map(f).sum::<u64>();
     println!(
@@ -177,8 +174,12 @@ pub async fn run(dir: String) -> Result<()> {
     if let Some(e) = errors.first() {
         anyhow::bail!("process: {e}");
     }
-    // Late events arrive (20 to 80 minutes old): their windows are recomputed and replaced.
-    let late = sample::late_orders_jsonl(300, 7, Utc::now(), 20 * 60);
+    // Late events arrive (20, 45 and 80 minutes old): their windows are recomputed and replaced.
+    let late: String = [20, 45, 80]
+        .iter()
+        .enumerate()
+        .map(|(i, m)| sample::late_orders_jsonl(100, 7 + i as u64, Utc::now(), m * 60))
+        .collect();
     store
         .put(
             "landing",
@@ -210,6 +211,9 @@ pub async fn run(dir: String) -> Result<()> {
     if !recs.iter().all(|r| r.matches()) {
         anyhow::bail!("reconcile found differences");
     }
+    println!();
+    let rows = crate::status::collect(&config).await?;
+    crate::status::print(&rows);
     println!("\nnext: `cargo run --bin floe -- status --config {config_path}`");
     println!("      `cargo run --bin floe -- process reconcile --config {config_path}`");
     Ok(())

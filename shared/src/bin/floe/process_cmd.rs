@@ -59,12 +59,12 @@ pub async fn run(
 /// Prints pipeline runs as a table.
 pub fn print_runs(reports: &[RunReport]) {
     println!(
-        "{:<22} {:>21} {:>9} {:>8} {:>8} {:>8} {:>8} {:>7}",
+        "{:<26} {:>21} {:>9} {:>8} {:>8} {:>8} {:>8} {:>7}",
         "pipeline", "source snapshot", "commits", "rows in", "rows out", "windows", "alerts", "ms"
     );
     for r in reports {
         println!(
-            "{:<22} {:>21} {:>9} {:>8} {:>8} {:>8} {:>8} {:>7.0}",
+            "{:<26} {:>21} {:>9} {:>8} {:>8} {:>8} {:>8} {:>7.0}",
             r.pipeline,
             r.to_snapshot
                 .map(|s| s.to_string())
@@ -86,12 +86,12 @@ pub fn print_runs(reports: &[RunReport]) {
 /// Prints reconcile results as a table, then the differences.
 pub fn print_reconciliations(all: &[Reconciliation]) {
     println!(
-        "{:<22} {:>21} {:>10} {:>10} {:>7} {:>9}  result",
+        "{:<26} {:>21} {:>10} {:>10} {:>7} {:>9}  result",
         "pipeline", "at source snapshot", "batch rows", "sink rows", "keys", "differing"
     );
     for r in all {
         println!(
-            "{:<22} {:>21} {:>10} {:>10} {:>7} {:>9}  {}",
+            "{:<26} {:>21} {:>10} {:>10} {:>7} {:>9}  {}",
             r.pipeline,
             r.at_snapshot
                 .map(|s| s.to_string())

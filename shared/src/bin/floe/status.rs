@@ -126,7 +126,7 @@ pub async fn run(config: &Config, json: bool) -> Result<()> {
 
 pub fn print(rows: &[TableStatus]) {
     println!(
-        "{:<20} {:>9} {:>9} {:>6} {:>6} {:>11} {:>26} {:>9}",
+        "{:<32} {:>9} {:>9} {:>6} {:>6} {:>11} {:>26} {:>9}",
         "table",
         "snapshots",
         "records",
@@ -138,7 +138,7 @@ pub fn print(rows: &[TableStatus]) {
     );
     for r in rows {
         println!(
-            "{:<20} {:>9} {:>9} {:>6} {:>6} {:>11} {:>26} {:>9}",
+            "{:<32} {:>9} {:>9} {:>6} {:>6} {:>11} {:>26} {:>9}",
             r.table,
             r.snapshots,
             r.records,
