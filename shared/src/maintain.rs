@@ -195,6 +195,31 @@ pub async fn live_files(table: &Table) -> Result<Vec<LiveFile>> {
     Ok(out)
 }
 
+/// Scan tasks reading `files` with `table`'s current schema (older files: new columns null).
+pub fn scan_tasks(table: &Table, files: &[LiveFile]) -> Vec<FileScanTask> {
+    let md = table.metadata();
+    let schema = md.current_schema().clone();
+    let field_ids: Vec<i32> = schema.as_struct().fields().iter().map(|f| f.id).collect();
+    files
+        .iter()
+        .map(|f| {
+            FileScanTask::builder()
+                .with_file_size_in_bytes(f.file.file_size_in_bytes())
+                .with_start(0)
+                .with_length(f.file.file_size_in_bytes())
+                .with_record_count(Some(f.file.record_count()))
+                .with_data_file_path(f.file.file_path().to_string())
+                .with_data_file_format(f.file.file_format())
+                .with_schema(schema.clone())
+                .with_project_field_ids(field_ids.clone())
+                .with_partition(Some(f.file.partition().clone()))
+                .with_partition_spec(md.partition_spec_by_id(f.spec_id).cloned())
+                .with_case_sensitive(true)
+                .build()
+        })
+        .collect()
+}
+
 /// Runs maintenance on configured tables.
 pub struct Maintainer {
     config: Arc<Config>,
@@ -336,25 +361,7 @@ impl Maintainer {
         let table = self.committer.load(ident).await?;
         let md = table.metadata();
         let schema = md.current_schema().clone();
-        let field_ids: Vec<i32> = schema.as_struct().fields().iter().map(|f| f.id).collect();
-        let tasks: Vec<FileScanTask> = group
-            .iter()
-            .map(|f| {
-                FileScanTask::builder()
-                    .with_file_size_in_bytes(f.file.file_size_in_bytes())
-                    .with_start(0)
-                    .with_length(f.file.file_size_in_bytes())
-                    .with_record_count(Some(f.file.record_count()))
-                    .with_data_file_path(f.file.file_path().to_string())
-                    .with_data_file_format(f.file.file_format())
-                    .with_schema(schema.clone())
-                    .with_project_field_ids(field_ids.clone())
-                    .with_partition(Some(f.file.partition().clone()))
-                    .with_partition_spec(md.partition_spec_by_id(f.spec_id).cloned())
-                    .with_case_sensitive(true)
-                    .build()
-            })
-            .collect();
+        let tasks = scan_tasks(&table, group);
         let stream = futures::stream::iter(tasks.into_iter().map(Ok));
         let batches = table
             .reader_builder()

@@ -30,7 +30,6 @@ use iceberg::arrow::{
     arrow_schema_to_schema_auto_assign_ids, arrow_type_to_type, schema_to_arrow_schema,
 };
 use iceberg::expr::{Predicate, Reference};
-use iceberg::scan::FileScanTask;
 use iceberg::spec::{DataFile, Datum, Operation, PrimitiveLiteral, PrimitiveType, Type};
 use iceberg::table::Table;
 use iceberg::{TableCreation, TableIdent};
@@ -42,7 +41,7 @@ use crate::commit::{CommitLimits, Committer, Outcome, Plan, Skipped};
 use crate::config::{Config, PipelineConfig, PipelineMode, RowChange};
 use crate::error::{Error, ErrorKind, Result};
 use crate::lambda::Trigger;
-use crate::maintain::{live_files, LiveFile};
+use crate::maintain::{live_files, scan_tasks, LiveFile};
 use crate::process::{self, Checkpoint, RowChangePolicy};
 use crate::snapshot::Change;
 use crate::transform::{self, WINDOW_START};
@@ -317,13 +316,15 @@ impl Processor {
                     return Ok(report);
                 }
                 None if replans + 1 < MAX_ROUNDS && Instant::now() < deadline => replans += 1,
-                None => return Err(Error::new(
-                    ErrorKind::DeadlineExceeded,
-                    format!(
+                None => {
+                    return Err(Error::new(
+                        ErrorKind::DeadlineExceeded,
+                        format!(
                         "pipeline `{name}`: other runs kept committing first; {replans} re-plans"
                     ),
-                )
-                .with_retryable(true)),
+                    )
+                    .with_retryable(true))
+                }
             }
         }
     }
@@ -558,22 +559,7 @@ impl Processor {
         let schema = transform::plain_schema(&arrow);
         let mut rows = Vec::new();
         if !empty && source.metadata().current_snapshot_id().is_some() {
-            let mut scan = source.scan().select_all();
-            if let Some(id) = snapshot {
-                scan = scan.snapshot_id(id);
-            }
-            let stream = scan
-                .build()
-                .map_err(|e| Error::iceberg(format!("scanning {}", source.identifier()), e))?
-                .to_arrow()
-                .await
-                .map_err(|e| Error::iceberg(format!("scanning {}", source.identifier()), e))?;
-            let batches: Vec<RecordBatch> = stream.try_collect().await.map_err(|e| {
-                Error::iceberg(format!("reading {}", source.identifier()), e).with_retryable(true)
-            })?;
-            for b in batches {
-                rows.push(conform_by_name(&b, &schema)?);
-            }
+            rows = scan_rows(source, snapshot, None, &schema).await?;
         }
         if p.mode != PipelineMode::Aggregate {
             return Ok((schema, rows));
@@ -1021,31 +1007,6 @@ fn chunks(files: &[LiveFile]) -> Vec<&[LiveFile]> {
     out
 }
 
-/// Scan tasks reading `files` with `table`'s current schema (older files: new columns null).
-pub fn scan_tasks(table: &Table, files: &[LiveFile]) -> Vec<FileScanTask> {
-    let md = table.metadata();
-    let schema = md.current_schema().clone();
-    let field_ids: Vec<i32> = schema.as_struct().fields().iter().map(|f| f.id).collect();
-    files
-        .iter()
-        .map(|f| {
-            FileScanTask::builder()
-                .with_file_size_in_bytes(f.file.file_size_in_bytes())
-                .with_start(0)
-                .with_length(f.file.file_size_in_bytes())
-                .with_record_count(Some(f.file.record_count()))
-                .with_data_file_path(f.file.file_path().to_string())
-                .with_data_file_format(f.file.file_format())
-                .with_schema(schema.clone())
-                .with_project_field_ids(field_ids.clone())
-                .with_partition(Some(f.file.partition().clone()))
-                .with_partition_spec(md.partition_spec_by_id(f.spec_id).cloned())
-                .with_case_sensitive(true)
-                .build()
-        })
-        .collect()
-}
-
 /// Reads `files` of `table` into memory with the current schema (metadata-free Arrow schema).
 pub async fn read_rows(table: &Table, files: &[LiveFile]) -> Result<(SchemaRef, Vec<RecordBatch>)> {
     let arrow = schema_to_arrow_schema(table.metadata().current_schema())
@@ -1097,6 +1058,33 @@ fn conform_by_name(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatc
         .map_err(|e| Error::new(ErrorKind::Internal, format!("conforming a batch: {e}")))
 }
 
+/// Rows of `table` at `snapshot` (default: current) matching `filter`, conformed to `schema`.
+async fn scan_rows(
+    table: &Table,
+    snapshot: Option<i64>,
+    filter: Option<Predicate>,
+    schema: &SchemaRef,
+) -> Result<Vec<RecordBatch>> {
+    let mut scan = table.scan().select_all();
+    if let Some(id) = snapshot {
+        scan = scan.snapshot_id(id);
+    }
+    if let Some(f) = filter {
+        scan = scan.with_filter(f);
+    }
+    let failed = |e| Error::iceberg(format!("scanning {}", table.identifier()), e);
+    let batches: Vec<RecordBatch> = scan
+        .build()
+        .map_err(failed)?
+        .to_arrow()
+        .await
+        .map_err(failed)?
+        .try_collect()
+        .await
+        .map_err(|e| failed(e).with_retryable(true))?;
+    batches.iter().map(|b| conform_by_name(b, schema)).collect()
+}
+
 /// Source rows (with `window_start`) of the `touched` windows at snapshot `at`.
 async fn read_windows(
     source: &Table,
@@ -1140,24 +1128,12 @@ async fn read_windows(
         })
         .reduce(Predicate::or)
         .unwrap_or(Predicate::AlwaysFalse);
-    let stream = source
-        .scan()
-        .snapshot_id(at)
-        .select_all()
-        .with_filter(predicate)
-        .build()
-        .map_err(|e| Error::iceberg(format!("scanning {}", source.identifier()), e))?
-        .to_arrow()
-        .await
-        .map_err(|e| Error::iceberg(format!("scanning {}", source.identifier()), e))?;
-    let batches: Vec<RecordBatch> = stream.try_collect().await.map_err(|e| {
-        Error::iceberg(format!("reading {}", source.identifier()), e).with_retryable(true)
-    })?;
+    let batches = scan_rows(source, Some(at), Some(predicate), &schema).await?;
     let empty = RecordBatch::new_empty(schema.clone());
     let out_schema = transform::with_window_start(&empty, time_column, window)?.schema();
     let mut out = Vec::new();
     for b in batches {
-        let b = transform::with_window_start(&conform_by_name(&b, &schema)?, time_column, window)?;
+        let b = transform::with_window_start(&b, time_column, window)?;
         let keep = in_windows(&b, touched);
         let b = arrow::compute::filter_record_batch(&b, &keep)
             .map_err(|e| Error::new(ErrorKind::Internal, format!("filtering windows: {e}")))?;

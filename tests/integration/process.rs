@@ -367,3 +367,77 @@ async fn pipelines_on_glue() {
     let runs = run_and_reconcile(&p).await;
     assert_eq!(runs[1].source_snapshots, 1);
 }
+
+#[tokio::test]
+async fn commit_events_reach_the_process_function_through_eventbridge() {
+    let sdk =
+        floe::store::sdk_config(&crate::harness::storage(), Some(crate::harness::moto())).await;
+    let (events, sqs) = (
+        aws_sdk_eventbridge::Client::new(&sdk),
+        aws_sdk_sqs::Client::new(&sdk),
+    );
+    let bus = crate::harness::unique("bus");
+    let queue = crate::harness::unique("process");
+    let url = sqs
+        .create_queue()
+        .queue_name(&queue)
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap();
+    events.create_event_bus().name(&bus).send().await.unwrap();
+    events
+        .put_rule()
+        .name("commits")
+        .event_bus_name(&bus)
+        .event_pattern(r#"{"source":["floe"],"detail-type":["floe.commit"]}"#)
+        .send()
+        .await
+        .unwrap();
+    let target = aws_sdk_eventbridge::types::Target::builder()
+        .id("process")
+        .arn(format!("arn:aws:sqs:us-east-1:123456789012:{queue}"))
+        .build()
+        .unwrap();
+    events
+        .put_targets()
+        .rule("commits")
+        .event_bus_name(&bus)
+        .targets(target)
+        .send()
+        .await
+        .unwrap();
+
+    let mut env = TestEnv::with_pipelines("sqlite", "").await;
+    env.config.events.bus = Some(bus);
+    env.config.events.endpoint = Some(crate::harness::moto().to_string());
+    let ingestor = env.ingestor().await;
+    put_orders(&env, "orders/e.jsonl", 200, 70).await;
+    let payload = json!({"Records": [{"eventSource": "aws:s3", "eventName": "ObjectCreated:Put", "s3": {"bucket": {"name": env.bucket}, "object": {"key": "orders/e.jsonl"}}}]});
+    let result = ingestor.handle_payload(&payload, soon()).await;
+    assert!(result.errors.is_empty(), "{:?}", result.errors);
+    let snapshot = result.reports[0].snapshot_id.unwrap();
+    let got = sqs
+        .receive_message()
+        .queue_url(&url)
+        .wait_time_seconds(5)
+        .send()
+        .await
+        .unwrap();
+    let msgs = got.messages.unwrap_or_default();
+    assert_eq!(msgs.len(), 1, "one commit, one event");
+    let event: serde_json::Value = serde_json::from_str(msgs[0].body().unwrap()).unwrap();
+    assert_eq!(event["detail-type"], "floe.commit");
+    assert_eq!(event["detail"]["table"], "orders");
+    assert_eq!(event["detail"]["snapshot_id"], snapshot);
+    assert_eq!(event["detail"]["records_committed"], 200);
+    // The event wakes both pipelines of `orders`; they process the commit it announces.
+    let p = env.processor().await;
+    let (runs, errors) = p.handle_payload(&event, soon()).await;
+    assert!(errors.is_empty(), "{errors:?}");
+    assert_eq!(runs.len(), 2);
+    assert!(runs
+        .iter()
+        .all(|r| r.to_snapshot == Some(snapshot) && r.sink_snapshot.is_some()));
+}
