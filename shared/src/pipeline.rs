@@ -155,6 +155,8 @@ pub struct Processor {
     config: Arc<Config>,
     committer: Committer,
     alerts: Alerts,
+    /// Source schema id each pipeline's SQL was last checked against.
+    checked: std::sync::Mutex<HashMap<String, i32>>,
 }
 
 /// One run's starting point.
@@ -191,6 +193,7 @@ impl Processor {
             config: Arc::new(config),
             committer,
             alerts: Alerts::default(),
+            checked: Default::default(),
         }
     }
 
@@ -346,9 +349,31 @@ impl Processor {
         })
     }
 
+    /// Plans the SQL against the source's current schema (once per schema id), so a change that
+    /// breaks it stops the pipeline at once, naming the field, even before new data arrives.
+    async fn check_sql(&self, p: &PipelineConfig, source: &Table) -> Result<()> {
+        let id = source.metadata().current_schema_id();
+        let seen = self
+            .checked
+            .lock()
+            .ok()
+            .and_then(|c| c.get(&p.name).copied());
+        if seen == Some(id) {
+            return Ok(());
+        }
+        let (schema, _) = self.batch_input(p, source, None, true).await?;
+        let context = format!("pipeline `{}` over `{}` (schema id {id})", p.name, p.source);
+        transform::run_sql(&p.sql, schema, Vec::new(), &context).await?;
+        if let Ok(mut c) = self.checked.lock() {
+            c.insert(p.name.clone(), id);
+        }
+        Ok(())
+    }
+
     /// One attempt; `None` when another run committed from the same checkpoint first.
     async fn run_once(&self, p: &PipelineConfig, deadline: Instant) -> Result<Option<RunReport>> {
         let pos = self.position(p).await?;
+        self.check_sql(p, &pos.source).await?;
         let after = match &pos.checkpoint {
             Some(cp) => {
                 if cp.transform.as_deref() != Some(pos.hash.as_str()) {

@@ -280,6 +280,50 @@ sql = "SELECT order_id, amount, discount_code FROM source WHERE amount > 100"
     let e = p.run("coupons", soon()).await.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Transform);
     assert!(e.to_string().contains("`discount_code`"), "{e}");
+
+    // Another writer renames `region` (a breaking change for SQL that reads it): both pipelines
+    // stop with a message naming the field instead of producing wrong output.
+    let committer = env.maintainer().await.committer().clone();
+    let table = committer.load(&env.ident()).await.unwrap();
+    let md = table.metadata();
+    let fields: Vec<_> = md
+        .current_schema()
+        .as_struct()
+        .fields()
+        .iter()
+        .map(|f| {
+            let mut f = f.as_ref().clone();
+            if f.name == "region" {
+                f.name = "area".into();
+            }
+            std::sync::Arc::new(f)
+        })
+        .collect();
+    let renamed = iceberg::spec::Schema::builder()
+        .with_schema_id(md.current_schema_id() + 1)
+        .with_fields(fields)
+        .build()
+        .unwrap();
+    let builder = iceberg::spec::TableMetadataBuilder::new_from_metadata(
+        md.clone(),
+        table.metadata_location().map(str::to_string),
+    )
+    .add_current_schema(renamed)
+    .unwrap();
+    let staged = floe::snapshot::write_metadata(&table, builder, true)
+        .await
+        .unwrap();
+    floe::swap::from_config(&env.config)
+        .await
+        .unwrap()
+        .swap(&env.ident(), &staged)
+        .await
+        .unwrap();
+    for name in [APPEND, AGG] {
+        let e = p.run(name, soon()).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Transform, "{e}");
+        assert!(e.to_string().contains("`region`"), "{name}: {e}");
+    }
 }
 
 #[tokio::test]
