@@ -172,6 +172,8 @@ impl Processor {
     /// Connects to the configured catalog (and alert services, when a pipeline has alerts).
     pub async fn new(config: Config) -> Result<Self> {
         let catalog = catalog::connect(&config).await?;
+        // Sources may not exist yet when a poll comes before the first ingest.
+        catalog::ensure_tables(catalog.as_ref(), &config).await?;
         let swap = crate::swap::from_config(&config).await?;
         let mut me = Self::with_parts(config, Committer::new(catalog, swap));
         for p in &me.config.pipelines {
