@@ -326,20 +326,86 @@ sql = "SELECT order_id, amount, discount_code FROM source WHERE amount > 100"
     }
 }
 
+/// Receives and deletes every message of `url`; returns the bodies.
+async fn drain(sqs: &aws_sdk_sqs::Client, url: &str) -> Vec<serde_json::Value> {
+    let mut out = Vec::new();
+    for _ in 0..30 {
+        let got = sqs
+            .receive_message()
+            .queue_url(url)
+            .max_number_of_messages(10)
+            .wait_time_seconds(1)
+            .send()
+            .await
+            .unwrap();
+        let msgs = got.messages.unwrap_or_default();
+        if msgs.is_empty() && !out.is_empty() {
+            break;
+        }
+        for m in msgs {
+            out.push(serde_json::from_str(m.body().unwrap()).unwrap());
+            sqs.delete_message()
+                .queue_url(url)
+                .receipt_handle(m.receipt_handle().unwrap())
+                .send()
+                .await
+                .unwrap();
+        }
+    }
+    out
+}
+
 #[tokio::test]
-async fn alerts_reach_sqs_once_per_row_with_stable_ids() {
-    let sqs = aws_sdk_sqs::Client::new(
-        &floe::store::sdk_config(&crate::harness::storage(), Some(crate::harness::moto())).await,
+async fn alerts_reach_sqs_and_eventbridge_once_per_row_with_stable_ids() {
+    let sdk =
+        floe::store::sdk_config(&crate::harness::storage(), Some(crate::harness::moto())).await;
+    let (sqs, events) = (
+        aws_sdk_sqs::Client::new(&sdk),
+        aws_sdk_eventbridge::Client::new(&sdk),
     );
-    let name = crate::harness::unique("alerts");
+    let direct = crate::harness::unique("alerts");
     let url = sqs
         .create_queue()
-        .queue_name(&name)
+        .queue_name(&direct)
         .send()
         .await
         .unwrap()
         .queue_url
         .unwrap();
+    // EventBridge alerts: bus → rule (detail-type floe.alert) → a queue the test reads.
+    let bus = crate::harness::unique("alert-bus");
+    let via_bus = crate::harness::unique("alerts-eb");
+    let bus_url = sqs
+        .create_queue()
+        .queue_name(&via_bus)
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap();
+    events.create_event_bus().name(&bus).send().await.unwrap();
+    events
+        .put_rule()
+        .name("alerts")
+        .event_bus_name(&bus)
+        .event_pattern(r#"{"source":["floe"],"detail-type":["floe.alert"]}"#)
+        .send()
+        .await
+        .unwrap();
+    let target = aws_sdk_eventbridge::types::Target::builder()
+        .id("q")
+        .arn(format!("arn:aws:sqs:us-east-1:123456789012:{via_bus}"))
+        .build()
+        .unwrap();
+    events
+        .put_targets()
+        .rule("alerts")
+        .event_bus_name(&bus)
+        .targets(target)
+        .send()
+        .await
+        .unwrap();
+    let moto = crate::harness::moto();
     let tail = format!(
         r#"
 [[pipelines]]
@@ -350,9 +416,18 @@ mode = "append"
 sql = "SELECT order_id, region, amount FROM source WHERE amount >= 4000"
 [pipelines.alert]
 sqs_queue_url = "{url}"
-endpoint = "{}"
-"#,
-        crate::harness::moto()
+endpoint = "{moto}"
+
+[[pipelines]]
+name = "big_orders_eb"
+source = "orders"
+sink = "big_orders_eb"
+mode = "append"
+sql = "SELECT order_id, region, amount FROM source WHERE amount >= 4000"
+[pipelines.alert]
+eventbridge_bus = "{bus}"
+endpoint = "{moto}"
+"#
     );
     let env = TestEnv::with_pipelines("sqlite", &tail).await;
     let ingestor = env.ingestor().await;
@@ -362,36 +437,32 @@ endpoint = "{}"
     let r = p.run("big_orders", soon()).await.unwrap();
     assert!(r.rows_out > 0);
     assert_eq!(r.alerts as u64, r.rows_out);
-    let mut ids = std::collections::HashSet::new();
-    for _ in 0..20 {
-        let got = sqs
-            .receive_message()
-            .queue_url(&url)
-            .max_number_of_messages(10)
-            .send()
-            .await
-            .unwrap();
-        let msgs = got.messages.unwrap_or_default();
-        if msgs.is_empty() {
-            break;
-        }
-        for m in msgs {
-            let v: serde_json::Value = serde_json::from_str(m.body().unwrap()).unwrap();
+    let got = drain(&sqs, &url).await;
+    let ids: std::collections::HashSet<String> = got
+        .iter()
+        .map(|v| {
             assert!(v["row"]["amount"].as_f64().unwrap() >= 4000.0);
-            ids.insert(v["id"].as_str().unwrap().to_string());
-            sqs.delete_message()
-                .queue_url(&url)
-                .receipt_handle(m.receipt_handle().unwrap())
-                .send()
-                .await
-                .unwrap();
-        }
-    }
+            v["id"].as_str().unwrap().to_string()
+        })
+        .collect();
     assert_eq!(
         ids.len() as u64,
         r.rows_out,
         "one alert per output row, distinct ids"
     );
+
+    let r2 = p.run("big_orders_eb", soon()).await.unwrap();
+    assert_eq!(r2.alerts as u64, r2.rows_out);
+    let via: std::collections::HashSet<String> = drain(&sqs, &bus_url)
+        .await
+        .iter()
+        .map(|e| {
+            assert_eq!(e["detail-type"], "floe.alert");
+            assert_eq!(e["detail"]["pipeline"], "big_orders_eb");
+            e["detail"]["id"].as_str().unwrap().to_string()
+        })
+        .collect();
+    assert_eq!(via.len() as u64, r2.rows_out);
 }
 
 #[tokio::test]
