@@ -1315,21 +1315,29 @@ impl Output {
             .clone()
             .unwrap_or_else(|| self.sink.metadata().current_schema().as_ref().clone());
         let mut unknown = BTreeMap::new();
+        let mut widen = BTreeMap::new();
         for f in b.schema().fields() {
             let ty = arrow_type_to_type(f.data_type()).ok();
             match (current.field_by_name(f.name()), ty) {
                 (Some(existing), Some(ty)) if *existing.field_type != ty => {
-                    let widened = matches!((existing.field_type.as_ref(), &ty), (Type::Primitive(a), Type::Primitive(b)) if crate::evolve::is_widening(a, b) || crate::evolve::is_widening(b, a));
-                    if !widened {
-                        return Err(Error::new(
-                            ErrorKind::Transform,
-                            format!(
-                                "sink {}: output column `{}` is now {ty}, the sink has {}; run `floe process refresh` after dropping the sink",
-                                self.sink.identifier(),
-                                f.name(),
-                                existing.field_type
-                            ),
-                        ));
+                    match (existing.field_type.as_ref(), &ty) {
+                        // The source widened (e.g. int → long): widen the sink column too.
+                        (Type::Primitive(a), Type::Primitive(b)) if crate::evolve::is_widening(a, b) => {
+                            widen.insert(f.name().clone(), b.clone());
+                        }
+                        // Narrower output than the sink's column: cast up on write.
+                        (Type::Primitive(a), Type::Primitive(b)) if crate::evolve::is_widening(b, a) => {}
+                        _ => {
+                            return Err(Error::new(
+                                ErrorKind::Transform,
+                                format!(
+                                    "sink {}: output column `{}` is now {ty}, the sink has {}; drop the sink table, then `floe process refresh`",
+                                    self.sink.identifier(),
+                                    f.name(),
+                                    existing.field_type
+                                ),
+                            ))
+                        }
                     }
                 }
                 (None, Some(Type::Primitive(p))) => {
@@ -1338,7 +1346,7 @@ impl Output {
                 _ => {}
             }
         }
-        if unknown.is_empty() {
+        if unknown.is_empty() && widen.is_empty() {
             return Ok(());
         }
         if self.writer.is_some() {
@@ -1350,7 +1358,7 @@ impl Output {
                 ),
             ));
         }
-        let evolved = crate::evolve::evolve_schema(&current, &unknown, &BTreeMap::new())
+        let evolved = crate::evolve::evolve_schema(&current, &unknown, &widen)
             .map_err(|e| Error::iceberg("evolving the sink schema", e))?;
         if let Some((schema, what)) = evolved {
             tracing::info!(sink = %self.sink.identifier(), change = %what, "sink schema evolves");

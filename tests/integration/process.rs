@@ -257,6 +257,14 @@ source = "orders"
 sink = "coupon_orders"
 mode = "append"
 sql = "SELECT order_id, amount, discount_code FROM source WHERE amount > 100"
+
+[[pipelines]]
+name = "items"
+source = "orders"
+sink = "order_items"
+mode = "append"
+keys = ["order_id"]
+sql = "SELECT order_id, items, coupon FROM source"
 "#;
     let env = TestEnv::with_pipelines("sqlite", tail).await;
     let ingestor = env.ingestor().await;
@@ -276,6 +284,42 @@ sql = "SELECT order_id, amount, discount_code FROM source WHERE amount > 100"
         "{r:?}"
     );
     run_and_reconcile(&p).await;
+    let first = p.run("items", soon()).await.unwrap();
+    assert_eq!(
+        first.rows_out, 500,
+        "old files read with the new column as null"
+    );
+    // A compatible change: `items` widens int → long at the source; the sink column follows.
+    let big: String = orders(20, 33)
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            l.replace(&format!("\"items\":{}", v["items"]), "\"items\":5000000000") + "\n"
+        })
+        .collect();
+    env.put("orders/s2.jsonl", big).await;
+    let r = env.ingest(&ingestor, "orders/s2.jsonl").await.unwrap();
+    assert!(
+        r.schema_change
+            .as_deref()
+            .unwrap_or("")
+            .contains("widened items"),
+        "{r:?}"
+    );
+    run_and_reconcile(&p).await;
+    let items = p.run("items", soon()).await.unwrap();
+    assert_eq!(items.rows_in, 20);
+    assert_reconciled(&p, "items").await;
+    let sink = floe::catalog::table_ident(&env.config, "order_items").unwrap();
+    let t = p.committer().load(&sink).await.unwrap();
+    let ty = t
+        .metadata()
+        .current_schema()
+        .field_by_name("items")
+        .unwrap()
+        .field_type
+        .to_string();
+    assert_eq!(ty, "long");
     // A SQL reading a field the source does not have stops with the field's name.
     let e = p.run("coupons", soon()).await.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Transform);
