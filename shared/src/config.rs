@@ -928,4 +928,60 @@ format = "csv"
         let e = Config::parse(&bad, "f.toml").unwrap_err().to_string();
         assert!(e.contains("f.toml") && e.contains("line"), "{e}");
     }
+
+    #[test]
+    fn pipelines_validate_start_window_and_sinks() {
+        use crate::process::Start;
+        let with = |extra: &str| {
+            format!(
+                "{GOOD}\n[[pipelines]]\nname = \"p\"\nsource = \"orders\"\nsink = \"s\"\n{extra}"
+            )
+        };
+        let ok = Config::parse(&with("mode = \"aggregate\"\nwindow = \"5 minutes\"\nsql = \"SELECT 1\"\nstart = \"snapshot:42\""), "f.toml").unwrap();
+        let p = &ok.pipelines[0];
+        assert_eq!(p.window_micros(), Some(300_000_000));
+        assert_eq!(p.start_strategy(), Ok(Start::AfterSnapshot(42)));
+        assert_eq!(p.time_column(&ok), "event_time");
+        let ts = Config::parse(
+            &with(
+                "mode = \"append\"\nsql = \"SELECT 1\"\nstart = \"timestamp:2026-11-30T10:00:00Z\"",
+            ),
+            "f.toml",
+        )
+        .unwrap();
+        assert!(
+            matches!(ts.pipelines[0].start_strategy(), Ok(Start::AfterTimestamp(ms)) if ms == 1_796_032_800_000)
+        );
+        for (extra, key) in [
+            (
+                "mode = \"aggregate\"\nsql = \"SELECT 1\"",
+                "pipelines[0].window",
+            ),
+            (
+                "mode = \"append\"\nwindow = \"1m\"\nsql = \"SELECT 1\"",
+                "pipelines[0].window",
+            ),
+            (
+                "mode = \"append\"\nsql = \"SELECT 1\"\nstart = \"yesterday\"",
+                "pipelines[0].start",
+            ),
+            (
+                "mode = \"aggregate\"\nwindow = \"1 fortnight\"\nsql = \"SELECT 1\"",
+                "pipelines[0].window",
+            ),
+        ] {
+            let e = Config::parse(&with(extra), "f.toml")
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(key), "{extra}: {e}");
+        }
+        let e = Config::parse(
+            &with("mode = \"append\"\nsql = \"SELECT 1\"")
+                .replace("sink = \"s\"", "sink = \"orders\""),
+            "f.toml",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("pipelines[0].sink"), "{e}");
+    }
 }
