@@ -30,7 +30,7 @@ use iceberg::arrow::{
     arrow_schema_to_schema_auto_assign_ids, arrow_type_to_type, schema_to_arrow_schema,
 };
 use iceberg::expr::{Predicate, Reference};
-use iceberg::spec::{DataFile, Datum, Operation, PrimitiveLiteral, PrimitiveType, Type};
+use iceberg::spec::{DataFile, Datum, PrimitiveLiteral, PrimitiveType, Type};
 use iceberg::table::Table;
 use iceberg::{TableCreation, TableIdent};
 use serde::Serialize;
@@ -483,18 +483,13 @@ impl Processor {
         if p.mode == PipelineMode::Aggregate {
             props.insert("floe.windows-replaced".into(), report.windows.to_string());
         }
-        let change = Change {
-            operation: if removed.is_empty() {
-                Operation::Append
-            } else {
-                Operation::Overwrite
-            },
-            added: added.clone(),
-            removed,
-            rewrite_manifests: false,
-            properties: props,
-            expire: Vec::new(),
-            schema,
+        let change = if removed.is_empty() {
+            Change {
+                schema,
+                ..Change::append(added.clone(), props)
+            }
+        } else {
+            Change::overwrite(added.clone(), removed, props, schema)
         };
         let expected = pos.checkpoint.as_ref().map(|c| c.snapshot_id);
         let source_uuid = pos.source_uuid.clone();
@@ -661,15 +656,7 @@ impl Processor {
                 replans,
                 ..Default::default()
             };
-            let change = Change {
-                operation: Operation::Overwrite,
-                added: added.clone(),
-                removed,
-                rewrite_manifests: false,
-                properties: props,
-                expire: Vec::new(),
-                schema,
-            };
+            let change = Change::overwrite(added.clone(), removed, props, schema);
             let base_snapshot = pos.sink.metadata().current_snapshot_id();
             let ident = pos.sink.identifier().clone();
             let result = self

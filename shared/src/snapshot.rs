@@ -95,6 +95,23 @@ impl Change {
     }
 }
 
+impl Change {
+    /// Replaces `removed` by `added` with different rows (a derived table's recomputed windows,
+    /// a refresh); `schema` as in [`Change::schema`].
+    pub fn overwrite(
+        added: Vec<DataFile>,
+        removed: Vec<String>,
+        properties: HashMap<String, String>,
+        schema: Option<iceberg::spec::Schema>,
+    ) -> Self {
+        Self {
+            operation: Operation::Overwrite,
+            schema,
+            ..Self::replace(added, removed, properties)
+        }
+    }
+}
+
 /// A new table version written to storage but not yet installed.
 #[derive(Debug, Clone)]
 pub struct Staged {

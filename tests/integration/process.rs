@@ -370,6 +370,48 @@ sql = "SELECT order_id, items, coupon FROM source"
     }
 }
 
+/// An EventBridge bus whose rule sends `detail_type` events from floe to a new queue: (bus, queue url).
+async fn bus_to_queue(sdk: &aws_config::SdkConfig, detail_type: &str) -> (String, String) {
+    let (events, sqs) = (
+        aws_sdk_eventbridge::Client::new(sdk),
+        aws_sdk_sqs::Client::new(sdk),
+    );
+    let bus = crate::harness::unique("bus");
+    let queue = crate::harness::unique("q");
+    let url = sqs
+        .create_queue()
+        .queue_name(&queue)
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap();
+    events.create_event_bus().name(&bus).send().await.unwrap();
+    let pattern = serde_json::json!({"source": ["floe"], "detail-type": [detail_type]});
+    events
+        .put_rule()
+        .name("to-queue")
+        .event_bus_name(&bus)
+        .event_pattern(pattern.to_string())
+        .send()
+        .await
+        .unwrap();
+    let target = aws_sdk_eventbridge::types::Target::builder()
+        .id("q")
+        .arn(format!("arn:aws:sqs:us-east-1:123456789012:{queue}"))
+        .build()
+        .unwrap();
+    events
+        .put_targets()
+        .rule("to-queue")
+        .event_bus_name(&bus)
+        .targets(target)
+        .send()
+        .await
+        .unwrap();
+    (bus, url)
+}
+
 /// Receives and deletes every message of `url`; returns the bodies.
 async fn drain(sqs: &aws_sdk_sqs::Client, url: &str) -> Vec<serde_json::Value> {
     let mut out = Vec::new();
@@ -403,10 +445,7 @@ async fn drain(sqs: &aws_sdk_sqs::Client, url: &str) -> Vec<serde_json::Value> {
 async fn alerts_reach_sqs_and_eventbridge_once_per_row_with_stable_ids() {
     let sdk =
         floe::store::sdk_config(&crate::harness::storage(), Some(crate::harness::moto())).await;
-    let (sqs, events) = (
-        aws_sdk_sqs::Client::new(&sdk),
-        aws_sdk_eventbridge::Client::new(&sdk),
-    );
+    let sqs = aws_sdk_sqs::Client::new(&sdk);
     let direct = crate::harness::unique("alerts");
     let url = sqs
         .create_queue()
@@ -417,38 +456,7 @@ async fn alerts_reach_sqs_and_eventbridge_once_per_row_with_stable_ids() {
         .queue_url
         .unwrap();
     // EventBridge alerts: bus → rule (detail-type floe.alert) → a queue the test reads.
-    let bus = crate::harness::unique("alert-bus");
-    let via_bus = crate::harness::unique("alerts-eb");
-    let bus_url = sqs
-        .create_queue()
-        .queue_name(&via_bus)
-        .send()
-        .await
-        .unwrap()
-        .queue_url
-        .unwrap();
-    events.create_event_bus().name(&bus).send().await.unwrap();
-    events
-        .put_rule()
-        .name("alerts")
-        .event_bus_name(&bus)
-        .event_pattern(r#"{"source":["floe"],"detail-type":["floe.alert"]}"#)
-        .send()
-        .await
-        .unwrap();
-    let target = aws_sdk_eventbridge::types::Target::builder()
-        .id("q")
-        .arn(format!("arn:aws:sqs:us-east-1:123456789012:{via_bus}"))
-        .build()
-        .unwrap();
-    events
-        .put_targets()
-        .rule("alerts")
-        .event_bus_name(&bus)
-        .targets(target)
-        .send()
-        .await
-        .unwrap();
+    let (bus, bus_url) = bus_to_queue(&sdk, "floe.alert").await;
     let moto = crate::harness::moto();
     let tail = format!(
         r#"
@@ -531,43 +539,8 @@ async fn pipelines_on_glue() {
 async fn commit_events_reach_the_process_function_through_eventbridge() {
     let sdk =
         floe::store::sdk_config(&crate::harness::storage(), Some(crate::harness::moto())).await;
-    let (events, sqs) = (
-        aws_sdk_eventbridge::Client::new(&sdk),
-        aws_sdk_sqs::Client::new(&sdk),
-    );
-    let bus = crate::harness::unique("bus");
-    let queue = crate::harness::unique("process");
-    let url = sqs
-        .create_queue()
-        .queue_name(&queue)
-        .send()
-        .await
-        .unwrap()
-        .queue_url
-        .unwrap();
-    events.create_event_bus().name(&bus).send().await.unwrap();
-    events
-        .put_rule()
-        .name("commits")
-        .event_bus_name(&bus)
-        .event_pattern(r#"{"source":["floe"],"detail-type":["floe.commit"]}"#)
-        .send()
-        .await
-        .unwrap();
-    let target = aws_sdk_eventbridge::types::Target::builder()
-        .id("process")
-        .arn(format!("arn:aws:sqs:us-east-1:123456789012:{queue}"))
-        .build()
-        .unwrap();
-    events
-        .put_targets()
-        .rule("commits")
-        .event_bus_name(&bus)
-        .targets(target)
-        .send()
-        .await
-        .unwrap();
-
+    let sqs = aws_sdk_sqs::Client::new(&sdk);
+    let (bus, url) = bus_to_queue(&sdk, "floe.commit").await;
     let mut env = TestEnv::with_pipelines("sqlite", "").await;
     env.config.events.bus = Some(bus);
     env.config.events.endpoint = Some(crate::harness::moto().to_string());
