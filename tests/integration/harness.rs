@@ -344,6 +344,11 @@ format = "parquet"
 
     /// Reads the table with PyIceberg and returns its JSON report.
     pub fn pyiceberg(&self) -> serde_json::Value {
+        self.pyiceberg_table("orders")
+    }
+
+    /// Reads `table` (in this test's namespace) with PyIceberg and returns its JSON report.
+    pub fn pyiceberg_table(&self, table: &str) -> serde_json::Value {
         let mut cmd = Command::new(python());
         let kind = if self.catalog_kind == "glue" {
             "glue"
@@ -355,7 +360,7 @@ format = "parquet"
                 "--catalog",
                 kind,
                 "--table",
-                &format!("{}.orders", self.namespace),
+                &format!("{}.{table}", self.namespace),
             ])
             .args(["--endpoint", moto()]);
         match self.catalog_kind {

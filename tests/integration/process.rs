@@ -41,6 +41,22 @@ async fn assert_reconciled(p: &Processor, name: &str) {
     assert!(r.batch_rows > 0, "{name}: the comparison must cover rows");
 }
 
+/// PyIceberg (an independent reader) sees each sink as floe does, checkpoint included.
+async fn assert_pyiceberg_reads_sinks(env: &TestEnv, p: &Processor) {
+    for name in [APPEND, AGG] {
+        let r = p.reconcile(name).await.unwrap();
+        let py = env.pyiceberg_table(name);
+        assert_eq!(py["rows"], r.sink_rows, "{name}: {py}");
+        let summary = py["summary"].as_object().unwrap();
+        assert!(
+            summary.keys().any(|k| k.starts_with("floe.checkpoint.")),
+            "{name}: {py}"
+        );
+    }
+    let agg = env.pyiceberg_table(AGG);
+    assert_eq!(agg["operation"], "overwrite", "windows are replaced: {agg}");
+}
+
 async fn put_orders(env: &TestEnv, key: &str, n: usize, seed: u64) {
     env.put(key, orders(n, seed)).await;
 }
@@ -78,6 +94,7 @@ async fn pipelines_follow_appends_late_events_and_duplicate_triggers() {
     env.ingest(&ingestor, "orders/b.jsonl").await.unwrap();
     let runs = run_and_reconcile(&p).await;
     assert_eq!(runs[1].source_snapshots, 2);
+    assert_pyiceberg_reads_sinks(&env, &p).await;
     assert!(
         runs[1].windows >= 2,
         "late and current windows: {}",
@@ -533,6 +550,7 @@ async fn pipelines_on_glue() {
     env.ingest(&ingestor, "orders/g9.jsonl").await.unwrap();
     let runs = run_and_reconcile(&p).await;
     assert_eq!(runs[1].source_snapshots, 1);
+    assert_pyiceberg_reads_sinks(&env, &p).await;
 }
 
 #[tokio::test]
