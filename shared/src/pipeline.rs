@@ -250,14 +250,17 @@ impl Processor {
                 if db != self.config.catalog.namespace {
                     return Vec::new();
                 }
-                payload["detail"]["changedTables"]
+                // Table State Change names one table; Database State Change lists several.
+                let mut names: Vec<String> = payload["detail"]["changedTables"]
                     .as_array()
                     .map(|a| {
                         a.iter()
                             .filter_map(|t| t.as_str().map(String::from))
                             .collect()
                     })
-                    .unwrap_or_default()
+                    .unwrap_or_default();
+                names.extend(payload["detail"]["tableName"].as_str().map(String::from));
+                names
             }
             Trigger::S3 => {
                 let mut keys: Vec<String> = Vec::new();

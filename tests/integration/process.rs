@@ -111,6 +111,39 @@ async fn pipelines_follow_appends_late_events_and_duplicate_triggers() {
             .len(),
         2
     );
+    let glue = json!({"detail-type": "Glue Data Catalog Table State Change", "source": "aws.glue",
+        "detail": {"databaseName": env.namespace, "tableName": "orders", "typeOfChange": "UpdateTable"}});
+    assert_eq!(p.pipelines_for(&glue).len(), 2);
+    let other_db = json!({"detail-type": "Glue Data Catalog Table State Change",
+        "detail": {"databaseName": "elsewhere", "tableName": "orders"}});
+    assert!(p.pipelines_for(&other_db).is_empty());
+    let s3 = json!({"Records": [{"eventSource": "aws:s3", "s3": {"object": {"key": format!("warehouse/{}/orders/metadata/00009-x.metadata.json", env.namespace)}}}]});
+    assert_eq!(p.pipelines_for(&s3).len(), 2);
+
+    // Reconcile does catch a difference: drop one sink file behind the pipeline's back.
+    let sink = floe::catalog::table_ident(&env.config, APPEND).unwrap();
+    let committer = p.committer().clone();
+    let t = committer.load(&sink).await.unwrap();
+    let victim = floe::maintain::live_files(&t).await.unwrap()[0]
+        .file
+        .file_path()
+        .to_string();
+    let mut change = Change::append(Vec::new(), Default::default());
+    change.operation = Operation::Delete;
+    change.removed = vec![victim];
+    committer
+        .commit(&sink, &limits(), move |_| {
+            Ok(floe::commit::Plan::Apply(change.clone()))
+        })
+        .await
+        .unwrap();
+    let r = p.reconcile(APPEND).await.unwrap();
+    assert!(
+        !r.matches() && r.sink_rows < r.batch_rows && r.differing > 0,
+        "{r:?}"
+    );
+    p.refresh(APPEND, soon()).await.unwrap();
+    assert_reconciled(&p, APPEND).await;
     let (reports, errors) = p
         .handle_payload(
             &json!({"detail-type": "floe.commit", "source": "floe", "detail": {"table": "orders"}}),

@@ -93,5 +93,13 @@ fn sample_events_for_sam_local_invoke_parse() {
         floe::lambda::classify_trigger(&read("process-glue-table-change.json")),
         floe::lambda::Trigger::GlueTableChange
     );
+    assert_eq!(
+        floe::lambda::classify_trigger(&read("process-floe-commit.json")),
+        floe::lambda::Trigger::FloeCommit
+    );
+    assert_eq!(
+        read("process-floe-commit.json")["detail"]["table"],
+        "orders"
+    );
     assert_eq!(read("maintain-schedule.json")["tables"][0], "orders");
 }
