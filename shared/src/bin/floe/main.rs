@@ -29,7 +29,7 @@ mod schema_diff;
 mod status;
 
 fn usage() -> &'static str {
-    "usage:\n  floe demo [--dir DIR]\n  floe ingest --config FILE s3://bucket/key [...]\n  floe status --config FILE [--json]\n  floe maintain --config FILE [--table T] [--only compact,expire,orphans,manifests] [--dry-run] [--older-than-hours H] [--retain-last N] [--orphan-older-than-hours H] [--json]\n  floe process run|refresh|reconcile --config FILE [--pipeline P] [--json]\n  floe local [--port 5000] [--dir DIR] [--maintain-every-seconds N]\n  floe schema-diff --config FILE --table T [--object s3://bucket/key] [--json]\n  floe bench [--big-mb N] [--small N] [--dir DIR] [--python PY] [--skip-pyiceberg]"
+    "usage:\n  floe demo [--dir DIR]\n  floe ingest --config FILE s3://bucket/key [...]\n  floe status --config FILE [--json]\n  floe maintain --config FILE [--table T] [--only compact,expire,orphans,manifests] [--dry-run] [--older-than-hours H] [--retain-last N] [--orphan-older-than-hours H] [--json]\n  floe process run|refresh|reconcile --config FILE [--pipeline P] [--json]\n  floe local [--port 5000] [--dir DIR] [--maintain-every-seconds N]\n  floe schema-diff --config FILE --table T [--object s3://bucket/key] [--json]\n  floe bench [--big-mb N] [--small N] [--dir DIR] [--python PY] [--skip-pyiceberg]\n  floe bench --maintenance [--appends N] [--every N] | --planning | --latency [--commits N] [--rows N]"
 }
 
 /// Minimal flag parsing: `--name value` pairs, bare `--flag`s and positionals.
