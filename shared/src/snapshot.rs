@@ -423,6 +423,21 @@ pub async fn stage(table: &Table, change: &Change, write: bool) -> Result<Staged
     written.push(list_path.clone());
 
     let mut props = change.properties.clone();
+    // A sink's checkpoint rides along on snapshots that do not set their own (compaction,
+    // manifest rewrites), so the newest snapshot always carries it and expiring older snapshots
+    // can never lose a consumer's position.
+    let own_checkpoint = props
+        .keys()
+        .any(|k| k.starts_with(crate::maintain::CHECKPOINT_PREFIX));
+    if let (Some(p), false) = (parent, own_checkpoint) {
+        for (k, v) in &p.summary().additional_properties {
+            if k.starts_with(crate::maintain::CHECKPOINT_PREFIX)
+                || k.starts_with(crate::process::TRANSFORM_PREFIX)
+            {
+                props.insert(k.clone(), v.clone());
+            }
+        }
+    }
     if new_schema.is_none() {
         // The base already has the schema these files need (added by a concurrent ingest).
         props.remove("floe.schema-change");

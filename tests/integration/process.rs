@@ -624,3 +624,50 @@ async fn commit_events_reach_the_process_function_through_eventbridge() {
         .iter()
         .all(|r| r.to_snapshot == Some(snapshot) && r.sink_snapshot.is_some()));
 }
+
+#[tokio::test]
+async fn maintaining_a_sink_keeps_its_checkpoint() {
+    let env = TestEnv::with_pipelines("sqlite", "").await;
+    let ingestor = env.ingestor().await;
+    let p = env.processor().await;
+    for i in 0..4 {
+        put_orders(&env, &format!("orders/m{i}.jsonl"), 300, 80 + i).await;
+        env.ingest(&ingestor, &format!("orders/m{i}.jsonl"))
+            .await
+            .unwrap();
+        p.run(APPEND, soon()).await.unwrap();
+    }
+    // Compact the sink's small files (a replace without a checkpoint of its own), then expire
+    // every older sink snapshot: the checkpoint must survive on the newest one.
+    let m = env.maintainer().await;
+    let opts = floe::maintain::Options {
+        min_input_files: 2,
+        expire_older_than: Some(Duration::ZERO),
+        retain_last: Some(1),
+        dedup_window: Duration::ZERO,
+        now: chrono::Utc::now() + chrono::Duration::hours(1),
+        ..crate::maintain_opts(true, true, false)
+    };
+    let report = m.run(APPEND, &opts).await.unwrap();
+    assert!(
+        report.groups_compacted >= 1 && report.snapshots_expired >= 3,
+        "{report:?}"
+    );
+    let sink = floe::catalog::table_ident(&env.config, APPEND).unwrap();
+    let t = p.committer().load(&sink).await.unwrap();
+    assert_eq!(t.metadata().snapshots().count(), 1);
+    let source = p.committer().load(&env.ident()).await.unwrap();
+    let cp = floe::process::read_checkpoint(t.metadata(), &source.metadata().uuid().to_string())
+        .expect("checkpoint on the compacted sink");
+    assert_eq!(
+        Some(cp.snapshot_id),
+        source.metadata().current_snapshot_id()
+    );
+    let again = p.run(APPEND, soon()).await.unwrap();
+    assert_eq!(
+        (again.source_snapshots, again.rows_out),
+        (0, 0),
+        "no re-processing from the start"
+    );
+    assert_reconciled(&p, APPEND).await;
+}
