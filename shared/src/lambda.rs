@@ -123,7 +123,7 @@ pub fn classify_trigger(payload: &Value) -> Trigger {
         .and_then(Value::as_str)
         .unwrap_or("");
     match detail_type {
-        "floe.commit" => Trigger::FloeCommit,
+        crate::notify::COMMIT_DETAIL_TYPE => Trigger::FloeCommit,
         "Glue Data Catalog Table State Change" => Trigger::GlueTableChange,
         "Scheduled Event" => Trigger::Schedule,
         "Object Created" => Trigger::S3,

@@ -487,26 +487,16 @@ impl Maintainer {
 
     /// Snapshot ids that consumers' checkpoints pin on `table` (see [`CHECKPOINT_PREFIX`]).
     pub async fn checkpoints(&self, table: &Table) -> Result<Vec<i64>> {
-        let key = format!("{CHECKPOINT_PREFIX}{}", table.metadata().uuid());
+        let uuid = table.metadata().uuid().to_string();
         let mut out = Vec::new();
         for name in self.config.all_tables() {
             let ident = crate::catalog::table_ident(&self.config, &name)?;
             let Ok(consumer) = self.committer.catalog().load_table(&ident).await else {
                 continue;
             };
-            // The consumer's latest checkpoint is in the newest snapshot that carries one.
-            let mut cur = consumer.metadata().current_snapshot();
-            while let Some(s) = cur {
-                if let Some(v) = s.summary().additional_properties.get(&key) {
-                    if let Ok(id) = v.parse() {
-                        out.push(id);
-                    }
-                    break;
-                }
-                cur = s
-                    .parent_snapshot_id()
-                    .and_then(|p| consumer.metadata().snapshot_by_id(p));
-            }
+            out.extend(
+                crate::process::read_checkpoint(consumer.metadata(), &uuid).map(|c| c.snapshot_id),
+            );
         }
         Ok(out)
     }

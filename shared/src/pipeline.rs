@@ -579,9 +579,7 @@ impl Processor {
         snapshot: Option<i64>,
         empty: bool,
     ) -> Result<(SchemaRef, Vec<RecordBatch>)> {
-        let arrow = schema_to_arrow_schema(source.metadata().current_schema())
-            .map_err(|e| Error::iceberg(format!("schema of {}", source.identifier()), e))?;
-        let schema = transform::plain_schema(&arrow);
+        let schema = transform::table_schema(source)?;
         let mut rows = Vec::new();
         if !empty && source.metadata().current_snapshot_id().is_some() {
             rows = scan_rows(source, snapshot, None, &schema).await?;
@@ -826,7 +824,7 @@ impl Processor {
                     .map(|(_, body)| {
                         aws_sdk_eventbridge::types::PutEventsRequestEntry::builder()
                             .event_bus_name(bus)
-                            .source("floe")
+                            .source(crate::notify::EVENT_SOURCE)
                             .detail_type("floe.alert")
                             .detail(body.to_string())
                             .build()
@@ -1026,9 +1024,7 @@ fn chunks(files: &[LiveFile]) -> Vec<&[LiveFile]> {
 
 /// Reads `files` of `table` into memory with the current schema (metadata-free Arrow schema).
 pub async fn read_rows(table: &Table, files: &[LiveFile]) -> Result<(SchemaRef, Vec<RecordBatch>)> {
-    let arrow = schema_to_arrow_schema(table.metadata().current_schema())
-        .map_err(|e| Error::iceberg(format!("schema of {}", table.identifier()), e))?;
-    let schema = transform::plain_schema(&arrow);
+    let schema = transform::table_schema(table)?;
     if files.is_empty() {
         return Ok((schema, Vec::new()));
     }
@@ -1047,7 +1043,7 @@ pub async fn read_rows(table: &Table, files: &[LiveFile]) -> Result<(SchemaRef, 
         })?;
     let mut out = Vec::with_capacity(batches.len());
     for b in batches {
-        out.push(conform_by_name(&b, &schema)?);
+        out.push(transform::conform(&b, &schema)?);
     }
     Ok((schema, out))
 }
@@ -1056,23 +1052,6 @@ pub async fn read_rows(table: &Table, files: &[LiveFile]) -> Result<(SchemaRef, 
 async fn scan_table(table: &Table) -> Result<Vec<RecordBatch>> {
     let files = live_files(table).await?;
     Ok(read_rows(table, &files).await?.1)
-}
-
-/// `batch` with `schema`'s columns by name (missing ones null, types cast).
-fn conform_by_name(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch> {
-    let mut cols = Vec::with_capacity(schema.fields().len());
-    for f in schema.fields() {
-        let col = match batch.column_by_name(f.name()) {
-            Some(c) if c.data_type() == f.data_type() => c.clone(),
-            Some(c) => arrow::compute::cast(c, f.data_type()).map_err(|e| {
-                Error::new(ErrorKind::Transform, format!("column `{}`: {e}", f.name()))
-            })?,
-            None => arrow::array::new_null_array(f.data_type(), batch.num_rows()),
-        };
-        cols.push(col);
-    }
-    RecordBatch::try_new(schema.clone(), cols)
-        .map_err(|e| Error::new(ErrorKind::Internal, format!("conforming a batch: {e}")))
 }
 
 /// Rows of `table` at `snapshot` (default: current) matching `filter`, conformed to `schema`.
@@ -1099,7 +1078,10 @@ async fn scan_rows(
         .try_collect()
         .await
         .map_err(|e| failed(e).with_retryable(true))?;
-    batches.iter().map(|b| conform_by_name(b, schema)).collect()
+    batches
+        .iter()
+        .map(|b| transform::conform(b, schema))
+        .collect()
 }
 
 /// Source rows (with `window_start`) of the `touched` windows at snapshot `at`.
@@ -1110,9 +1092,7 @@ async fn read_windows(
     window: i64,
     touched: &BTreeSet<i64>,
 ) -> Result<(SchemaRef, Vec<RecordBatch>)> {
-    let arrow = schema_to_arrow_schema(source.metadata().current_schema())
-        .map_err(|e| Error::iceberg(format!("schema of {}", source.identifier()), e))?;
-    let schema = transform::plain_schema(&arrow);
+    let schema = transform::table_schema(source)?;
     let tz = matches!(
         source
             .metadata()
@@ -1270,7 +1250,7 @@ impl Output {
                 continue;
             }
             self.fit(&b).await?;
-            let b = conform_by_name(&b, &self.arrow)?;
+            let b = transform::conform(&b, &self.arrow)?;
             if self.writer.is_none() {
                 let table = match &self.evolved {
                     Some(s) => crate::ingest::with_schema(&self.sink, s.clone())?,

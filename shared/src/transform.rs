@@ -239,24 +239,28 @@ fn normalised(schema: &ArrowSchema, context: &str) -> Result<SchemaRef> {
     Ok(Arc::new(ArrowSchema::new(fields)))
 }
 
-/// Casts `batch`'s columns to `schema` (same names and order).
+/// `batch` with `schema`'s columns, matched by name (missing ones null, types cast).
 pub fn conform(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch> {
     let mut cols = Vec::with_capacity(schema.fields().len());
-    for (f, c) in schema.fields().iter().zip(batch.columns()) {
-        let c = if c.data_type() == f.data_type() {
-            c.clone()
-        } else {
-            cast(c, f.data_type()).map_err(|e| {
-                Error::new(
-                    ErrorKind::Transform,
-                    format!("casting output column `{}`: {e}", f.name()),
-                )
-            })?
+    for f in schema.fields() {
+        let col = match batch.column_by_name(f.name()) {
+            Some(c) if c.data_type() == f.data_type() => c.clone(),
+            Some(c) => cast(c, f.data_type()).map_err(|e| {
+                Error::new(ErrorKind::Transform, format!("column `{}`: {e}", f.name()))
+            })?,
+            None => arrow::array::new_null_array(f.data_type(), batch.num_rows()),
         };
-        cols.push(c);
+        cols.push(col);
     }
     RecordBatch::try_new(schema.clone(), cols)
-        .map_err(|e| Error::new(ErrorKind::Internal, format!("output batch: {e}")))
+        .map_err(|e| Error::new(ErrorKind::Internal, format!("conforming a batch: {e}")))
+}
+
+/// The Arrow schema of `table`'s current schema, without field ids (what `source` holds).
+pub fn table_schema(table: &iceberg::table::Table) -> Result<SchemaRef> {
+    let arrow = iceberg::arrow::schema_to_arrow_schema(table.metadata().current_schema())
+        .map_err(|e| Error::iceberg(format!("schema of {}", table.identifier()), e))?;
+    Ok(plain_schema(&arrow))
 }
 
 /// Rows of `batches` as canonical strings (floats to 10 significant digits), for comparing a

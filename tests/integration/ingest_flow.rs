@@ -12,14 +12,8 @@ use crate::harness::{orders, TestEnv};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s3_notification_through_sqs_commits_once_and_pyiceberg_reads_it() {
     let env = TestEnv::new("sqlite").await;
-    let cfg = aws_config::defaults(aws_config::BehaviorVersion::latest())
-        .region(aws_config::Region::new("us-east-1"))
-        .credentials_provider(aws_sdk_sqs::config::Credentials::new(
-            "test", "test", None, None, "t",
-        ))
-        .endpoint_url(crate::harness::moto())
-        .load()
-        .await;
+    let cfg =
+        floe::store::sdk_config(&crate::harness::storage(), Some(crate::harness::moto())).await;
     let sqs = aws_sdk_sqs::Client::new(&cfg);
     let queue = sqs
         .create_queue()

@@ -122,14 +122,7 @@ pub async fn run(
         .send()
         .await
         .context("creating the bucket")?;
-    let sdk = aws_config::defaults(aws_config::BehaviorVersion::latest())
-        .region(aws_config::Region::new("us-east-1"))
-        .credentials_provider(aws_sdk_s3::config::Credentials::new(
-            "test", "test", None, None, "local",
-        ))
-        .endpoint_url(&endpoint)
-        .load()
-        .await;
+    let sdk = floe::store::sdk_config(&config.storage, Some(&endpoint)).await;
     let sqs = aws_sdk_sqs::Client::new(&sdk);
     let queue_url = sqs
         .create_queue()
