@@ -78,6 +78,13 @@ def main():
             for ev_name, ev in (props.get("Events") or {}).items():
                 if handled is not None and ev.get("Type") not in handled:
                     errors.append(f"{name}: event {ev_name} of type {ev.get('Type')} is not handled by {binary}")
+        # Nothing fails silently: SQS-fed functions have a redrive to a DLQ on their queue;
+        # every other function has an on-failure destination for its asynchronous invocations.
+        events = (props.get("Events") or {}).values()
+        sqs_fed = any(ev.get("Type") == "SQS" for ev in events)
+        on_failure = (((props.get("EventInvokeConfig") or {}).get("DestinationConfig") or {}).get("OnFailure") or {})
+        if not sqs_fed and not on_failure.get("Destination"):
+            errors.append(f"{name}: needs EventInvokeConfig.DestinationConfig.OnFailure (a DLQ)")
         if "Role" in props:
             errors.append(f"{name}: uses a shared Role; each function needs its own scoped policies")
         for policy in as_list(props.get("Policies") or []):
