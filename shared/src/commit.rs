@@ -200,8 +200,15 @@ impl Committer {
     }
 
     /// Runs `plan` against fresh table versions until its change is installed, it skips, or the
-    /// limits are reached. On an error the outcome may be unknown (a lost answer): callers must
-    /// not delete files the change references; a retry re-validates through `plan`.
+    /// limits are reached.
+    ///
+    /// An attempt whose swap answer was not a clean success or a proven conflict (a timeout, a
+    /// 5xx, a reset, a lost answer) is *in flight*: it may have taken effect. Every later attempt
+    /// first looks for it in the version it loaded (the pointer, the metadata log, the snapshot
+    /// id): found, the commit is done; the pointer moved past its base without it, it can never
+    /// land and its staged files may go; otherwise it is still unknown. While an attempt is
+    /// unknown the loop never reports `Skipped` or `Stale` (callers delete their files on those):
+    /// it reports [`ErrorKind::CommitUnknown`] instead, and callers keep every file.
     pub async fn commit<F>(
         &self,
         ident: &TableIdent,
@@ -227,14 +234,13 @@ impl Committer {
         F: FnMut(&Table) -> Result<Plan> + Send,
     {
         let mut attempt = 0u32;
+        let mut in_flight: Vec<InFlight> = Vec::new();
         loop {
             attempt += 1;
-            let result = self.attempt(ident, base.take(), &mut plan).await;
-            match result {
-                Ok(Outcome::Committed {
+            let error = match self.attempt(ident, base.take(), &mut in_flight, &mut plan).await {
+                Ok(Step::Committed {
                     snapshot_id,
                     location,
-                    ..
                 }) => {
                     return Ok(Outcome::Committed {
                         snapshot_id,
@@ -242,32 +248,88 @@ impl Committer {
                         location,
                     })
                 }
-                Ok(skipped) => return Ok(skipped),
-                Err(e) if e.is_retryable() => {
-                    if attempt >= limits.max_attempts || Instant::now() >= limits.deadline {
-                        return Err(Error::new(
-                            ErrorKind::DeadlineExceeded,
-                            format!("commit to {ident} gave up after {attempt} attempts"),
-                        )
-                        .with_retryable(true)
-                        .with_source(e));
-                    }
-                    let pause = backoff(attempt)
-                        .min(limits.deadline.saturating_duration_since(Instant::now()));
-                    tracing::info!(table = %ident, attempt, error = %e, pause_ms = pause.as_millis() as u64, "commit conflict; re-validating");
-                    tokio::time::sleep(pause).await;
+                Ok(Step::Skipped(why)) if in_flight.is_empty() => return Ok(Outcome::Skipped(why)),
+                Ok(Step::Skipped(why)) => {
+                    return Err(unknown(ident, &in_flight).with_source(Error::new(
+                        ErrorKind::Internal,
+                        format!("the plan skipped ({why:?}) while an earlier attempt is unknown"),
+                    )))
                 }
-                Err(e) => return Err(e),
+                Err(e) if !e.is_retryable() => {
+                    return Err(if in_flight.is_empty() {
+                        e
+                    } else {
+                        unknown(ident, &in_flight).with_source(e)
+                    })
+                }
+                Err(e) => e,
+            };
+            if attempt >= limits.max_attempts || Instant::now() >= limits.deadline {
+                // One last look: an earlier attempt may have landed after all.
+                if !in_flight.is_empty() {
+                    if let Ok(table) = self.load(ident).await {
+                        if let Some(landed) = self.settle(&table, &mut in_flight).await {
+                            return Ok(landed.committed(attempt));
+                        }
+                    }
+                }
+                if !in_flight.is_empty() {
+                    return Err(unknown(ident, &in_flight).with_source(error));
+                }
+                return Err(Error::new(
+                    ErrorKind::DeadlineExceeded,
+                    format!("commit to {ident} gave up after {attempt} attempts"),
+                )
+                .with_retryable(true)
+                .with_source(error));
+            }
+            let pause =
+                backoff(attempt).min(limits.deadline.saturating_duration_since(Instant::now()));
+            tracing::info!(table = %ident, attempt, error = %error, in_flight = in_flight.len(), pause_ms = pause.as_millis() as u64, "commit not installed; re-validating");
+            tokio::time::sleep(pause).await;
+        }
+    }
+
+    /// Looks for every in-flight attempt in `table` (the current version): returns the one that
+    /// landed; forgets (and cleans up after) those that can no longer land.
+    async fn settle(&self, table: &Table, in_flight: &mut Vec<InFlight>) -> Option<InFlight> {
+        let writes_metadata = self.swap.writes_metadata();
+        let mut landed = None;
+        let mut dead = Vec::new();
+        in_flight.retain(|f| match f.fate(table, writes_metadata) {
+            Fate::Landed => {
+                landed = Some(f.clone());
+                false
+            }
+            Fate::Dead => {
+                dead.push(f.clone());
+                false
+            }
+            Fate::Unknown => true,
+        });
+        if landed.is_some() {
+            // Whatever else was in flight was built on a base the landed one replaced.
+            in_flight.clear();
+            return landed;
+        }
+        for f in dead.iter().filter(|f| f.refused) {
+            // Refused, its base is gone and it is not in the table: nothing references these.
+            // (Versions whose answer was lost are left to orphan cleanup: a short metadata log
+            // could hide that they landed and were built upon.)
+            for path in &f.written {
+                let _ = table.file_io().delete(path).await;
             }
         }
+        None
     }
 
     async fn attempt<F>(
         &self,
         ident: &TableIdent,
         base: Option<Table>,
+        in_flight: &mut Vec<InFlight>,
         plan: &mut F,
-    ) -> Result<Outcome>
+    ) -> Result<Step>
     where
         F: FnMut(&Table) -> Result<Plan> + Send,
     {
@@ -276,9 +338,16 @@ impl Committer {
             Some(t) => t,
             None => self.load(ident).await?,
         };
+        if let Some(landed) = self.settle(&table, in_flight).await {
+            tracing::info!(table = %ident, location = %landed.location, "an earlier attempt whose answer was lost did land");
+            return Ok(Step::Committed {
+                snapshot_id: landed.snapshot_id,
+                location: landed.location,
+            });
+        }
         let load_ms = t0.elapsed().as_secs_f64() * 1e3;
         let change = match plan(&table)? {
-            Plan::Skip(why) => return Ok(Outcome::Skipped(why)),
+            Plan::Skip(why) => return Ok(Step::Skipped(why)),
             Plan::Apply(change) => change,
         };
         let swap = &self.swap;
@@ -288,40 +357,111 @@ impl Committer {
         let t2 = Instant::now();
         let swapped = swap.swap(ident, &staged).await;
         tracing::debug!(table = %ident, load_ms, stage_ms, swap_ms = t2.elapsed().as_secs_f64() * 1e3, "commit attempt");
-        match swapped {
-            Ok(()) => {
-                if swap.writes_metadata() {
-                    self.remember_staged(&table, &staged);
+        if let Err(e) = swapped {
+            // Even a "conflict" is only believed once the table is seen without this version: an
+            // SDK-level retry of a swap that took effect answers with a conflict too.
+            in_flight.push(InFlight {
+                refused: e.kind() == ErrorKind::CommitConflict,
+                base: staged.previous,
+                location: staged.location,
+                snapshot_id: staged.snapshot_id,
+                written: staged.written,
+            });
+            return Err(e);
+        }
+        if swap.writes_metadata() {
+            self.remember_staged(&table, &staged);
+        }
+        let props = staged.metadata.properties();
+        if props
+            .get("write.metadata.delete-after-commit.enabled")
+            .map(String::as_str)
+            == Some("true")
+        {
+            for old in &staged.expired_metadata {
+                if let Err(e) = table.file_io().delete(old).await {
+                    tracing::warn!(file = %old, error = %e, "could not delete old metadata file");
                 }
-                let props = staged.metadata.properties();
-                if props
-                    .get("write.metadata.delete-after-commit.enabled")
-                    .map(String::as_str)
-                    == Some("true")
-                {
-                    for old in &staged.expired_metadata {
-                        if let Err(e) = table.file_io().delete(old).await {
-                            tracing::warn!(file = %old, error = %e, "could not delete old metadata file");
-                        }
-                    }
-                }
-                Ok(Outcome::Committed {
-                    snapshot_id: staged.snapshot_id,
-                    attempts: 1,
-                    location: staged.location,
-                })
-            }
-            Err(e) => {
-                if e.kind() == ErrorKind::CommitConflict {
-                    // Definitely not installed: its manifests and metadata can go.
-                    for path in &staged.written {
-                        let _ = table.file_io().delete(path).await;
-                    }
-                }
-                Err(e)
             }
         }
+        Ok(Step::Committed {
+            snapshot_id: staged.snapshot_id,
+            location: staged.location,
+        })
     }
+}
+
+/// What one attempt did (the loop turns it into an [`Outcome`]).
+enum Step {
+    Committed {
+        snapshot_id: Option<i64>,
+        location: String,
+    },
+    Skipped(Skipped),
+}
+
+/// A staged version whose swap was sent without a clean answer: it may have landed.
+#[derive(Debug, Clone)]
+struct InFlight {
+    /// The pointer it replaces; once the pointer has moved past it without this version, this
+    /// version can never land (every swap is a compare-and-swap on its base).
+    base: String,
+    location: String,
+    snapshot_id: Option<i64>,
+    written: Vec<String>,
+    /// The catalog answered with a conflict (which an SDK-level retry can fake: still settled
+    /// by looking before anything is deleted).
+    refused: bool,
+}
+
+enum Fate {
+    Landed,
+    Dead,
+    Unknown,
+}
+
+impl InFlight {
+    fn fate(&self, table: &Table, writes_metadata: bool) -> Fate {
+        let md = table.metadata();
+        let current = table.metadata_location();
+        let by_location = writes_metadata
+            && (current == Some(self.location.as_str())
+                || md
+                    .metadata_log()
+                    .iter()
+                    .any(|l| l.metadata_file == self.location));
+        let by_snapshot = self
+            .snapshot_id
+            .is_some_and(|id| md.snapshot_by_id(id).is_some());
+        if by_location || by_snapshot {
+            Fate::Landed
+        } else if current != Some(self.base.as_str()) {
+            Fate::Dead
+        } else {
+            Fate::Unknown
+        }
+    }
+
+    fn committed(self, attempts: u32) -> Outcome {
+        Outcome::Committed {
+            snapshot_id: self.snapshot_id,
+            attempts,
+            location: self.location,
+        }
+    }
+}
+
+/// The error for a commit whose outcome could not be settled: nothing it wrote may be deleted.
+fn unknown(ident: &TableIdent, in_flight: &[InFlight]) -> Error {
+    let locations: Vec<&str> = in_flight.iter().map(|f| f.location.as_str()).collect();
+    Error::new(
+        ErrorKind::CommitUnknown,
+        format!(
+            "commit to {ident}: outcome unknown (the catalog did not confirm {locations:?} either way); \
+             its files are kept and a retry re-validates against what landed"
+        ),
+    )
+    .with_retryable(true)
 }
 
 /// The ingest plan: skip when `object` is already in the table, else append `change`.

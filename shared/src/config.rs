@@ -255,6 +255,10 @@ pub struct MaintainConfig {
     /// Rewrite manifests past this many data manifests.
     #[serde(default = "default_manifest_threshold")]
     pub manifest_threshold: usize,
+    /// Memory (MiB of Arrow data) a sorted compaction may hold; larger groups are written as
+    /// several sorted runs (default 256).
+    #[serde(default = "default_sort_memory_mb")]
+    pub sort_memory_mb: usize,
 }
 
 impl Default for MaintainConfig {
@@ -267,6 +271,7 @@ impl Default for MaintainConfig {
             target_file_size_mb: None,
             min_input_files: default_min_input_files(),
             manifest_threshold: default_manifest_threshold(),
+            sort_memory_mb: default_sort_memory_mb(),
         }
     }
 }
@@ -280,6 +285,10 @@ fn default_orphan_hours() -> f64 {
 fn default_min_input_files() -> usize {
     5
 }
+fn default_sort_memory_mb() -> usize {
+    256
+}
+
 fn default_manifest_threshold() -> usize {
     50
 }

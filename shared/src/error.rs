@@ -19,6 +19,9 @@ pub enum ErrorKind {
     Catalog,
     /// Another writer committed first; the commit must be re-validated and retried.
     CommitConflict,
+    /// A commit's answer was lost (timeout, 5xx, reset) and the catalog could not confirm whether
+    /// it landed: nothing it wrote may be deleted; a retry re-validates against what landed.
+    CommitUnknown,
     /// The change no longer applies to the table (e.g. files to replace were replaced meanwhile).
     Stale,
     /// A pipeline's SQL failed or no longer fits its source (the message names the field).

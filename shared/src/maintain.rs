@@ -65,6 +65,8 @@ pub struct Options {
     pub manifest_threshold: usize,
     /// Stop starting new work after this instant.
     pub deadline: Instant,
+    /// Most rows (Arrow bytes) a sorted compaction holds before writing a sorted run.
+    pub sort_memory_bytes: usize,
 }
 
 impl Default for Options {
@@ -85,6 +87,7 @@ impl Default for Options {
             now: Utc::now(),
             manifest_threshold: 50,
             deadline: Instant::now() + Duration::from_secs(600),
+            sort_memory_bytes: 256 << 20,
         }
     }
 }
@@ -102,6 +105,7 @@ impl Options {
             dedup_window: hours(m.dedup_window_hours),
             orphan_older_than: hours(m.orphan_older_than_hours),
             manifest_threshold: m.manifest_threshold,
+            sort_memory_bytes: m.sort_memory_mb << 20,
             deadline,
             ..Self::default()
         }
@@ -390,15 +394,36 @@ impl Maintainer {
                 }
             }
         });
+        // A sorted table's rows are held and sorted in runs of at most `sort_memory_bytes`; each
+        // run is written to files of its own, so every output file is sorted and memory stays
+        // bounded whatever the group's size.
         let mut held: Vec<RecordBatch> = Vec::new();
+        let mut held_bytes = 0usize;
+        let mut added = Vec::new();
         while let Some(b) = rx.recv().await {
             let b = b.map_err(|e| Error::iceberg("reading files to compact", e))?;
             if sort.is_unsorted() {
                 sink.write(b)
                     .await
                     .map_err(|e| Error::iceberg("writing compacted files", e))?;
-            } else {
-                held.push(b);
+                continue;
+            }
+            held_bytes += b.get_array_memory_size();
+            held.push(b);
+            if held_bytes >= opts.sort_memory_bytes {
+                let sorted = sort_batches(&std::mem::take(&mut held), &sort, &schema)?;
+                held_bytes = 0;
+                sink.write(sorted)
+                    .await
+                    .map_err(|e| Error::iceberg("writing compacted files", e))?;
+                let next = crate::write::build_sink(&table, target as usize, &writer_id)
+                    .map_err(|e| Error::iceberg("compaction writer", e))?;
+                let run = std::mem::replace(&mut sink, next);
+                added.extend(
+                    run.close()
+                        .await
+                        .map_err(|e| Error::iceberg("closing compacted files", e))?,
+                );
             }
         }
         let _ = reader.await;
@@ -408,10 +433,11 @@ impl Maintainer {
                 .await
                 .map_err(|e| Error::iceberg("writing compacted files", e))?;
         }
-        let added = sink
-            .close()
-            .await
-            .map_err(|e| Error::iceberg("closing compacted files", e))?;
+        added.extend(
+            sink.close()
+                .await
+                .map_err(|e| Error::iceberg("closing compacted files", e))?,
+        );
         let removed: Vec<String> = group
             .iter()
             .map(|f| f.file.file_path().to_string())
@@ -491,8 +517,21 @@ impl Maintainer {
         let mut out = Vec::new();
         for name in self.config.all_tables() {
             let ident = crate::catalog::table_ident(&self.config, &name)?;
-            let Ok(consumer) = self.committer.catalog().load_table(&ident).await else {
-                continue;
+            let consumer = match self.committer.catalog().load_table(&ident).await {
+                Ok(t) => t,
+                // A consumer that does not exist (yet) pins nothing.
+                Err(_) if !self.committer.catalog().table_exists(&ident).await.unwrap_or(true) => {
+                    continue
+                }
+                // Not knowing a consumer's position is not "no position": expiring now could
+                // remove the snapshots it still has to read. Stop; the next run tries again.
+                Err(e) => {
+                    return Err(Error::iceberg(
+                        format!("reading the checkpoints {ident} holds (expiration stopped)"),
+                        e,
+                    )
+                    .with_retryable(true))
+                }
             };
             out.extend(
                 crate::process::read_checkpoint(consumer.metadata(), &uuid).map(|c| c.snapshot_id),
@@ -621,12 +660,24 @@ impl Maintainer {
         }
         reachable.extend(md.metadata_log().iter().map(|l| l.metadata_file.clone()));
         reachable.extend(md.statistics_iter().map(|s| s.statistics_path.clone()));
+        reachable.extend(
+            md.partition_statistics_iter()
+                .map(|s| s.statistics_path.clone()),
+        );
+        // Other engines write `s3a://`/`s3n://` (Hadoop) for the same objects the listing names
+        // `s3://`: compare one spelling, or every file they wrote would look orphaned.
+        let reachable: HashSet<String> = reachable
+            .iter()
+            .map(|p| same_object_key(p))
+            .collect();
         let cutoff =
             opts.now - chrono::Duration::from_std(opts.orphan_older_than).unwrap_or_default();
         let listed = list_location(&self.config, md.location()).await?;
         let mut orphans: Vec<String> = listed
             .into_iter()
-            .filter(|(path, modified)| *modified < cutoff && !reachable.contains(path))
+            .filter(|(path, modified)| {
+                *modified < cutoff && !reachable.contains(&same_object_key(path))
+            })
             .map(|(path, _)| path)
             .collect();
         orphans.sort();
@@ -637,6 +688,23 @@ impl Maintainer {
         report.orphans_found = orphans;
         Ok(())
     }
+}
+
+/// One spelling per stored object, for comparing locations written by different engines:
+/// `s3a://` and `s3n://` are `s3://`, `file:/x` and `file:///x` are `/x`.
+pub(crate) fn same_object_key(path: &str) -> String {
+    for scheme in ["s3a://", "s3n://"] {
+        if let Some(rest) = path.strip_prefix(scheme) {
+            return format!("s3://{rest}");
+        }
+    }
+    if let Some(rest) = path.strip_prefix("file://") {
+        return rest.to_string();
+    }
+    if let Some(rest) = path.strip_prefix("file:") {
+        return rest.to_string();
+    }
+    path.to_string()
 }
 
 /// Snapshot ids named by branches and tags (iceberg 0.10.1 has no public accessor for all refs).

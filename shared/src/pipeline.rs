@@ -446,11 +446,15 @@ impl Processor {
             PipelineMode::Aggregate => {
                 let window = p.window_micros().unwrap_or(60_000_000);
                 let time_column = p.time_column(&self.config);
-                let (_, rows) = read_rows(&pos.source, &files).await?;
+                // The touched windows, one chunk of the delta at a time: memory is bounded by a
+                // chunk, not by the delta.
                 let mut touched = BTreeSet::new();
-                for b in &rows {
-                    let b = transform::with_window_start(b, time_column, window)?;
-                    touched.extend(transform::window_starts(&b));
+                for chunk in chunks(&files) {
+                    let (_, rows) = read_rows(&pos.source, chunk).await?;
+                    for b in &rows {
+                        let b = transform::with_window_start(b, time_column, window)?;
+                        touched.extend(transform::window_starts(&b));
+                    }
                 }
                 report.windows = touched.len();
                 if !touched.is_empty() {

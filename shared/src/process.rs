@@ -175,6 +175,12 @@ pub async fn plan(
         to: md.current_snapshot_id(),
         ..Default::default()
     };
+    if after.is_none() {
+        // From the beginning = the table's current state. Replaying appends instead would miss
+        // every file whose snapshot has been expired (and replay rows later rewritten), so a
+        // consumer starting at `earliest` reads what a batch over the table reads.
+        return current_state(source, delta).await;
+    }
     // Walk back from the current snapshot to the checkpoint: O(new snapshots).
     let mut chain = Vec::new();
     let mut cur = md.current_snapshot();
@@ -242,5 +248,46 @@ pub async fn plan(
             },
         }
     }
+    Ok(delta)
+}
+
+/// Every live data file of the current snapshot, as the delta of a consumer starting from the
+/// beginning (whatever history expiration kept).
+async fn current_state(source: &Table, mut delta: Delta) -> Result<Delta> {
+    let md = source.metadata();
+    let Some(current) = md.current_snapshot() else {
+        return Ok(delta);
+    };
+    let mut cur = Some(current);
+    while let Some(s) = cur {
+        if s.summary().operation == Operation::Append {
+            delta.appends.push(s.snapshot_id());
+        }
+        cur = s.parent_snapshot_id().and_then(|p| md.snapshot_by_id(p));
+    }
+    delta.appends.reverse();
+    let list = source
+        .manifest_list_reader(current)
+        .load()
+        .await
+        .map_err(|e| Error::iceberg("reading the current manifest list", e))?;
+    for mf in list.entries() {
+        if mf.content != ManifestContentType::Data {
+            continue;
+        }
+        let m = mf
+            .load_manifest(source.file_io())
+            .await
+            .map_err(|e| Error::iceberg("reading a manifest", e))?;
+        for e in m.entries().iter().filter(|e| e.is_alive()) {
+            delta.files.push(NewFile {
+                file: e.data_file().clone(),
+                spec_id: mf.partition_spec_id,
+                snapshot_id: e.snapshot_id().unwrap_or(mf.added_snapshot_id),
+            });
+        }
+    }
+    // Oldest first, as for an incremental delta.
+    delta.files.sort_by_key(|f| f.snapshot_id);
     Ok(delta)
 }

@@ -191,7 +191,12 @@ impl PointerSwap for GlueSwap {
         if let Some(v) = table.and_then(|t| t.version_id()) {
             req = req.version_id(v);
         }
-        match req.send().await {
+        // No SDK-level retries here: a retried UpdateTable whose first try took effect comes
+        // back as ConcurrentModificationException, a "conflict" that is really our own success.
+        // floe's commit loop retries instead, after looking at what landed.
+        let no_retries = aws_sdk_glue::config::Builder::default()
+            .retry_config(aws_smithy_types::retry::RetryConfig::disabled());
+        match req.customize().config_override(no_retries).send().await {
             Ok(_) => Ok(()),
             Err(e) => {
                 let svc = e.as_service_error();
@@ -204,11 +209,18 @@ impl PointerSwap for GlueSwap {
                     )))
                 } else {
                     // Throttling, 5xx and transport errors leave the outcome unknown: retry
-                    // (the caller re-validates against what actually landed).
-                    let retryable = svc.is_none()
-                        || svc
-                            .map(|s| s.is_internal_service_exception())
-                            .unwrap_or(false);
+                    // (the commit loop first looks at what actually landed). Only answers that
+                    // say the request itself is wrong are permanent.
+                    use aws_sdk_glue::error::ProvideErrorMetadata;
+                    let retryable = !matches!(
+                        svc.and_then(|s| s.code()),
+                        Some(
+                            "EntityNotFoundException"
+                                | "InvalidInputException"
+                                | "AccessDeniedException"
+                                | "ValidationException"
+                        )
+                    );
                     Err(Error::new(
                         ErrorKind::Catalog,
                         format!("Glue UpdateTable {ident}: {}", DisplayErrorContext(&e)),

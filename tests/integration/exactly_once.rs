@@ -1,89 +1,11 @@
 //! Exactly once per object: duplicates, concurrent deliveries, crashes at every step, conflicts.
 
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 use floe::ingest::Status;
-use floe::snapshot::Staged;
-use floe::swap::PointerSwap;
-use floe::{Error, ErrorKind};
-use iceberg::TableIdent;
 
+use crate::faults::{faulty, Fault};
 use crate::harness::{orders, TestEnv};
-
-/// Where the injected failure happens.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) enum Fault {
-    /// Data files and manifests are written; the process dies before table metadata is written.
-    BeforeMetadata,
-    /// The new metadata.json is written; the process dies before swapping the catalog pointer.
-    AfterMetadata,
-    /// The commit lands; the process dies before the event is acknowledged (non-retryable error).
-    AfterCommit,
-    /// The commit lands but the answer is lost (a retryable error): floe's own retry re-validates.
-    LostAnswer,
-    /// The first two commits meet a conflict.
-    Conflicts,
-}
-
-#[derive(Debug)]
-struct Inject {
-    fault: Fault,
-    calls: AtomicU32,
-    inner: Arc<dyn PointerSwap>,
-}
-
-fn crash() -> Error {
-    Error::new(ErrorKind::Internal, "injected crash")
-}
-
-#[async_trait::async_trait]
-impl PointerSwap for Inject {
-    async fn current(&self, ident: &TableIdent) -> floe::Result<Option<String>> {
-        self.inner.current(ident).await
-    }
-
-    async fn swap(&self, ident: &TableIdent, staged: &Staged) -> floe::Result<()> {
-        let n = self.calls.fetch_add(1, Ordering::SeqCst);
-        match self.fault {
-            Fault::BeforeMetadata => {
-                // As if the process died before writing metadata.json.
-                let path = staged.location.trim_start_matches("s3://");
-                let (bucket, key) = path.split_once('/').unwrap();
-                crate::harness::s3()
-                    .await
-                    .delete_object()
-                    .bucket(bucket)
-                    .key(key)
-                    .send()
-                    .await
-                    .unwrap();
-                Err(crash())
-            }
-            Fault::AfterMetadata => Err(crash()),
-            Fault::AfterCommit => {
-                self.inner.swap(ident, staged).await?;
-                Err(crash())
-            }
-            Fault::LostAnswer => {
-                self.inner.swap(ident, staged).await?;
-                Err(Error::new(ErrorKind::Catalog, "response lost").with_retryable(true))
-            }
-            Fault::Conflicts if n < 2 => Err(floe::snapshot::conflict("injected conflict")),
-            Fault::Conflicts => self.inner.swap(ident, staged).await,
-        }
-    }
-}
-
-pub(crate) fn faulty(fault: Fault) -> impl FnOnce(Arc<dyn PointerSwap>) -> Arc<dyn PointerSwap> {
-    move |inner| {
-        Arc::new(Inject {
-            fault,
-            calls: AtomicU32::new(0),
-            inner,
-        })
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn duplicate_and_concurrent_deliveries_of_one_object_commit_once() {

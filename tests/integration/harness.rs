@@ -108,6 +108,11 @@ impl TestEnv {
         Self::build(catalog_kind, "", &toml).await
     }
 
+    /// The sample pipelines plus extra TOML lines in the `orders` table.
+    pub async fn with_pipelines_and_orders_toml(catalog_kind: &'static str, extra: &str) -> Self {
+        Self::build(catalog_kind, extra, floe::sample::PIPELINES_TOML).await
+    }
+
     async fn build(catalog_kind: &'static str, extra: &str, tail: &str) -> Self {
         let endpoint = moto();
         let bucket = unique("floe");

@@ -6,6 +6,8 @@
 
 mod evolution;
 mod exactly_once;
+mod faults;
+mod matrix;
 mod glue;
 mod harness;
 mod ingest_flow;

@@ -145,6 +145,20 @@ async fn delta_holds_only_new_appends_and_handles_replace_overwrite_and_expiry()
             .contains("floe process refresh --pipeline revenue"),
         "{e}"
     );
+
+    // A consumer starting from the beginning after expiration reads the table's whole current
+    // state, not just what the retained snapshots appended (#15: `earliest` after expiration).
+    let live: u64 = floe::maintain::live_files(&table)
+        .await
+        .unwrap()
+        .iter()
+        .map(|f| f.file.record_count())
+        .sum();
+    assert!(live > 0);
+    let all = process::plan(&table, None, RowChangePolicy::Fail, "late-starter")
+        .await
+        .unwrap();
+    assert_eq!(all.records(), live);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -8,7 +8,7 @@ use floe::ErrorKind;
 use iceberg::spec::Operation;
 use serde_json::json;
 
-use crate::exactly_once::{faulty, Fault};
+use crate::faults::{faulty, Fault};
 use crate::harness::{orders, TestEnv};
 
 const APPEND: &str = "suspicious_orders";

@@ -1,0 +1,416 @@
+//! The standing fault matrix (#15): every site that commits or deletes × every pointer-swap fault
+//! (crash before/after metadata, crash after the swap, lost answer, lost answer seen as a conflict,
+//! timeout before the request, conflicts) × SQLite, Glue (VersionId enforced) and REST.
+//!
+//! Each cell runs the site once with the fault, repairs a crash the way production does (the
+//! redelivery or the next scheduled run, healthy), then runs orphan cleanup as if days had passed
+//! and checks the invariants: rows and an order-independent checksum equal the no-fault run;
+//! every file any retained snapshot references exists; PyIceberg reads every table; the pipelines
+//! reconcile; nothing valid was quarantined. The table in docs/ARCHITECTURE.md mirrors this file.
+
+use std::sync::atomic::AtomicU32;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use floe::commit::Committer;
+use floe::ingest::Status;
+use floe::maintain::{Maintainer, Options};
+use floe::pipeline::Processor;
+
+use crate::faults::{assert_referenced_files_exist, faulty, FailingLoads, Fault};
+use crate::harness::{orders, TestEnv};
+
+const APPEND: &str = "suspicious_orders";
+const AGG: &str = "revenue_per_region_minute";
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Site {
+    Ingest,
+    IngestSchemaChange,
+    IngestParquet,
+    ProcessAppend,
+    ProcessAggregate,
+    Refresh,
+    Compaction,
+    ManifestRewrite,
+    Expiration,
+    MetadataCleanup,
+}
+
+fn soon() -> Instant {
+    Instant::now() + Duration::from_secs(120)
+}
+
+fn opts() -> Options {
+    Options {
+        compact: false,
+        expire: false,
+        orphans: false,
+        rewrite_manifests: false,
+        min_input_files: 2,
+        target_file_bytes: Some(64 << 20),
+        ..Options::default()
+    }
+}
+
+/// `orders` as Parquet (the same rows as the JSON lines).
+fn parquet_of(jsonl: &str) -> Vec<u8> {
+    use arrow::datatypes::{DataType, Field, Schema};
+    let s = |n: &str| Field::new(n, DataType::Utf8, true);
+    let schema = Arc::new(Schema::new(vec![
+        s("order_id"),
+        Field::new("customer_id", DataType::Int64, true),
+        s("region"),
+        Field::new("amount", DataType::Float64, true),
+        s("currency"),
+        Field::new("items", DataType::Int32, true),
+        s("status"),
+        s("payment_method"),
+        s("event_time"),
+    ]));
+    let reader = arrow::json::ReaderBuilder::new(schema.clone())
+        .build(std::io::Cursor::new(jsonl.as_bytes().to_vec()))
+        .unwrap();
+    let mut buf = Vec::new();
+    let mut w = parquet::arrow::ArrowWriter::try_new(&mut buf, schema, None).unwrap();
+    for b in reader {
+        w.write(&b.unwrap()).unwrap();
+    }
+    w.close().unwrap();
+    buf
+}
+
+fn with_coupon(text: &str) -> String {
+    text.lines()
+        .map(|l| format!("{},\"coupon\":\"XMAS\"}}\n", l.trim_end_matches('}')))
+        .collect()
+}
+
+/// The world of one cell: a fresh bucket/namespace, the sample pipelines, the expected rows.
+struct Cell {
+    env: TestEnv,
+    site: Site,
+    fault: Fault,
+    expected_rows: usize,
+}
+
+impl Cell {
+    async fn new(catalog: &'static str, site: Site, fault: Fault) -> Self {
+        let extra = match site {
+            // Old metadata files are deleted after each commit: the cleanup path runs.
+            Site::MetadataCleanup => {
+                r#"properties = { "write.metadata.delete-after-commit.enabled" = "true", "write.metadata.previous-versions-max" = "2" }"#
+            }
+            // Manifests pile up (no merge on append), so the rewrite has work.
+            Site::ManifestRewrite => {
+                r#"properties = { "commit.manifest-merge.enabled" = "false" }"#
+            }
+            _ => "",
+        };
+        let env = TestEnv::with_pipelines_and_orders_toml(catalog, extra).await;
+        Self {
+            env,
+            site,
+            fault,
+            expected_rows: 0,
+        }
+    }
+
+    fn what(&self) -> String {
+        format!("{} {:?} × {:?}", self.env.catalog_kind, self.site, self.fault)
+    }
+
+    async fn committer(&self, fault: Option<Fault>) -> Committer {
+        let catalog = floe::catalog::connect(&self.env.config).await.unwrap();
+        let swap = floe::swap::from_config(&self.env.config).await.unwrap();
+        match fault {
+            Some(f) => Committer::new(catalog, faulty(f)(swap)),
+            None => Committer::new(catalog, swap),
+        }
+    }
+
+    async fn maintainer(&self, fault: Option<Fault>) -> Maintainer {
+        Maintainer::with_parts(self.env.config.clone(), self.committer(fault).await)
+    }
+
+    async fn processor(&self, fault: Option<Fault>) -> Processor {
+        Processor::with_parts(self.env.config.clone(), self.committer(fault).await)
+    }
+
+    /// Ingests `key` healthy; counts its rows as expected.
+    async fn load(&mut self, key: &str, body: Vec<u8>, rows: usize) {
+        self.env.put(key, body).await;
+        let ingestor = self.env.ingestor().await;
+        let r = self.env.ingest(&ingestor, key).await.unwrap();
+        assert_eq!(r.status, Status::Committed, "{}: {r:?}", self.what());
+        self.expected_rows += rows;
+    }
+
+    async fn load_orders(&mut self, n: usize, objects: usize, seed: u64) {
+        for i in 0..objects {
+            let key = format!("orders/base-{seed}-{i}.jsonl");
+            self.load(&key, orders(n, seed + i as u64).into_bytes(), n).await;
+        }
+    }
+
+    /// The faulty run of the site; a crash is repaired by a healthy re-run (redelivery/next run).
+    async fn run(&mut self) {
+        let fault = self.fault;
+        let what = self.what();
+        match self.site {
+            Site::Ingest | Site::IngestSchemaChange | Site::IngestParquet | Site::MetadataCleanup => {
+                let objects = if self.site == Site::MetadataCleanup { 3 } else { 1 };
+                for i in 0..objects {
+                    let text = orders(40, 900 + i);
+                    let (key, body) = match self.site {
+                        Site::IngestSchemaChange => (format!("orders/f{i}.jsonl"), with_coupon(&text).into_bytes()),
+                        Site::IngestParquet => (format!("parquet/f{i}.parquet"), parquet_of(&text)),
+                        _ => (format!("orders/f{i}.jsonl"), text.into_bytes()),
+                    };
+                    self.env.put(&key, body).await;
+                    let faulty_ingestor = self.env.ingestor_with(faulty(fault)).await;
+                    let first = self.env.ingest(&faulty_ingestor, &key).await;
+                    let healthy = self.env.ingestor().await;
+                    if fault.crashes() {
+                        let e = first.unwrap_err();
+                        assert!(e.to_string().contains("injected crash"), "{what}: {e}");
+                        let again = self.env.ingest(&healthy, &key).await.unwrap();
+                        let want = if fault == Fault::AfterCommit { Status::Duplicate } else { Status::Committed };
+                        assert_eq!(again.status, want, "{what}: {again:?}");
+                    } else {
+                        let r = first.unwrap_or_else(|e| panic!("{what}: {e}"));
+                        assert_eq!((r.status, r.records_committed), (Status::Committed, 40), "{what}: {r:?}");
+                    }
+                    let dup = self.env.ingest(&healthy, &key).await.unwrap();
+                    assert_eq!(dup.status, Status::Duplicate, "{what}: {dup:?}");
+                    self.expected_rows += 40;
+                }
+            }
+            Site::ProcessAppend | Site::ProcessAggregate | Site::Refresh => {
+                let name = if self.site == Site::ProcessAppend { APPEND } else { AGG };
+                if self.site == Site::Refresh {
+                    self.processor(None).await.run(name, soon()).await.unwrap();
+                    self.load_orders(300, 1, 77).await;
+                }
+                let p = self.processor(Some(fault)).await;
+                let first = if self.site == Site::Refresh {
+                    p.refresh(name, soon()).await
+                } else {
+                    p.run(name, soon()).await
+                };
+                if fault.crashes() {
+                    let e = first.unwrap_err();
+                    assert!(e.to_string().contains("injected crash"), "{what}: {e}");
+                } else {
+                    let r = first.unwrap_or_else(|e| panic!("{what}: {e}"));
+                    assert!(r.sink_snapshot.is_some(), "{what}: {r:?}");
+                }
+                // The next trigger: nothing twice, nothing lost.
+                self.processor(None).await.run(name, soon()).await.unwrap();
+            }
+            Site::Compaction | Site::ManifestRewrite | Site::Expiration => {
+                if self.site == Site::Expiration {
+                    // A consumer's checkpoint pins the snapshots after it.
+                    self.processor(None).await.run(APPEND, soon()).await.unwrap();
+                    self.load_orders(50, 2, 60).await;
+                }
+                let o = match self.site {
+                    Site::Compaction => Options { compact: true, ..opts() },
+                    Site::ManifestRewrite => Options { rewrite_manifests: true, manifest_threshold: 2, ..opts() },
+                    _ => Options {
+                        expire: true,
+                        expire_older_than: Some(Duration::ZERO),
+                        dedup_window: Duration::ZERO,
+                        retain_last: Some(1),
+                        ..opts()
+                    },
+                };
+                let before = self.maintainer(None).await.committer().load(&self.env.ident()).await.unwrap();
+                let first = self.maintainer(Some(fault)).await.run("orders", &o).await;
+                if fault.crashes() {
+                    let e = first.unwrap_err();
+                    assert!(e.to_string().contains("injected crash"), "{what}: {e}");
+                } else {
+                    first.unwrap_or_else(|e| panic!("{what}: {e}"));
+                }
+                // The next scheduled run finishes the job.
+                self.maintainer(None).await.run("orders", &o).await.unwrap();
+                let after = self.maintainer(None).await.committer().load(&self.env.ident()).await.unwrap();
+                assert_ne!(
+                    before.metadata_location(),
+                    after.metadata_location(),
+                    "{what}: the maintenance had work to do"
+                );
+            }
+        }
+    }
+
+    /// Orphan cleanup as if a month had passed, then every invariant.
+    async fn check(&self) {
+        let what = self.what();
+        let env = &self.env;
+        let p = self.processor(None).await;
+        for name in [APPEND, AGG] {
+            p.run(name, soon()).await.unwrap_or_else(|e| panic!("{what}: {name}: {e}"));
+        }
+        let healthy = self.maintainer(None).await;
+        let month = Options {
+            orphans: true,
+            now: chrono::Utc::now() + chrono::Duration::days(30),
+            ..opts()
+        };
+        for t in ["orders", APPEND, AGG] {
+            healthy.run(t, &month).await.unwrap_or_else(|e| panic!("{what}: orphans of {t}: {e}"));
+        }
+        let catalog = healthy.committer().catalog().clone();
+        let (rows, _, distinct) = env.checksum(catalog.as_ref()).await;
+        assert_eq!((rows, distinct), (self.expected_rows, self.expected_rows), "{what}: rows / distinct order ids");
+        for t in ["orders", APPEND, AGG] {
+            let ident = floe::catalog::table_ident(&env.config, t).unwrap();
+            if let Ok(table) = catalog.load_table(&ident).await {
+                assert_referenced_files_exist(&table, &format!("{what}: {t}")).await;
+                if table.metadata().current_snapshot().is_some() {
+                    let py = env.pyiceberg_table(t);
+                    assert!(py["rows"].as_u64().is_some(), "{what}: PyIceberg on {t}: {py}");
+                }
+            } else {
+                assert_ne!(t, "orders", "{what}: orders must load");
+            }
+        }
+        let py = env.pyiceberg();
+        assert_eq!(py["rows"], self.expected_rows, "{what}: PyIceberg rows: {py}");
+        for name in [APPEND, AGG] {
+            let r = p.reconcile(name).await.unwrap();
+            assert!(r.matches(), "{what}: {name} reconcile: {r:?}");
+        }
+        assert!(env.keys("quarantine/").await.is_empty(), "{what}: valid records quarantined");
+    }
+}
+
+async fn matrix(catalog: &'static str, site: Site) {
+    for fault in Fault::ALL {
+        let started = Instant::now();
+        let mut cell = Cell::new(catalog, site, fault).await;
+        let base_objects = match site {
+            Site::Compaction | Site::ManifestRewrite => 4,
+            _ => 2,
+        };
+        cell.load_orders(60, base_objects, 10).await;
+        cell.run().await;
+        cell.check().await;
+        eprintln!("matrix: {} ok in {:.1}s", cell.what(), started.elapsed().as_secs_f64());
+    }
+}
+
+macro_rules! cells {
+    ($($name:ident: $catalog:literal, $site:expr;)*) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() {
+                matrix($catalog, $site).await;
+            }
+        )*
+    };
+}
+
+cells! {
+    sqlite_ingest: "sqlite", Site::Ingest;
+    sqlite_ingest_schema_change: "sqlite", Site::IngestSchemaChange;
+    sqlite_ingest_parquet: "sqlite", Site::IngestParquet;
+    sqlite_process_append: "sqlite", Site::ProcessAppend;
+    sqlite_process_aggregate: "sqlite", Site::ProcessAggregate;
+    sqlite_refresh: "sqlite", Site::Refresh;
+    sqlite_compaction: "sqlite", Site::Compaction;
+    sqlite_manifest_rewrite: "sqlite", Site::ManifestRewrite;
+    sqlite_expiration: "sqlite", Site::Expiration;
+    sqlite_metadata_cleanup: "sqlite", Site::MetadataCleanup;
+    glue_ingest: "glue", Site::Ingest;
+    glue_ingest_schema_change: "glue", Site::IngestSchemaChange;
+    glue_ingest_parquet: "glue", Site::IngestParquet;
+    glue_process_append: "glue", Site::ProcessAppend;
+    glue_process_aggregate: "glue", Site::ProcessAggregate;
+    glue_refresh: "glue", Site::Refresh;
+    glue_compaction: "glue", Site::Compaction;
+    glue_manifest_rewrite: "glue", Site::ManifestRewrite;
+    glue_expiration: "glue", Site::Expiration;
+    glue_metadata_cleanup: "glue", Site::MetadataCleanup;
+    rest_ingest: "rest", Site::Ingest;
+    rest_ingest_schema_change: "rest", Site::IngestSchemaChange;
+    rest_ingest_parquet: "rest", Site::IngestParquet;
+    rest_process_append: "rest", Site::ProcessAppend;
+    rest_process_aggregate: "rest", Site::ProcessAggregate;
+    rest_refresh: "rest", Site::Refresh;
+    rest_compaction: "rest", Site::Compaction;
+    rest_manifest_rewrite: "rest", Site::ManifestRewrite;
+    rest_expiration: "rest", Site::Expiration;
+    rest_metadata_cleanup: "rest", Site::MetadataCleanup;
+}
+
+/// #15 item 7: a consumer whose checkpoint cannot be read (a throttled catalog) stops the
+/// expiration; it never expires the snapshots that consumer still has to read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expiration_stops_when_a_consumer_cannot_be_read() {
+    let mut cell = Cell::new("sqlite", Site::Expiration, Fault::Conflicts).await;
+    cell.load_orders(60, 2, 10).await;
+    cell.processor(None).await.run(APPEND, soon()).await.unwrap();
+    cell.load_orders(50, 2, 60).await;
+    let catalog = floe::catalog::connect(&cell.env.config).await.unwrap();
+    let flaky: Arc<dyn iceberg::Catalog> = Arc::new(floe::commit::Hooked::new(
+        catalog,
+        FailingLoads {
+            table: APPEND.into(),
+            failures: AtomicU32::new(1000),
+        },
+    ));
+    let swap = floe::swap::from_config(&cell.env.config).await.unwrap();
+    let m = Maintainer::with_parts(cell.env.config.clone(), Committer::new(flaky, swap));
+    let o = Options {
+        expire: true,
+        expire_older_than: Some(Duration::ZERO),
+        dedup_window: Duration::ZERO,
+        retain_last: Some(1),
+        ..opts()
+    };
+    let before = cell.maintainer(None).await.committer().load(&cell.env.ident()).await.unwrap();
+    let e = m.run("orders", &o).await.unwrap_err();
+    assert!(e.is_retryable(), "{e}");
+    assert!(e.to_string().contains(APPEND), "{e}");
+    let after = cell.maintainer(None).await.committer().load(&cell.env.ident()).await.unwrap();
+    assert_eq!(
+        before.metadata().snapshots().count(),
+        after.metadata().snapshots().count(),
+        "nothing expired"
+    );
+    // The pipeline still finds its checkpoint and everything after it.
+    cell.check().await;
+}
+
+/// A Lambda cut off at its timeout: the run's future is dropped at an arbitrary point. Whatever
+/// point that is, no partial commit is visible and the next run does the work exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_cut_off_at_any_point_leave_no_partial_commit() {
+    let mut cell = Cell::new("sqlite", Site::Ingest, Fault::Conflicts).await;
+    cell.load_orders(60, 4, 10).await;
+    let cut = |ms: u64| Duration::from_millis(ms);
+    for (i, ms) in [0u64, 3, 10, 25, 60, 150, 400].into_iter().enumerate() {
+        // Ingest, a pipeline run and a compaction, each cut off after `ms`.
+        let key = format!("orders/cut-{i}.jsonl");
+        cell.env.put(&key, orders(30, 500 + i as u64)).await;
+        let ingestor = cell.env.ingestor().await;
+        let _ = tokio::time::timeout(cut(ms), cell.env.ingest(&ingestor, &key)).await;
+        let r = cell.env.ingest(&ingestor, &key).await.unwrap();
+        assert!(
+            matches!(r.status, Status::Committed | Status::Duplicate),
+            "{ms} ms: {r:?}"
+        );
+        cell.expected_rows += 30;
+        let p = cell.processor(None).await;
+        for name in [APPEND, AGG] {
+            let _ = tokio::time::timeout(cut(ms), p.run(name, soon())).await;
+        }
+        let m = cell.maintainer(None).await;
+        let compact = Options { compact: true, ..opts() };
+        let _ = tokio::time::timeout(cut(ms), m.run("orders", &compact)).await;
+    }
+    cell.check().await;
+}
