@@ -30,6 +30,9 @@ pub enum ErrorKind {
     DeadlineExceeded,
     /// Anything else: a bug or an unexpected state.
     Internal,
+    /// An object is no longer the version that was named or read (overwritten since: its ETag
+    /// changed). Other content is never read in its place.
+    Superseded,
 }
 
 /// The library's error: a kind, a message naming what failed, whether a retry can help, and the cause.

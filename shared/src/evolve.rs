@@ -342,7 +342,9 @@ pub async fn schema_diff(
                 .route(bucket, key)
                 .ok_or_else(|| err(format!("no route covers {uri}")))?;
             let store = crate::store::from_config(&config.storage).await;
-            let opened = store.open(bucket, key).await?;
+            let opened = store
+                .open(bucket, key, &crate::store::Version::latest())
+                .await?;
             let arrow = iceberg::arrow::schema_to_arrow_schema(&current)
                 .map_err(|e| Error::iceberg("arrow schema", e))?;
             let spec = DecodeSpec {

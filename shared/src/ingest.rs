@@ -31,7 +31,7 @@ use crate::event::{self, ObjectRef};
 use crate::metrics::{self, Metric};
 use crate::schema::{self, INGESTED_AT, SOURCE};
 use crate::snapshot::Change;
-use crate::store::ObjectStore;
+use crate::store::{ObjectStore, Version};
 use crate::write::build_sink;
 pub use crate::write::writer_properties;
 
@@ -51,6 +51,9 @@ pub enum Status {
     Unrouted,
     /// The object no longer exists.
     Missing,
+    /// The event named an ETag the object no longer has (overwritten since, on an unversioned
+    /// bucket): that content is gone, the newer content comes with its own event. Nothing added.
+    Superseded,
 }
 
 /// The report of one object's ingestion.
@@ -344,11 +347,20 @@ impl Ingestor {
                 format!("route to unknown table `{}`", route.table),
             )
         })?;
-        let opened = match self.store.open(&obj.bucket, &obj.key).await {
+        // Exactly the version the event names (its version id, else its ETag as a precondition):
+        // the identity recorded is always that of the content read.
+        let named = Version::named_by(obj);
+        let opened = match self.store.open(&obj.bucket, &obj.key, &named).await {
             Ok(o) => o,
             Err(e) if e.kind() == ErrorKind::NotFound => {
                 let mut r = ObjectReport::new(uri, &route.table, Status::Missing);
                 r.reason = Some(e.to_string());
+                return Ok(r);
+            }
+            Err(e) if e.kind() == ErrorKind::Superseded => {
+                let mut r = ObjectReport::new(uri, &route.table, Status::Superseded);
+                r.reason = Some(e.to_string());
+                tracing::info!(object = %r.object, reason = ?r.reason, "object overwritten since its event; the newer content has its own");
                 return Ok(r);
             }
             Err(e) => return Err(e),
@@ -419,7 +431,7 @@ impl Ingestor {
                 let _ = std::fs::remove_file(spool);
             }
             let evolved_table = with_schema(&table, schema.clone())?;
-            let reopened = self.store.open(&obj.bucket, &obj.key).await?;
+            let reopened = self.store.open(&obj.bucket, &obj.key, &named).await?;
             written = write_object(&evolved_table, tctx, &route, reopened.body, &params).await;
         }
         let written = match written {

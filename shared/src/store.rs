@@ -27,6 +27,62 @@ pub struct ObjectMeta {
     pub last_modified: DateTime<Utc>,
 }
 
+/// Which version of an object a read must return.
+///
+/// A version id names immutable content (versioned buckets); an ETag alone is a precondition
+/// (S3 `If-Match`): when the object was overwritten since, the read fails with
+/// [`ErrorKind::Superseded`] rather than returning other content.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Version {
+    /// Read exactly this version.
+    pub version_id: Option<String>,
+    /// Read only while the object's ETag is this one (ignored when `version_id` is set).
+    pub etag: Option<String>,
+}
+
+impl Version {
+    /// Whatever the object holds now.
+    pub fn latest() -> Self {
+        Self::default()
+    }
+
+    /// The version an event names: its version id, else its ETag, else the latest.
+    pub fn named_by(obj: &crate::event::ObjectRef) -> Self {
+        Self {
+            version_id: obj
+                .version_id
+                .clone()
+                .filter(|v| !v.is_empty() && v != "null"),
+            etag: obj
+                .etag
+                .as_deref()
+                .map(clean_etag)
+                .filter(|e| !e.is_empty()),
+        }
+    }
+
+    /// Exactly the content `meta` describes (a second read of what was read once).
+    pub fn of(meta: &ObjectMeta) -> Self {
+        Self {
+            version_id: meta.version_id.clone(),
+            etag: Some(meta.etag.clone()).filter(|e| !e.is_empty()),
+        }
+    }
+}
+
+/// An ETag without quotes or a weak-validator prefix.
+fn clean_etag(etag: &str) -> String {
+    etag.trim()
+        .trim_start_matches("W/")
+        .trim_matches('"')
+        .to_string()
+}
+
+/// The error of a read whose precondition (the ETag) no longer holds.
+fn superseded(what: String) -> Error {
+    Error::new(ErrorKind::Superseded, what).with_retryable(true)
+}
+
 /// An object opened for streaming.
 pub struct OpenedObject {
     /// Its metadata.
@@ -57,8 +113,9 @@ pub fn is_transient_io(err: &std::io::Error) -> bool {
 /// Object storage as floe uses it.
 #[async_trait]
 pub trait ObjectStore: Send + Sync {
-    /// Opens an object for streaming. A missing object is an error of kind `NotFound`.
-    async fn open(&self, bucket: &str, key: &str) -> Result<OpenedObject>;
+    /// Opens `version` of an object for streaming. A missing object (or version) is an error of
+    /// kind `NotFound`; an object whose ETag is no longer `version.etag`, of kind `Superseded`.
+    async fn open(&self, bucket: &str, key: &str, version: &Version) -> Result<OpenedObject>;
     /// Writes a whole object (quarantine files, demo inputs).
     async fn put(&self, bucket: &str, key: &str, body: Vec<u8>) -> Result<()>;
 }
@@ -137,27 +194,34 @@ where
         }
         _ => false,
     };
-    let missing = matches!(&err, SdkError::ServiceError(se) if matches!(se.err().code(), Some("NoSuchKey" | "NotFound")));
+    let missing = matches!(&err, SdkError::ServiceError(se) if matches!(se.err().code(), Some("NoSuchKey" | "NoSuchVersion" | "NotFound")));
+    let precondition = matches!(&err, SdkError::ServiceError(se)
+        if se.err().code() == Some("PreconditionFailed"));
+    let msg = format!("{what}: {}", DisplayErrorContext(&err));
+    if precondition {
+        return superseded(msg);
+    }
     let kind = if missing {
         ErrorKind::NotFound
     } else {
         ErrorKind::Storage
     };
-    let msg = format!("{what}: {}", DisplayErrorContext(&err));
     Error::new(kind, msg).with_retryable(retryable && !missing)
 }
 
 #[async_trait]
 impl ObjectStore for S3Store {
-    async fn open(&self, bucket: &str, key: &str) -> Result<OpenedObject> {
-        let out = self
-            .client
-            .get_object()
-            .bucket(bucket)
-            .key(key)
-            .send()
-            .await
-            .map_err(|e| s3_error(format!("GetObject s3://{bucket}/{key}"), e))?;
+    async fn open(&self, bucket: &str, key: &str, version: &Version) -> Result<OpenedObject> {
+        let mut get = self.client.get_object().bucket(bucket).key(key);
+        let mut what = format!("GetObject s3://{bucket}/{key}");
+        if let Some(v) = &version.version_id {
+            get = get.version_id(v);
+            what.push_str(&format!(" version {v}"));
+        } else if let Some(etag) = &version.etag {
+            get = get.if_match(format!("\"{etag}\""));
+            what.push_str(&format!(" if ETag {etag}"));
+        }
+        let out = get.send().await.map_err(|e| s3_error(what, e))?;
         let last_modified = out
             .last_modified()
             .and_then(|t| DateTime::<Utc>::from_timestamp(t.secs(), t.subsec_nanos()))
@@ -243,7 +307,9 @@ fn io_error(what: String, err: std::io::Error) -> Error {
 
 #[async_trait]
 impl ObjectStore for LocalStore {
-    async fn open(&self, bucket: &str, key: &str) -> Result<OpenedObject> {
+    /// Local files have no versions: `version.version_id` is not checked; the ETag (a size and
+    /// modification-time fingerprint) is.
+    async fn open(&self, bucket: &str, key: &str, version: &Version) -> Result<OpenedObject> {
         let path = self.path(bucket, key)?;
         let file = tokio::fs::File::open(&path)
             .await
@@ -266,6 +332,13 @@ impl ObjectStore for LocalStore {
             version_id: None,
             last_modified: modified,
         };
+        if let Some(etag) = version.etag.as_deref().filter(|e| *e != meta.etag) {
+            return Err(superseded(format!(
+                "{} is no longer the version with ETag {etag} (now {})",
+                path.display(),
+                meta.etag
+            )));
+        }
         Ok(OpenedObject {
             meta,
             body: Box::pin(file),

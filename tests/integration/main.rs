@@ -10,6 +10,7 @@ mod faults;
 mod matrix;
 mod glue;
 mod harness;
+mod ingest_faults;
 mod ingest_flow;
 mod maintain;
 mod planning;
