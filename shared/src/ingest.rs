@@ -371,6 +371,7 @@ impl Ingestor {
             .clone()
             .unwrap_or_else(|| opened.meta.etag.clone());
         let modified_ms = opened.meta.last_modified.timestamp_millis();
+        let read = Version::of(&opened.meta);
         let source = SourceObject {
             bucket: obj.bucket.clone(),
             key: obj.key.clone(),
@@ -431,7 +432,24 @@ impl Ingestor {
                 let _ = std::fs::remove_file(spool);
             }
             let evolved_table = with_schema(&table, schema.clone())?;
-            let reopened = self.store.open(&obj.bucket, &obj.key, &named).await?;
+            // Pinned to the version read first: an overwrite in between must not put other
+            // content under this identity. A mismatch is retryable: the redelivery starts over.
+            let reopened = self
+                .store
+                .open(&obj.bucket, &obj.key, &read)
+                .await
+                .map_err(|e| {
+                    if e.kind() == ErrorKind::Superseded {
+                        Error::new(
+                            ErrorKind::Superseded,
+                            format!("{uri} changed between its two reads; not committed"),
+                        )
+                        .with_retryable(true)
+                        .with_source(e)
+                    } else {
+                        e
+                    }
+                })?;
             written = write_object(&evolved_table, tctx, &route, reopened.body, &params).await;
         }
         let written = match written {

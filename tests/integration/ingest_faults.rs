@@ -184,3 +184,86 @@ async fn an_event_whose_etag_was_overwritten_is_superseded_not_ingested_as_the_n
     assert_eq!(ids, vec![format!("s3://{}/{key}#{}", env.bucket, etags[1])]);
 }
 
+// ---------------------------------------------------------------------------------------------
+// #15.5: the schema-evolution re-read
+
+/// Overwrites the object with `replacement` just before the second open (the re-read).
+struct OverwriteOnReread {
+    inner: Arc<dyn ObjectStore>,
+    opens: AtomicU32,
+    replacement: Vec<u8>,
+}
+
+#[async_trait::async_trait]
+impl ObjectStore for OverwriteOnReread {
+    async fn open(&self, bucket: &str, key: &str, version: &Version) -> floe::Result<OpenedObject> {
+        if self.opens.fetch_add(1, Ordering::SeqCst) == 1 {
+            self.inner
+                .put(bucket, key, self.replacement.clone())
+                .await?;
+        }
+        self.inner.open(bucket, key, version).await
+    }
+
+    async fn put(&self, bucket: &str, key: &str, body: Vec<u8>) -> floe::Result<()> {
+        self.inner.put(bucket, key, body).await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_overwrite_between_the_two_reads_of_an_evolving_object_commits_nothing() {
+    let env = TestEnv::new("sqlite").await;
+    let key = "orders/evolving.jsonl";
+    // A brings a new field (so it is read twice); B replaces it between the reads.
+    env.put(key, with_field(&orders(12, 5), "coupon", "\"XMAS\""))
+        .await;
+    let a_etag = env
+        .s3
+        .head_object()
+        .bucket(&env.bucket)
+        .key(key)
+        .send()
+        .await
+        .unwrap()
+        .e_tag()
+        .unwrap()
+        .trim_matches('"')
+        .to_string();
+    let b_text = with_field(&orders(7, 6), "coupon", "\"EASTER\"");
+    let store = Arc::new(OverwriteOnReread {
+        inner: s3_store().await,
+        opens: AtomicU32::new(0),
+        replacement: b_text.clone().into_bytes(),
+    });
+    let racing = ingestor_over(&env, env.config.clone(), store, |s| s).await;
+    let result = env.ingest(&racing, key).await;
+    let a_id = format!("s3://{}/{key}#{a_etag}", env.bucket);
+    let ids = identities(racing.catalog().as_ref(), &env).await;
+    assert!(!ids.contains(&a_id), "B's rows committed as A: {ids:?}");
+    let e = result.expect_err("the re-read saw another object: must not commit");
+    assert!(e.is_retryable(), "{e}");
+    assert_eq!(e.kind(), floe::ErrorKind::Superseded, "{e}");
+    assert_eq!(env.count_rows(racing.catalog().as_ref()).await, 0);
+    // The redelivery starts over and ingests B under B's identity.
+    let healthy = env.ingestor().await;
+    let r = env.ingest(&healthy, key).await.unwrap();
+    assert_eq!(
+        (r.status, r.records_committed),
+        (Status::Committed, 7),
+        "{r:?}"
+    );
+    let ids = identities(healthy.catalog().as_ref(), &env).await;
+    assert_eq!(ids.len(), 1);
+    assert!(!ids.contains(&a_id), "{ids:?}");
+    let batches = env.scan_all(healthy.catalog().as_ref()).await;
+    let coupons: Vec<String> = batches
+        .iter()
+        .flat_map(|b| {
+            let c = b.column_by_name("coupon").unwrap();
+            let c = c.as_any().downcast_ref::<StringArray>().unwrap();
+            c.iter().flatten().map(str::to_string).collect::<Vec<_>>()
+        })
+        .collect();
+    assert_eq!(coupons, vec!["EASTER".to_string(); 7]);
+}
+
