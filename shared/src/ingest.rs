@@ -378,20 +378,14 @@ impl Ingestor {
             version,
             modified_ms,
         };
-        let limits = CommitLimits {
-            max_attempts: self.config.ingest.max_commit_attempts,
-            deadline: deadline.min(
-                Instant::now() + Duration::from_secs(self.config.ingest.commit_timeout_seconds),
-            ),
-            skew: Duration::from_secs(self.config.ingest.dedup_skew_seconds),
-        };
+        let skew = Duration::from_secs(self.config.ingest.dedup_skew_seconds);
 
         let table = self.committer.load(&tctx.ident).await?;
         // Cheap early exit for duplicates: the commit re-checks anyway.
         if let Some(found) = commit::find_committed(
             table.metadata(),
             &source.id(),
-            modified_ms - limits.skew.as_millis() as i64,
+            modified_ms - skew.as_millis() as i64,
         ) {
             let mut r = ObjectReport::new(uri, &route.table, Status::Duplicate);
             r.snapshot_id = Some(found.snapshot_id);
@@ -572,6 +566,15 @@ impl Ingestor {
         let files = written.files;
         let mut change = Change::append(files.clone(), props);
         change.schema = evolved.as_ref().map(|(s, _)| s.clone());
+        // The commit window starts now, whatever decoding and writing took (bounded by the
+        // Lambda's own deadline): a large object must not reach its commit with no time left.
+        let limits = CommitLimits {
+            max_attempts: self.config.ingest.max_commit_attempts,
+            deadline: deadline.min(
+                Instant::now() + Duration::from_secs(self.config.ingest.commit_timeout_seconds),
+            ),
+            skew,
+        };
         let plan = commit::append_once_plan(&source, &writer_id, change, limits.skew);
         match self
             .committer

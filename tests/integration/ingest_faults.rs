@@ -267,3 +267,69 @@ async fn an_overwrite_between_the_two_reads_of_an_evolving_object_commits_nothin
     assert_eq!(coupons, vec!["EASTER".to_string(); 7]);
 }
 
+// ---------------------------------------------------------------------------------------------
+// #15.8: the commit window starts when the commit starts
+
+/// Delays the first read of every body (a slow download of a large object).
+struct SlowBody {
+    inner: Arc<dyn ObjectStore>,
+    delay: Duration,
+}
+
+struct Delayed {
+    sleep: Option<Pin<Box<tokio::time::Sleep>>>,
+    inner: Pin<Box<dyn AsyncRead + Send>>,
+}
+
+impl AsyncRead for Delayed {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        if let Some(s) = self.sleep.as_mut() {
+            if s.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            self.sleep = None;
+        }
+        self.inner.as_mut().poll_read(cx, buf)
+    }
+}
+
+#[async_trait::async_trait]
+impl ObjectStore for SlowBody {
+    async fn open(&self, bucket: &str, key: &str, version: &Version) -> floe::Result<OpenedObject> {
+        let o = self.inner.open(bucket, key, version).await?;
+        Ok(OpenedObject {
+            meta: o.meta,
+            body: Box::pin(Delayed {
+                sleep: Some(Box::pin(tokio::time::sleep(self.delay))),
+                inner: o.body,
+            }),
+        })
+    }
+
+    async fn put(&self, bucket: &str, key: &str, body: Vec<u8>) -> floe::Result<()> {
+        self.inner.put(bucket, key, body).await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_write_still_gets_its_whole_commit_window() {
+    let env = TestEnv::new("sqlite").await;
+    let mut config = env.config.clone();
+    config.ingest.commit_timeout_seconds = 1;
+    let store = Arc::new(SlowBody {
+        inner: s3_store().await,
+        delay: Duration::from_millis(2500),
+    });
+    // Writing takes longer than the commit window, then the first two commits meet conflicts.
+    let ingestor = ingestor_over(&env, config, store, faulty(Fault::Conflicts)).await;
+    env.put("orders/large.jsonl", orders(40, 7)).await;
+    let r = env.ingest(&ingestor, "orders/large.jsonl").await;
+    let r = r.expect("a slow write must not use up the commit window");
+    assert_eq!((r.status, r.attempts), (Status::Committed, 3), "{r:?}");
+    assert_eq!(env.count_rows(ingestor.catalog().as_ref()).await, 40);
+}
+
