@@ -10,7 +10,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use chrono::NaiveDate;
-use iceberg::spec::{NestedField, PrimitiveType, Schema, Type};
+use iceberg::spec::{NestedField, PrimitiveType, Schema, TableMetadata, Type};
 use serde::Serialize;
 
 use crate::config::Config;
@@ -178,12 +178,40 @@ pub fn diff(
     out
 }
 
+/// The schema a table evolves to under the additive policy ([`evolve_schema`]), with new column
+/// ids above the table's `last-column-id`: ids of dropped columns are never reused (old files
+/// still hold values under them, which would reappear under the new name).
+pub fn evolve_table_schema(
+    metadata: &TableMetadata,
+    unknown: &std::collections::BTreeMap<String, Option<PrimitiveType>>,
+    widen: &std::collections::BTreeMap<String, PrimitiveType>,
+) -> iceberg::Result<Option<(Schema, String)>> {
+    evolve_above(
+        metadata.current_schema(),
+        metadata.last_column_id(),
+        unknown,
+        widen,
+    )
+}
+
 /// The schema an ingest evolves to under the additive policy: `unknown` fields (with a known type;
 /// names starting with `_` are reserved and skipped) become optional columns with fresh ids, in
 /// name order; `widen` fields get their wider type (same id). `None` when nothing changes.
 /// The description says what changed (for the snapshot summary and logs).
+///
+/// New ids start above `current`'s highest id: when the schema belongs to a table, use
+/// [`evolve_table_schema`], which starts above the table's `last-column-id`.
 pub fn evolve_schema(
     current: &Schema,
+    unknown: &std::collections::BTreeMap<String, Option<PrimitiveType>>,
+    widen: &std::collections::BTreeMap<String, PrimitiveType>,
+) -> iceberg::Result<Option<(Schema, String)>> {
+    evolve_above(current, current.highest_field_id(), unknown, widen)
+}
+
+fn evolve_above(
+    current: &Schema,
+    last_column_id: i32,
     unknown: &std::collections::BTreeMap<String, Option<PrimitiveType>>,
     widen: &std::collections::BTreeMap<String, PrimitiveType>,
 ) -> iceberg::Result<Option<(Schema, String)>> {
@@ -202,7 +230,7 @@ pub fn evolve_schema(
             }
         }
     }
-    let mut next_id = current.highest_field_id() + 1;
+    let mut next_id = last_column_id.max(current.highest_field_id()) + 1;
     for (name, ty) in unknown {
         let Some(ty) = ty else { continue };
         if name.starts_with('_') || current.field_by_name(name).is_some() {
@@ -238,8 +266,10 @@ pub enum Fit {
     Conflict,
 }
 
-/// Compares the schema data files were written with (`ours`) with the table's (`base`).
-pub fn fit(base: &Schema, ours: &Schema) -> Fit {
+/// Compares the schema data files were written with (`ours`) with the table's (`base`, whose
+/// `last-column-id` is `last_column_id`): new ids must lie above it (an id at or below it may have
+/// belonged to a dropped column).
+pub fn fit(base: &Schema, last_column_id: i32, ours: &Schema) -> Fit {
     let base_fields = base.as_struct().fields();
     let ours_fields = ours.as_struct().fields();
     let same = base_fields.len() == ours_fields.len()
@@ -265,7 +295,10 @@ pub fn fit(base: &Schema, ours: &Schema) -> Fit {
     let extends = ours_fields
         .iter()
         .filter(|o| base.field_by_id(o.id).is_none())
-        .all(|o| o.id > base.highest_field_id() && base.field_by_name(&o.name).is_none());
+        .all(|o| {
+            o.id > base.highest_field_id().max(last_column_id)
+                && base.field_by_name(&o.name).is_none()
+        });
     if extends {
         Fit::Extends
     } else {

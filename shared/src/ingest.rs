@@ -412,11 +412,11 @@ impl Ingestor {
         let mut evolved: Option<(iceberg::spec::Schema, String)> = None;
         if let Ok(w) = &written {
             if policy == SchemaPolicy::Additive {
-                let current = table.metadata().current_schema();
                 evolved =
-                    crate::evolve::evolve_schema(current, &w.unknown, &w.widen).map_err(|e| {
-                        Error::iceberg(format!("evolving the schema of {}", tctx.ident), e)
-                    })?;
+                    crate::evolve::evolve_table_schema(table.metadata(), &w.unknown, &w.widen)
+                        .map_err(|e| {
+                            Error::iceberg(format!("evolving the schema of {}", tctx.ident), e)
+                        })?;
             }
         }
         if let (Some((schema, what)), Ok(first)) = (&evolved, &written) {

@@ -240,7 +240,7 @@ pub async fn stage(table: &Table, change: &Change, write: bool) -> Result<Staged
     // An evolved schema the files were written with: add it unless the base already has it.
     let (new_schema, schema_id) = match &change.schema {
         None => (None, md.current_schema_id()),
-        Some(ours) => match crate::evolve::fit(md.current_schema(), ours) {
+        Some(ours) => match crate::evolve::fit(md.current_schema(), md.last_column_id(), ours) {
             crate::evolve::Fit::Same => (None, md.current_schema_id()),
             crate::evolve::Fit::Extends => {
                 let id = md

@@ -333,3 +333,98 @@ async fn a_slow_write_still_gets_its_whole_commit_window() {
     assert_eq!(env.count_rows(ingestor.catalog().as_ref()).await, 40);
 }
 
+// ---------------------------------------------------------------------------------------------
+// #15.9: new column ids above last-column-id
+
+/// Drops `column` from the table with PyIceberg (another engine).
+fn drop_column_with_pyiceberg(env: &TestEnv, column: &str) {
+    let script = format!(
+        r#"
+from pyiceberg.catalog.sql import SqlCatalog
+cat = SqlCatalog("floe", uri="sqlite:///{dir}/catalog.db", warehouse="s3://{bucket}/warehouse",
+    **{{"s3.endpoint": "{endpoint}", "s3.access-key-id": "test", "s3.secret-access-key": "test",
+        "s3.region": "us-east-1"}})
+t = cat.load_table("{ns}.orders")
+with t.update_schema() as u:
+    u.delete_column("{column}")
+"#,
+        dir = env.dir.display(),
+        bucket = env.bucket,
+        endpoint = crate::harness::moto(),
+        ns = env.namespace,
+    );
+    let out = std::process::Command::new(crate::harness::python())
+        .args(["-c", &script])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "pyiceberg: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_column_never_reuses_the_id_of_a_dropped_one() {
+    let env = TestEnv::new("sqlite").await;
+    let ingestor = env.ingestor().await;
+    env.put(
+        "orders/coupon.jsonl",
+        with_field(&orders(10, 8), "coupon", "\"XMAS\""),
+    )
+    .await;
+    let r = env.ingest(&ingestor, "orders/coupon.jsonl").await.unwrap();
+    assert_eq!(r.status, Status::Committed, "{r:?}");
+    drop_column_with_pyiceberg(&env, "coupon");
+    let table = ingestor.catalog().load_table(&env.ident()).await.unwrap();
+    let last = table.metadata().last_column_id();
+    assert!(table
+        .metadata()
+        .current_schema()
+        .field_by_name("coupon")
+        .is_none());
+    assert!(table.metadata().current_schema().highest_field_id() < last);
+
+    env.put(
+        "orders/promo.jsonl",
+        with_field(&orders(5, 9), "promo", "\"SPRING\""),
+    )
+    .await;
+    let fresh = env.ingestor().await;
+    let r = env.ingest(&fresh, "orders/promo.jsonl").await.unwrap();
+    assert_eq!(r.status, Status::Committed, "{r:?}");
+    let table = fresh.catalog().load_table(&env.ident()).await.unwrap();
+    let promo = table
+        .metadata()
+        .current_schema()
+        .field_by_name("promo")
+        .unwrap()
+        .id;
+    assert!(
+        promo > last,
+        "promo got id {promo}, last-column-id was {last}"
+    );
+    let mut values = Vec::new();
+    for b in env.scan_all(fresh.catalog().as_ref()).await {
+        let c = b.column_by_name("promo").unwrap();
+        let c = c.as_any().downcast_ref::<StringArray>().unwrap();
+        values.extend(c.iter().map(|v| v.map(str::to_string)));
+    }
+    assert_eq!(values.len(), 15);
+    assert_eq!(
+        values
+            .iter()
+            .filter(|v| v.as_deref() == Some("XMAS"))
+            .count(),
+        0,
+        "the dropped column's values reappeared under the new name"
+    );
+    assert_eq!(
+        values
+            .iter()
+            .filter(|v| v.as_deref() == Some("SPRING"))
+            .count(),
+        5
+    );
+}
+
