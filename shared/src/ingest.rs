@@ -23,9 +23,10 @@ use serde_json::json;
 use tokio_util::io::SyncIoBridge;
 
 use crate::catalog;
-use crate::commit::{self, CommitLimits, Committer, Outcome, Skipped, SourceObject};
+use crate::commit::{CommitLimits, Committer, Outcome, Skipped, SourceObject};
 use crate::config::{Config, RouteConfig, SchemaPolicy, TableConfig};
 use crate::decode::{self, DecodeFailure, DecodeSpec, Piece, Rejected};
+use crate::dedup;
 use crate::error::{Error, ErrorKind, Result};
 use crate::event::{self, ObjectRef};
 use crate::metrics::{self, Metric};
@@ -381,23 +382,25 @@ impl Ingestor {
         let skew = Duration::from_secs(self.config.ingest.dedup_skew_seconds);
 
         let table = self.committer.load(&tctx.ident).await?;
-        // Cheap early exit for duplicates: the commit re-checks anyway.
-        if let Some(found) = commit::find_committed(
-            table.metadata(),
-            &source.id(),
-            modified_ms - skew.as_millis() as i64,
-        ) {
-            let mut r = ObjectReport::new(uri, &route.table, Status::Duplicate);
-            r.snapshot_id = Some(found.snapshot_id);
-            r.millis = started.elapsed().as_millis() as u64;
-            return Ok(r);
-        }
+        // Early exit for duplicates (the commit re-checks the versions landing meanwhile): the
+        // summaries, or the rows' `_source` once the summaries that could hold it were expired.
+        let proven = match dedup::check(&table, &source, skew.as_millis() as i64).await? {
+            Ok(found) => {
+                let mut r = ObjectReport::new(uri, &route.table, Status::Duplicate);
+                r.snapshot_id = Some(found.snapshot_id);
+                r.millis = started.elapsed().as_millis() as u64;
+                return Ok(r);
+            }
+            Err(proven) => proven,
+        };
 
         let ingested_at = Utc::now();
         let writer_id = uuid::Uuid::now_v7().to_string();
         let policy = tctx.cfg.schema_policy;
+        let source_id = source.id();
         let params = WriteParams {
             uri: &uri,
+            source_id: &source_id,
             writer_id: &writer_id,
             ingested_at,
             chunk_records: self.config.ingest.chunk_records,
@@ -575,7 +578,7 @@ impl Ingestor {
             ),
             skew,
         };
-        let plan = commit::append_once_plan(&source, &writer_id, change, limits.skew);
+        let plan = dedup::append_once_plan(&source, &writer_id, change, limits.skew, proven);
         match self
             .committer
             .commit_from(&tctx.ident, Some(table.clone()), &limits, plan)
@@ -690,6 +693,8 @@ impl From<Error> for WriteFailure {
 /// The per-object settings of [`write_object`].
 struct WriteParams<'a> {
     uri: &'a str,
+    /// The identity stored in every row's `_source` (`s3://bucket/key#version`).
+    source_id: &'a str,
     writer_id: &'a str,
     ingested_at: DateTime<Utc>,
     chunk_records: usize,
@@ -727,6 +732,7 @@ async fn write_object(
 ) -> std::result::Result<Written, WriteFailure> {
     let WriteParams {
         uri,
+        source_id,
         writer_id,
         ingested_at,
         chunk_records,
@@ -800,7 +806,7 @@ async fn write_object(
                     event_time_stats(batch.column(idx), ingested_us, late_us, &mut w);
                 }
                 let full = match crate::protect::protect(&batch, &tctx.cfg, hash_key)
-                    .and_then(|b| with_floe_columns(&b, &arrow_schema, ingested_us, uri))
+                    .and_then(|b| with_floe_columns(&b, &arrow_schema, ingested_us, source_id))
                 {
                     Ok(b) => b,
                     Err(e) => {
@@ -900,7 +906,8 @@ fn event_time_stats(col: &ArrayRef, ingested_us: i64, late_us: i64, w: &mut Writ
     }
 }
 
-/// Adds `_ingested_at` and `_source` and puts the columns in the table's order and types.
+/// Adds `_ingested_at` and `_source` (the object's identity `s3://bucket/key#version`, the
+/// durable duplicate check's key) and puts the columns in the table's order and types.
 fn with_floe_columns(
     batch: &RecordBatch,
     target: &SchemaRef,

@@ -9,6 +9,7 @@ pub mod catalog;
 pub mod commit;
 pub mod config;
 pub mod decode;
+pub mod dedup;
 pub mod error;
 pub mod event;
 pub mod evolve;

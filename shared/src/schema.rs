@@ -12,7 +12,9 @@ use crate::error::{Error, ErrorKind, Result};
 
 /// Column holding the ingestion time of every row (timestamptz, required).
 pub const INGESTED_AT: &str = "_ingested_at";
-/// Column holding the source object URI of every row (string, required).
+/// Column holding the source object of every row (string, required): its identity
+/// `s3://bucket/key#version` (ETag or version id), as in snapshot summaries; rows written before
+/// floe recorded versions hold `s3://bucket/key`.
 pub const SOURCE: &str = "_source";
 
 /// Parses a config type name into an Iceberg primitive type.
@@ -131,7 +133,7 @@ pub fn table_schema(table: &TableConfig) -> Result<Schema> {
     ));
     fields.push(Arc::new(
         NestedField::required(id + 2, SOURCE, Type::Primitive(PrimitiveType::String))
-            .with_doc("the source object, s3://bucket/key"),
+            .with_doc("the source object version, s3://bucket/key#version"),
     ));
     Schema::builder()
         .with_fields(fields)

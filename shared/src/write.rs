@@ -63,6 +63,10 @@ pub fn writer_properties() -> WriterProperties {
             ZstdLevel::try_new(1).unwrap_or_default(),
         ))
         .set_max_row_group_row_count(Some(128 * 1024))
+        // Exact min/max up to 4 KiB: `_source` (`s3://bucket/key#version`, keys up to 1 KiB)
+        // keeps exact bounds, which the durable duplicate check prunes files by. parquet's
+        // default (64 bytes) makes long values inexact, and iceberg then records no bounds.
+        .set_statistics_truncate_length(Some(4096))
         .build()
 }
 

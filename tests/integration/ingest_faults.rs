@@ -428,3 +428,58 @@ async fn a_new_column_never_reuses_the_id_of_a_dropped_one() {
     );
 }
 
+// ---------------------------------------------------------------------------------------------
+// #15.11: duplicates older than the retained history
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redelivery_after_its_snapshot_expired_is_still_a_duplicate() {
+    let env = TestEnv::new("sqlite").await;
+    let ingestor = env.ingestor().await;
+    env.put("orders/old.jsonl", orders(33, 10)).await;
+    env.put("orders/newer.jsonl", orders(11, 11)).await;
+    for key in ["orders/old.jsonl", "orders/newer.jsonl"] {
+        let r = env.ingest(&ingestor, key).await.unwrap();
+        assert_eq!(r.status, Status::Committed, "{r:?}");
+    }
+    let expire_all = floe::maintain::Options {
+        expire_older_than: Some(Duration::ZERO),
+        dedup_window: Duration::ZERO,
+        retain_last: Some(1),
+        ..crate::maintain_opts(false, true, false)
+    };
+    let m = env.maintainer().await.run("orders", &expire_all).await;
+    assert!(m.unwrap().snapshots_expired >= 1);
+    let ids = identities(ingestor.catalog().as_ref(), &env).await;
+    assert!(
+        !ids.iter().any(|i| i.contains("orders/old.jsonl")),
+        "the summary naming old.jsonl must be gone: {ids:?}"
+    );
+    // Every ingest file carries exact `_source` bounds (the durable check prunes by them).
+    let table = ingestor.catalog().load_table(&env.ident()).await.unwrap();
+    let source_id = table
+        .metadata()
+        .current_schema()
+        .field_by_name("_source")
+        .unwrap()
+        .id;
+    let mut bounded = 0;
+    for mf in floe::snapshot::current_manifests(&table).await.unwrap() {
+        for e in mf.load_manifest(table.file_io()).await.unwrap().entries() {
+            let lo = e.data_file().lower_bounds().get(&source_id).cloned();
+            let hi = e.data_file().upper_bounds().get(&source_id).cloned();
+            assert!(lo.is_some() && lo == hi, "{lo:?} {hi:?}");
+            bounded += 1;
+        }
+    }
+    assert_eq!(bounded, 2);
+    // The DLQ redrive, days later.
+    let fresh = env.ingestor().await;
+    let r = env.ingest(&fresh, "orders/old.jsonl").await.unwrap();
+    assert_eq!(r.status, Status::Duplicate, "{r:?}");
+    assert_eq!(env.count_rows(fresh.catalog().as_ref()).await, 44);
+    // Still one commit per object for a new object.
+    env.put("orders/third.jsonl", orders(4, 12)).await;
+    let r = env.ingest(&fresh, "orders/third.jsonl").await.unwrap();
+    assert_eq!(r.status, Status::Committed, "{r:?}");
+    assert_eq!(env.count_rows(fresh.catalog().as_ref()).await, 48);
+}

@@ -1,0 +1,259 @@
+//! "Already committed?" for one source object, durable beyond snapshot expiration.
+//!
+//! The fast answer is the bounded walk over snapshot summaries (`floe.source-objects`), newest
+//! first, stopping at the first snapshot older than the object itself. Expiration removes
+//! summaries, though, and a DLQ redrive can come back later than the retained history. When the
+//! walk meets the edge of the retained history (a snapshot whose parent was expired) before it can
+//! prove absence, the answer comes from the table's own rows instead: every row carries its source
+//! identity in `_source` (`s3://bucket/key#version`), and a scan filtered on it prunes by the data
+//! files' `_source` bounds to the few candidate files and reads only that column of those.
+
+use futures::TryStreamExt;
+use iceberg::expr::Reference;
+use iceberg::spec::{Datum, TableMetadata};
+use iceberg::table::Table;
+
+use crate::commit::{
+    Found, Plan, Skipped, SourceObject, SUMMARY_SOURCE_OBJECTS, SUMMARY_WRITER_ID,
+};
+use crate::error::{Error, ErrorKind, Result};
+use crate::schema::SOURCE;
+use crate::snapshot::Change;
+
+/// What the summary walk proved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Walk {
+    /// A retained snapshot names the object.
+    Found(Found),
+    /// No commit of the object can exist: the walk reached a snapshot older than the object, the
+    /// start of the table's history, or a version already proven not to hold it.
+    Absent,
+    /// The walk reached expired history before it could prove absence: ask the data.
+    Unknown,
+}
+
+/// Walks main's ancestry newest first for `object_id`, stopping at the first snapshot older than
+/// `not_before_ms`, or at `proven` (a snapshot id whose version was already shown not to hold the
+/// object, by this walk or by [`in_data`]): reaching it, or a snapshot whose parent it is, proves
+/// absence for everything older.
+pub fn walk(
+    metadata: &TableMetadata,
+    object_id: &str,
+    not_before_ms: i64,
+    proven: Option<i64>,
+) -> Walk {
+    let mut current = metadata.current_snapshot();
+    while let Some(snap) = current {
+        if Some(snap.snapshot_id()) == proven || snap.timestamp_ms() < not_before_ms {
+            return Walk::Absent;
+        }
+        let props = &snap.summary().additional_properties;
+        if let Some(list) = props.get(SUMMARY_SOURCE_OBJECTS) {
+            let ids: Vec<String> = serde_json::from_str(list).unwrap_or_default();
+            if ids.iter().any(|id| id == object_id) {
+                return Walk::Found(Found {
+                    snapshot_id: snap.snapshot_id(),
+                    writer_id: props.get(SUMMARY_WRITER_ID).cloned(),
+                });
+            }
+        }
+        match snap.parent_snapshot_id() {
+            // The first snapshot of the table: the whole history was seen.
+            None => return Walk::Absent,
+            Some(p) if Some(p) == proven => return Walk::Absent,
+            Some(p) => match metadata.snapshot_by_id(p) {
+                Some(parent) => current = Some(parent),
+                // Expired: a commit of the object may have been in there.
+                None => return Walk::Unknown,
+            },
+        }
+    }
+    Walk::Absent
+}
+
+/// Whether any row of `table`'s current snapshot carries `object_id` in `_source`. The filter
+/// prunes data files by their `_source` lower/upper bounds (ingest files hold one object each, so
+/// bounds are exact) and row groups by their statistics; only `_source` is read.
+pub async fn in_data(table: &Table, object_id: &str) -> Result<bool> {
+    if table.metadata().current_snapshot().is_none()
+        || table
+            .metadata()
+            .current_schema()
+            .field_by_name(SOURCE)
+            .is_none()
+    {
+        return Ok(false);
+    }
+    let what = || {
+        format!(
+            "looking for {object_id} in the rows of {}",
+            table.identifier()
+        )
+    };
+    let scan = table
+        .scan()
+        .select([SOURCE])
+        .with_filter(Reference::new(SOURCE).equal_to(Datum::string(object_id)))
+        .build()
+        .map_err(|e| Error::iceberg(what(), e).with_retryable(true))?;
+    let mut batches = scan
+        .to_arrow()
+        .await
+        .map_err(|e| Error::iceberg(what(), e).with_retryable(true))?;
+    while let Some(batch) = batches
+        .try_next()
+        .await
+        .map_err(|e| Error::iceberg(what(), e).with_retryable(true))?
+    {
+        let Some(col) = batch.column_by_name(SOURCE) else {
+            continue;
+        };
+        let hit = match col.as_any().downcast_ref::<arrow::array::StringArray>() {
+            Some(s) => s.iter().flatten().any(|v| v == object_id),
+            None => match col
+                .as_any()
+                .downcast_ref::<arrow::array::LargeStringArray>()
+            {
+                Some(s) => s.iter().flatten().any(|v| v == object_id),
+                None => batch.num_rows() > 0,
+            },
+        };
+        if hit {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// The early check before reading: the summary walk, then (only at the edge of expired history)
+/// the rows. `Ok(Err(proven))` is "not committed", with the snapshot id the answer holds for
+/// (hand it to [`append_once_plan`]).
+pub async fn check(
+    table: &Table,
+    object: &SourceObject,
+    skew_ms: i64,
+) -> Result<std::result::Result<Found, Option<i64>>> {
+    let id = object.id();
+    let md = table.metadata();
+    let current = md.current_snapshot_id();
+    match walk(md, &id, object.modified_ms - skew_ms, None) {
+        Walk::Found(found) => Ok(Ok(found)),
+        Walk::Absent => Ok(Err(current)),
+        Walk::Unknown => {
+            tracing::info!(object = %id, table = %table.identifier(), "duplicate check reached expired history; checking the rows");
+            if in_data(table, &id).await? {
+                Ok(Ok(Found {
+                    snapshot_id: current.unwrap_or_default(),
+                    writer_id: None,
+                }))
+            } else {
+                Ok(Err(current))
+            }
+        }
+    }
+}
+
+/// The ingest plan: skip when `object` is already in the table, else append `change`.
+///
+/// It walks the summaries of the version it commits onto back to `proven` (the version the early
+/// [`check`] showed not to hold the object) or to the object's age: together with the catalog's
+/// compare-and-swap this keeps check and commit atomic. If expiration removed history between
+/// `proven` and the new base (only possible when the ingest outlives the expiration's dedup
+/// window), the plan cannot decide synchronously and reports `Stale`: the ingest starts over and
+/// checks the rows again.
+pub fn append_once_plan(
+    object: &SourceObject,
+    writer_id: &str,
+    mut change: Change,
+    skew: std::time::Duration,
+    proven: Option<i64>,
+) -> impl FnMut(&Table) -> Result<Plan> + Send + 'static {
+    let id = object.id();
+    change.properties.insert(
+        SUMMARY_SOURCE_OBJECTS.into(),
+        serde_json::to_string(&[&id]).unwrap_or_default(),
+    );
+    change
+        .properties
+        .insert(SUMMARY_WRITER_ID.into(), writer_id.to_string());
+    let not_before = object.modified_ms - skew.as_millis() as i64;
+    move |table: &Table| match walk(table.metadata(), &id, not_before, proven) {
+        Walk::Found(found) => Ok(Plan::Skip(Skipped::AlreadyCommitted(found))),
+        Walk::Absent => Ok(Plan::Apply(change.clone())),
+        Walk::Unknown => Err(Error::new(
+            ErrorKind::Stale,
+            format!(
+                "history of {} was expired while {id} was being ingested; checking again",
+                table.identifier()
+            ),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn metadata(snaps: &[(i64, Option<i64>, i64, &str)]) -> TableMetadata {
+        // (id, parent, timestamp, source object)
+        let snapshots: Vec<serde_json::Value> = snaps
+            .iter()
+            .map(|(id, parent, ts, obj)| {
+                let mut s = serde_json::json!({
+                    "snapshot-id": id, "timestamp-ms": ts, "sequence-number": 1,
+                    "manifest-list": format!("s3://b/t/metadata/snap-{id}.avro"),
+                    "summary": {"operation": "append",
+                        SUMMARY_SOURCE_OBJECTS: serde_json::to_string(&[obj]).unwrap()},
+                    "schema-id": 0
+                });
+                if let Some(p) = parent {
+                    s["parent-snapshot-id"] = serde_json::json!(p);
+                }
+                s
+            })
+            .collect();
+        let current = snaps.last().map(|s| s.0).unwrap_or(-1);
+        serde_json::from_value(serde_json::json!({
+            "format-version": 2, "table-uuid": "9c12d441-03fe-4693-9a96-a0705ddf69c1",
+            "location": "s3://b/t", "last-sequence-number": 1, "last-updated-ms": 1,
+            "last-column-id": 1, "current-schema-id": 0,
+            "schemas": [{"type": "struct", "schema-id": 0, "fields": [
+                {"id": 1, "name": "x", "required": false, "type": "string"}]}],
+            "default-spec-id": 0, "partition-specs": [{"spec-id": 0, "fields": []}],
+            "last-partition-id": 999, "default-sort-order-id": 0,
+            "sort-orders": [{"order-id": 0, "fields": []}],
+            "properties": {}, "current-snapshot-id": current, "snapshots": snapshots,
+            "snapshot-log": [], "metadata-log": [],
+            "refs": {"main": {"snapshot-id": current, "type": "branch"}}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_walk_tells_proven_absence_from_expired_history() {
+        // Full history: 1 ← 2 ← 3.
+        let full = metadata(&[
+            (1, None, 100, "a"),
+            (2, Some(1), 200, "b"),
+            (3, Some(2), 300, "c"),
+        ]);
+        assert!(matches!(walk(&full, "a", 50, None), Walk::Found(f) if f.snapshot_id == 1));
+        assert_eq!(walk(&full, "z", 50, None), Walk::Absent);
+        assert_eq!(
+            walk(&full, "a", 150, None),
+            Walk::Absent,
+            "older than the object"
+        );
+        assert_eq!(walk(&full, "a", 50, Some(2)), Walk::Absent, "proven at 2");
+        // 1 expired: 2's parent is gone.
+        let expired = metadata(&[(2, Some(1), 200, "b"), (3, Some(2), 300, "c")]);
+        assert_eq!(walk(&expired, "a", 50, None), Walk::Unknown);
+        assert_eq!(walk(&expired, "a", 250, None), Walk::Absent);
+        assert_eq!(
+            walk(&expired, "a", 50, Some(1)),
+            Walk::Absent,
+            "parent proven"
+        );
+        assert!(matches!(walk(&expired, "b", 50, None), Walk::Found(f) if f.snapshot_id == 2));
+    }
+}
