@@ -212,6 +212,64 @@ pub struct IngestConfig {
     /// SSM endpoint override (emulators).
     #[serde(default)]
     pub ssm_endpoint: Option<String>,
+    /// Longest JSON line or CSV record, in bytes; a longer one is quarantined (with a prefix of
+    /// its text) and skipped without being buffered.
+    #[serde(default = "default_max_line")]
+    pub max_line_bytes: u64,
+    /// Longest CSV field, in bytes; a record with a longer one is quarantined.
+    #[serde(default = "default_max_field")]
+    pub max_field_bytes: u64,
+    /// Deepest nesting of JSON objects/arrays in a line; a deeper line is quarantined.
+    #[serde(default = "default_max_depth")]
+    pub max_nesting_depth: usize,
+    /// Most bytes one object may decompress to; a larger one fails (not retried usefully: DLQ).
+    #[serde(default = "default_max_decompressed")]
+    pub max_decompressed_bytes: u64,
+    /// Largest Parquet object spooled to local disk (`/tmp`), also bounded by that disk's size.
+    #[serde(default = "default_max_spool")]
+    pub max_spool_bytes: u64,
+}
+
+impl IngestConfig {
+    /// Checks the input limits (`max_*`).
+    fn validate_limits(&self, origin: &str) -> Result<()> {
+        let at_least = |key: &str, value: u64, min: u64| {
+            if value < min {
+                Err(Error::config(
+                    origin,
+                    &format!("ingest.{key}"),
+                    format!("is {value}; must be at least {min}"),
+                ))
+            } else {
+                Ok(())
+            }
+        };
+        at_least("max_line_bytes", self.max_line_bytes, 1024)?;
+        at_least("max_field_bytes", self.max_field_bytes, 1)?;
+        at_least("max_decompressed_bytes", self.max_decompressed_bytes, 1)?;
+        at_least("max_spool_bytes", self.max_spool_bytes, 1)?;
+        if self.max_field_bytes > self.max_line_bytes {
+            return Err(Error::config(
+                origin,
+                "ingest.max_field_bytes",
+                format!(
+                    "is {}, above max_line_bytes ({}): a field lives inside its record",
+                    self.max_field_bytes, self.max_line_bytes
+                ),
+            ));
+        }
+        if !(1..=MAX_NESTING_DEPTH_CAP).contains(&self.max_nesting_depth) {
+            return Err(Error::config(
+                origin,
+                "ingest.max_nesting_depth",
+                format!(
+                    "is {}; must be between 1 and {MAX_NESTING_DEPTH_CAP}",
+                    self.max_nesting_depth
+                ),
+            ));
+        }
+        Ok(())
+    }
 }
 
 impl Default for IngestConfig {
@@ -226,6 +284,11 @@ impl Default for IngestConfig {
             chunk_records: default_chunk(),
             hash_key_parameter: None,
             ssm_endpoint: None,
+            max_line_bytes: default_max_line(),
+            max_field_bytes: default_max_field(),
+            max_nesting_depth: default_max_depth(),
+            max_decompressed_bytes: default_max_decompressed(),
+            max_spool_bytes: default_max_spool(),
         }
     }
 }
@@ -427,6 +490,23 @@ fn default_late() -> i64 {
 fn default_chunk() -> usize {
     4096
 }
+fn default_max_line() -> u64 {
+    1 << 20
+}
+fn default_max_field() -> u64 {
+    256 << 10
+}
+fn default_max_depth() -> usize {
+    64
+}
+fn default_max_decompressed() -> u64 {
+    50 << 30
+}
+fn default_max_spool() -> u64 {
+    8 << 30
+}
+/// Most JSON nesting `max_nesting_depth` may allow: serde_json's recursion limit (schema hints).
+pub const MAX_NESTING_DEPTH_CAP: usize = 128;
 fn default_target_mb() -> u64 {
     128
 }
@@ -670,6 +750,7 @@ impl Config {
                 "must be at least 1",
             ));
         }
+        self.ingest.validate_limits(origin)?;
         Ok(())
     }
 
@@ -900,6 +981,71 @@ format = "csv"
         );
         assert!(c.route("landing", "other/a.json").is_none());
         assert!(c.route("elsewhere", "orders/a.json").is_none());
+    }
+
+    #[test]
+    fn input_limits_default_and_validate() {
+        let c = Config::parse(GOOD, "floe.toml").unwrap();
+        assert_eq!(c.ingest.max_line_bytes, 1 << 20);
+        assert_eq!(c.ingest.max_field_bytes, 256 << 10);
+        assert_eq!(c.ingest.max_nesting_depth, 64);
+        assert_eq!(c.ingest.max_decompressed_bytes, 50 << 30);
+        assert_eq!(c.ingest.max_spool_bytes, 8 << 30);
+        let with = |lines: &str| format!("{GOOD}\n[ingest]\n{lines}\n");
+        let c = Config::parse(
+            &with("max_line_bytes = 4096\nmax_field_bytes = 100\nmax_nesting_depth = 8"),
+            "f.toml",
+        )
+        .unwrap();
+        assert_eq!(
+            (c.ingest.max_line_bytes, c.ingest.max_field_bytes),
+            (4096, 100)
+        );
+        for (lines, key, says) in [
+            (
+                "max_line_bytes = 10",
+                "ingest.max_line_bytes",
+                "at least 1024",
+            ),
+            (
+                "max_field_bytes = 0",
+                "ingest.max_field_bytes",
+                "at least 1",
+            ),
+            (
+                "max_line_bytes = 2048\nmax_field_bytes = 4096",
+                "ingest.max_field_bytes",
+                "above max_line_bytes",
+            ),
+            (
+                "max_nesting_depth = 0",
+                "ingest.max_nesting_depth",
+                "between 1",
+            ),
+            (
+                "max_nesting_depth = 1000",
+                "ingest.max_nesting_depth",
+                "128",
+            ),
+            (
+                "max_decompressed_bytes = 0",
+                "ingest.max_decompressed_bytes",
+                "at least 1",
+            ),
+            (
+                "max_spool_bytes = 0",
+                "ingest.max_spool_bytes",
+                "at least 1",
+            ),
+        ] {
+            let e = Config::parse(&with(lines), "f.toml")
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("f.toml") && e.contains(key) && e.contains(says),
+                "{lines}: {e}"
+            );
+        }
     }
 
     #[test]

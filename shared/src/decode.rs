@@ -82,14 +82,101 @@ pub enum DecodeFailure {
     /// The consumer went away (it failed first).
     #[error("output closed")]
     Closed,
+    /// The object as a whole exceeds a configured limit (the message names it): it would fail
+    /// the same way on every retry.
+    #[error("object over a limit: {0}")]
+    Limit(String),
+    /// Local disk (the Parquet spool) failed, e.g. full: a retry on a fresh container can work.
+    #[error("local spool failed: {0}")]
+    Spool(std::io::Error),
+}
+
+/// Bounds on what one object may make the decoder hold (see `[ingest]` in the config).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Longest JSON line or CSV record (bytes); longer ones are quarantined and skipped.
+    pub max_line_bytes: u64,
+    /// Longest CSV field (bytes); records with a longer one are quarantined.
+    pub max_field_bytes: u64,
+    /// Deepest JSON nesting; deeper lines are quarantined.
+    pub max_nesting_depth: usize,
+    /// Most bytes one object may decompress to (the object fails).
+    pub max_decompressed_bytes: u64,
+    /// Largest Parquet object spooled to local disk (the object fails).
+    pub max_spool_bytes: u64,
+}
+
+impl From<&crate::config::IngestConfig> for Limits {
+    fn from(c: &crate::config::IngestConfig) -> Self {
+        Self {
+            max_line_bytes: c.max_line_bytes,
+            max_field_bytes: c.max_field_bytes,
+            max_nesting_depth: c.max_nesting_depth,
+            max_decompressed_bytes: c.max_decompressed_bytes,
+            max_spool_bytes: c.max_spool_bytes,
+        }
+    }
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self::from(&crate::config::IngestConfig::default())
+    }
 }
 
 fn io_failure(e: std::io::Error) -> DecodeFailure {
+    if let Some(over) = e.get_ref().and_then(|i| i.downcast_ref::<OverLimit>()) {
+        return DecodeFailure::Limit(over.0.clone());
+    }
     if is_transient_io(&e) {
         DecodeFailure::Transient(e)
     } else {
         DecodeFailure::Unreadable(e.to_string())
     }
+}
+
+/// A limit exceeded inside a reader, carried through `std::io::Error` to [`io_failure`].
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct OverLimit(String);
+
+/// Fails the read once more than `cap` bytes came through: a decompression bomb stops at the
+/// cap instead of running until the disk or the Lambda's time is gone.
+struct Capped<R> {
+    inner: R,
+    read: u64,
+    cap: u64,
+}
+
+impl<R: Read> Read for Capped<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.read += n as u64;
+        if self.read > self.cap {
+            return Err(std::io::Error::other(OverLimit(format!(
+                "content exceeds max_decompressed_bytes = {} bytes (after decompression)",
+                self.cap
+            ))));
+        }
+        Ok(n)
+    }
+}
+
+/// Most bytes of an over-limit record kept as its quarantined raw text.
+const RAW_PREFIX: usize = 1024;
+
+/// The first [`RAW_PREFIX`] bytes of `bytes` as text, marked when cut.
+fn prefix_text(bytes: &[u8]) -> String {
+    let cut = bytes.len().min(RAW_PREFIX);
+    let mut text = String::from_utf8_lossy(&bytes[..cut]).into_owned();
+    if cut < bytes.len() {
+        text.push('…');
+    }
+    text
+}
+
+fn usize_limit(v: u64) -> usize {
+    usize::try_from(v).unwrap_or(usize::MAX)
 }
 
 /// What to decode and how.
@@ -109,11 +196,23 @@ pub struct DecodeSpec {
     pub allow_unknown: bool,
 }
 
-/// Decodes `input` per `spec`, sending pieces to `sink` (which returns false when closed).
-/// Returns the number of records seen (valid + rejected).
+/// Decodes `input` per `spec` within the default [`Limits`], sending pieces to `sink` (which
+/// returns false when closed). Returns the number of records seen (valid + rejected).
 pub fn decode<'a, R: Read + 'a>(
     input: R,
     spec: &DecodeSpec,
+    sink: &mut dyn FnMut(Piece) -> bool,
+) -> Result<u64, DecodeFailure> {
+    decode_within(input, spec, &Limits::default(), None, sink)
+}
+
+/// Like [`decode`], within `limits`; `object_size` is the stored object's size when known
+/// (Content-Length), checked before spooling a Parquet object.
+pub fn decode_within<'a, R: Read + 'a>(
+    input: R,
+    spec: &DecodeSpec,
+    limits: &Limits,
+    object_size: Option<u64>,
     sink: &mut dyn FnMut(Piece) -> bool,
 ) -> Result<u64, DecodeFailure> {
     let mut raw = BufReader::with_capacity(1 << 20, input);
@@ -122,7 +221,7 @@ pub fn decode<'a, R: Read + 'a>(
         return Err(DecodeFailure::Unreadable("object is empty".into()));
     }
     let compression = detect_compression(&spec.key, &head[..head.len().min(4)]);
-    let reader: Box<dyn Read + 'a> = match compression {
+    let inner: Box<dyn Read + 'a> = match compression {
         Compression::None => Box::new(raw),
         Compression::Gzip => Box::new(flate2::read::MultiGzDecoder::new(raw)),
         Compression::Zstd => Box::new(
@@ -130,8 +229,15 @@ pub fn decode<'a, R: Read + 'a>(
                 .map_err(|e| DecodeFailure::Unreadable(format!("zstd: {e}")))?,
         ),
     };
+    let reader: Box<dyn Read + 'a> = Box::new(Capped {
+        inner,
+        read: 0,
+        cap: limits.max_decompressed_bytes,
+    });
     let mut ctx = Ctx {
         spec,
+        limits,
+        object_size,
         sink,
         seen: 0,
     };
@@ -148,6 +254,8 @@ pub fn decode<'a, R: Read + 'a>(
 
 struct Ctx<'a> {
     spec: &'a DecodeSpec,
+    limits: &'a Limits,
+    object_size: Option<u64>,
     sink: &'a mut dyn FnMut(Piece) -> bool,
     seen: u64,
 }
@@ -420,6 +528,103 @@ pub fn arrow_to_primitive(t: &DataType) -> Option<PrimitiveType> {
     })
 }
 
+/// How [`read_line_bounded`] ended.
+#[derive(Debug, PartialEq, Eq)]
+enum LineRead {
+    /// No more input.
+    Eof,
+    /// A line (with its newline, if any) was appended.
+    Line,
+    /// The line had `len` bytes (newline excluded), more than the limit: only its first bytes
+    /// (at most [`RAW_PREFIX`]) were appended, the rest was skipped.
+    TooLong { len: u64 },
+}
+
+/// Appends the next line of `input` to `buf`, holding at most `max` bytes of it: a longer line
+/// is read through to its newline without being buffered.
+fn read_line_bounded(
+    input: &mut impl BufRead,
+    buf: &mut Vec<u8>,
+    max: usize,
+) -> std::io::Result<LineRead> {
+    let start = buf.len();
+    let mut len = 0u64;
+    let mut any = false;
+    let mut over = false;
+    loop {
+        let avail = match input.fill_buf() {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if avail.is_empty() {
+            break;
+        }
+        any = true;
+        let (take, done) = match memchr::memchr(b'\n', avail) {
+            Some(i) => (i + 1, true),
+            None => (avail.len(), false),
+        };
+        let content = take - usize::from(done);
+        len += content as u64;
+        if over {
+            // Skipping: nothing kept.
+        } else if len > max as u64 {
+            over = true;
+            let have = buf.len() - start;
+            if have < RAW_PREFIX {
+                buf.extend_from_slice(&avail[..(RAW_PREFIX - have).min(content)]);
+            }
+        } else {
+            buf.extend_from_slice(&avail[..take]);
+        }
+        input.consume(take);
+        if done {
+            break;
+        }
+    }
+    Ok(if over {
+        LineRead::TooLong { len }
+    } else if any {
+        LineRead::Line
+    } else {
+        LineRead::Eof
+    })
+}
+
+/// Whether JSON text nests objects/arrays deeper than `max` (brackets in strings do not count).
+fn nests_deeper(text: &[u8], max: usize) -> bool {
+    // Cheap bound first: a line with at most `max` opening brackets cannot nest deeper.
+    if text.iter().filter(|&&b| b == b'[' || b == b'{').count() <= max {
+        return false;
+    }
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    for &b in text {
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if b == b'\\' {
+                escaped = true;
+            } else if b == b'"' {
+                in_string = false;
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > max {
+                    return true;
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    false
+}
+
 fn decode_jsonl(reader: Box<dyn Read + '_>, ctx: &mut Ctx<'_>) -> Result<(), DecodeFailure> {
     let mut reader = BufReader::with_capacity(1 << 20, reader);
     let schema = ctx.spec.schema.clone();
@@ -433,15 +638,33 @@ fn decode_jsonl(reader: Box<dyn Read + '_>, ctx: &mut Ctx<'_>) -> Result<(), Dec
     let mut chunk = TextChunk::default();
     let mut line_no = 0u64;
     let limit = ctx.spec.chunk_records;
+    let max_line = usize_limit(ctx.limits.max_line_bytes);
+    let max_depth = ctx.limits.max_nesting_depth;
     loop {
         let start = chunk.buf.len();
-        let n = reader
-            .read_until(b'\n', &mut chunk.buf)
-            .map_err(io_failure)?;
-        let eof = n == 0;
+        let read = read_line_bounded(&mut reader, &mut chunk.buf, max_line).map_err(io_failure)?;
+        let eof = read == LineRead::Eof;
         if !eof {
             line_no += 1;
-            if chunk.buf[start..].iter().all(u8::is_ascii_whitespace) {
+            let reason = match read {
+                LineRead::TooLong { len } => Some(format!(
+                    "line is {len} bytes, longer than max_line_bytes = {max_line}; skipped"
+                )),
+                _ if nests_deeper(&chunk.buf[start..], max_depth) => Some(format!(
+                    "JSON nests deeper than max_nesting_depth = {max_depth}"
+                )),
+                _ => None,
+            };
+            if let Some(reason) = reason {
+                let raw = prefix_text(&chunk.buf[start..]);
+                chunk.buf.truncate(start);
+                ctx.seen += 1;
+                ctx.send(Piece::Rejected(vec![Rejected {
+                    record: line_no,
+                    raw: raw.trim_end_matches(['\r', '\n']).to_string(),
+                    reason,
+                }]))?;
+            } else if chunk.buf[start..].iter().all(u8::is_ascii_whitespace) {
                 chunk.buf.truncate(start);
             } else {
                 chunk.spans.push((start, chunk.buf.len(), line_no));
@@ -495,25 +718,176 @@ fn decode_jsonl(reader: Box<dyn Read + '_>, ctx: &mut Ctx<'_>) -> Result<(), Dec
     }
 }
 
+/// How [`CsvRecords::next`] ended.
+#[derive(Debug, PartialEq, Eq)]
+enum CsvRead {
+    /// No more records.
+    End,
+    /// A record starting on `line`; its fields are in the reader.
+    Record { line: u64 },
+    /// A record starting on `line` of about `len` bytes, over the limit: skipped unbuffered,
+    /// `prefix` is the start of its text.
+    TooLong { line: u64, len: u64, prefix: String },
+}
+
+/// CSV records (RFC 4180: quotes, doubled quotes, newlines in quoted fields; any field count)
+/// read with at most `max` bytes held per record. A record's size is its field bytes plus one
+/// per field (about its length as text); a longer record is parsed through without being kept.
+struct CsvRecords<R> {
+    input: R,
+    core: csv_core::Reader,
+    fields: Vec<u8>,
+    ends: Vec<usize>,
+    /// Bytes of field data of the current record.
+    used: usize,
+    /// Fields of the current record.
+    count: usize,
+    max: usize,
+}
+
+impl<R: BufRead> CsvRecords<R> {
+    fn new(input: R, max: usize) -> Self {
+        Self {
+            input,
+            core: csv_core::Reader::new(),
+            fields: vec![0; (64 << 10).min(max.saturating_add(1))],
+            ends: vec![0; 64],
+            used: 0,
+            count: 0,
+            max,
+        }
+    }
+
+    /// Fields of the current record.
+    fn len(&self) -> usize {
+        self.count
+    }
+
+    /// Field `i` of the current record.
+    fn field(&self, i: usize) -> &[u8] {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] };
+        &self.fields[start..self.ends[i]]
+    }
+
+    /// The current record as CSV text (fields quoted where needed).
+    fn text(&self, out: &mut Vec<u8>) {
+        write_csv_record(out, (0..self.count).map(|i| self.field(i)));
+    }
+
+    fn next(&mut self) -> std::io::Result<CsvRead> {
+        use csv_core::ReadRecordResult as R;
+        let line = self.core.line();
+        let (mut used, mut count) = (0usize, 0usize);
+        // Some(bytes so far) once the record is over the limit: parsed on, into scratch space.
+        let mut skipped: Option<u64> = None;
+        let mut scratch = [0u8; 4096];
+        let mut scratch_ends = [0usize; 64];
+        loop {
+            let input = match self.input.fill_buf() {
+                Ok(b) => b,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            let (res, nin, nout, nend) = match skipped {
+                Some(_) => self
+                    .core
+                    .read_record(input, &mut scratch, &mut scratch_ends),
+                None => {
+                    self.core
+                        .read_record(input, &mut self.fields[used..], &mut self.ends[count..])
+                }
+            };
+            self.input.consume(nin);
+            match &mut skipped {
+                Some(n) => *n += (nout + nend) as u64,
+                None => {
+                    used += nout;
+                    count += nend;
+                }
+            }
+            match res {
+                R::InputEmpty => {}
+                R::OutputFull | R::OutputEndsFull if skipped.is_some() => {}
+                R::OutputFull if self.fields.len() <= self.max => {
+                    let grown = self
+                        .fields
+                        .len()
+                        .saturating_mul(2)
+                        .min(self.max.saturating_add(1));
+                    if grown > self.fields.len() {
+                        self.fields.resize(grown, 0);
+                    } else {
+                        skipped = Some((used + count) as u64);
+                    }
+                }
+                R::OutputEndsFull if used + self.ends.len() <= self.max => {
+                    let grown = self
+                        .ends
+                        .len()
+                        .saturating_mul(2)
+                        .min(self.max.saturating_add(1));
+                    self.ends.resize(grown.max(self.ends.len() + 1), 0);
+                }
+                R::OutputFull | R::OutputEndsFull => skipped = Some((used + count) as u64),
+                R::Record => {
+                    self.used = used;
+                    self.count = count;
+                    let len = skipped.unwrap_or((used + count) as u64);
+                    if skipped.is_none() && len <= self.max as u64 {
+                        return Ok(CsvRead::Record { line });
+                    }
+                    // The start of the record: its complete fields, then the cut one.
+                    let mut text = Vec::new();
+                    let mut first: Vec<&[u8]> = Vec::new();
+                    let mut at = 0;
+                    for &end in &self.ends[..count] {
+                        first.push(&self.fields[at..end]);
+                        at = end;
+                        if at >= RAW_PREFIX {
+                            break;
+                        }
+                    }
+                    if at < used && at < RAW_PREFIX {
+                        first.push(&self.fields[at..used.min(at + RAW_PREFIX)]);
+                    }
+                    write_csv_record(&mut text, first.into_iter());
+                    self.count = 0;
+                    return Ok(CsvRead::TooLong {
+                        line,
+                        len,
+                        prefix: prefix_text(&text).trim_end_matches('\n').to_string(),
+                    });
+                }
+                R::End => return Ok(CsvRead::End),
+            }
+        }
+    }
+}
+
 fn decode_csv(reader: Box<dyn Read + '_>, ctx: &mut Ctx<'_>) -> Result<(), DecodeFailure> {
-    let mut rdr = csv::ReaderBuilder::new()
-        .has_headers(true)
-        .flexible(true)
-        .buffer_capacity(1 << 20)
-        .from_reader(reader);
-    let headers = rdr.byte_headers().map_err(csv_failure)?.clone();
+    let max_line = usize_limit(ctx.limits.max_line_bytes);
+    let max_field = ctx.limits.max_field_bytes;
+    let mut rdr = CsvRecords::new(BufReader::with_capacity(1 << 20, reader), max_line);
+    let headers: Vec<String> = match rdr.next().map_err(io_failure)? {
+        CsvRead::End => Vec::new(),
+        CsvRead::TooLong { len, .. } => {
+            return Err(DecodeFailure::Limit(format!(
+                "the CSV header is {len} bytes, longer than max_line_bytes = {max_line}"
+            )));
+        }
+        CsvRead::Record { .. } => (0..rdr.len())
+            .map(|i| String::from_utf8_lossy(rdr.field(i)).trim().to_string())
+            .collect(),
+    };
     let target = ctx.spec.schema.clone();
     let mut unknown = BTreeMap::new();
     let csv_fields: Vec<Field> = headers
         .iter()
-        .map(|h| {
-            let name = String::from_utf8_lossy(h).trim().to_string();
-            match target.field_with_name(&name) {
-                Ok(f) => Field::new(name, f.data_type().clone(), true),
-                Err(_) => {
-                    unknown.insert(name.clone(), Some(PrimitiveType::String));
-                    Field::new(name, DataType::Utf8, true)
-                }
+        .map(|name| match target.field_with_name(name) {
+            Ok(f) => Field::new(name, f.data_type().clone(), true),
+            Err(_) => {
+                unknown.insert(name.clone(), Some(PrimitiveType::String));
+                Field::new(name, DataType::Utf8, true)
             }
         })
         .collect();
@@ -546,14 +920,44 @@ fn decode_csv(reader: Box<dyn Read + '_>, ctx: &mut Ctx<'_>) -> Result<(), Decod
         project(&b, &target)
     };
     let mut chunk = TextChunk::default();
-    let mut record = csv::ByteRecord::new();
     loop {
-        let more = rdr.read_byte_record(&mut record).map_err(csv_failure)?;
-        if more {
-            let line = record.position().map(|p| p.line()).unwrap_or(0);
-            let start = chunk.buf.len();
-            write_csv_record(&mut chunk.buf, &record);
-            chunk.spans.push((start, chunk.buf.len(), line));
+        let read = rdr.next().map_err(io_failure)?;
+        let more = read != CsvRead::End;
+        match read {
+            CsvRead::End => {}
+            CsvRead::TooLong { line, len, prefix } => {
+                ctx.seen += 1;
+                ctx.send(Piece::Rejected(vec![Rejected {
+                    record: line,
+                    raw: prefix,
+                    reason: format!(
+                        "record is about {len} bytes, longer than max_line_bytes = {max_line}; skipped"
+                    ),
+                }]))?;
+            }
+            CsvRead::Record { line } => {
+                let long = (0..rdr.len()).find(|&i| rdr.field(i).len() as u64 > max_field);
+                if let Some(i) = long {
+                    let name = headers
+                        .get(i)
+                        .map_or_else(|| format!("field {}", i + 1), |h| format!("`{h}`"));
+                    let mut text = Vec::new();
+                    rdr.text(&mut text);
+                    ctx.seen += 1;
+                    ctx.send(Piece::Rejected(vec![Rejected {
+                        record: line,
+                        raw: prefix_text(&text).trim_end_matches('\n').to_string(),
+                        reason: format!(
+                            "{name} is {} bytes, longer than max_field_bytes = {max_field}",
+                            rdr.field(i).len()
+                        ),
+                    }]))?;
+                } else {
+                    let start = chunk.buf.len();
+                    rdr.text(&mut chunk.buf);
+                    chunk.spans.push((start, chunk.buf.len(), line));
+                }
+            }
         }
         if (!more || chunk.spans.len() >= ctx.spec.chunk_records) && !chunk.spans.is_empty() {
             emit_text_chunk(ctx, &chunk, &decode_one)?;
@@ -565,9 +969,9 @@ fn decode_csv(reader: Box<dyn Read + '_>, ctx: &mut Ctx<'_>) -> Result<(), Decod
     }
 }
 
-/// Re-serialises one parsed CSV record (quoting where needed), so each record's bytes stand alone.
-fn write_csv_record(out: &mut Vec<u8>, record: &csv::ByteRecord) {
-    for (i, field) in record.iter().enumerate() {
+/// Writes one CSV record (quoting where needed), so each record's bytes stand alone.
+fn write_csv_record<'f>(out: &mut Vec<u8>, fields: impl Iterator<Item = &'f [u8]>) {
+    for (i, field) in fields.enumerate() {
         if i > 0 {
             out.push(b',');
         }
@@ -590,13 +994,6 @@ fn write_csv_record(out: &mut Vec<u8>, record: &csv::ByteRecord) {
     out.push(b'\n');
 }
 
-fn csv_failure(e: csv::Error) -> DecodeFailure {
-    match e.into_kind() {
-        csv::ErrorKind::Io(io) => io_failure(io),
-        other => DecodeFailure::Unreadable(format!("{other:?}")),
-    }
-}
-
 /// Reorders `batch` into `target`'s columns by name; absent columns become nulls.
 fn project(batch: &RecordBatch, target: &SchemaRef) -> Result<RecordBatch, ArrowError> {
     let cols: Vec<ArrayRef> = target
@@ -612,10 +1009,14 @@ fn project(batch: &RecordBatch, target: &SchemaRef) -> Result<RecordBatch, Arrow
 
 fn decode_parquet(mut reader: Box<dyn Read + '_>, ctx: &mut Ctx<'_>) -> Result<(), DecodeFailure> {
     // Parquet needs random access: spool to local disk (Lambda's /tmp), never to memory.
-    let path = std::env::temp_dir().join(format!("floe-{}.parquet", uuid::Uuid::new_v4()));
+    let dir = std::env::temp_dir();
+    if let Some(size) = ctx.object_size {
+        check_spool_room(&dir, size, ctx.limits)?;
+    }
+    let path = dir.join(format!("floe-{}.parquet", uuid::Uuid::new_v4()));
     let result = (|| {
-        let mut file = std::fs::File::create(&path).map_err(DecodeFailure::Transient)?;
-        std::io::copy(&mut reader, &mut file).map_err(io_failure)?;
+        let mut file = std::fs::File::create(&path).map_err(DecodeFailure::Spool)?;
+        spool_to(&mut reader, &mut file, ctx.limits)?;
         drop(file);
         let file = std::fs::File::open(&path).map_err(DecodeFailure::Transient)?;
         let builder = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file)
@@ -661,6 +1062,75 @@ fn decode_parquet(mut reader: Box<dyn Read + '_>, ctx: &mut Ctx<'_>) -> Result<(
     })();
     let _ = std::fs::remove_file(&path);
     result
+}
+
+fn spool_limit(size: impl std::fmt::Display, limits: &Limits) -> DecodeFailure {
+    DecodeFailure::Limit(format!(
+        "the Parquet object is {size} bytes, larger than max_spool_bytes = {} (local spool)",
+        limits.max_spool_bytes
+    ))
+}
+
+/// Refuses, before spooling, an object of `size` bytes that can never fit (over
+/// `max_spool_bytes` or the local disk's size: not retryable) or does not fit now (less free
+/// space: retryable).
+fn check_spool_room(
+    dir: &std::path::Path,
+    size: u64,
+    limits: &Limits,
+) -> Result<(), DecodeFailure> {
+    if size > limits.max_spool_bytes {
+        return Err(spool_limit(size, limits));
+    }
+    #[cfg(unix)]
+    if let Ok(fs) = rustix::fs::statvfs(dir) {
+        let total = fs.f_blocks.saturating_mul(fs.f_frsize);
+        let free = fs.f_bavail.saturating_mul(fs.f_frsize);
+        if total > 0 && size > total {
+            return Err(DecodeFailure::Limit(format!(
+                "the Parquet object is {size} bytes, larger than the local disk {} ({total} \
+                 bytes; raise the function's ephemeral storage)",
+                dir.display()
+            )));
+        }
+        if size > free {
+            return Err(DecodeFailure::Spool(std::io::Error::new(
+                std::io::ErrorKind::StorageFull,
+                format!(
+                    "the Parquet object needs {size} bytes in {}, {free} are free",
+                    dir.display()
+                ),
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Copies `reader` to the local spool `out`, at most `max_spool_bytes`; returns the bytes
+/// copied. Read failures are the object's; write failures (disk full) are the spool's.
+fn spool_to(
+    reader: &mut dyn Read,
+    out: &mut dyn std::io::Write,
+    limits: &Limits,
+) -> Result<u64, DecodeFailure> {
+    let mut buf = vec![0u8; 1 << 16];
+    let mut total = 0u64;
+    loop {
+        let n = match reader.read(&mut buf) {
+            Ok(0) => return Ok(total),
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(io_failure(e)),
+        };
+        total += n as u64;
+        if total > limits.max_spool_bytes {
+            return Err(spool_limit(
+                format!("more than {}", limits.max_spool_bytes),
+                limits,
+            ));
+        }
+        out.write_all(&buf[..n]).map_err(DecodeFailure::Spool)?;
+    }
 }
 
 fn row_as_json(batch: &RecordBatch, row: usize) -> String {
@@ -835,5 +1305,355 @@ not json\n\
         )
         .unwrap_err();
         assert!(matches!(e, DecodeFailure::Unreadable(_)));
+    }
+}
+
+/// Input limits: over-long lines, fields and nesting are quarantined and skipped in bounded
+/// memory; objects over the decompression or spool limit fail with the limit named.
+#[cfg(test)]
+mod limit_tests {
+    use super::*;
+    use std::alloc::{GlobalAlloc, Layout, System};
+    use std::cell::Cell;
+    use std::io::{Cursor, Write};
+
+    /// Counts the bytes live on each thread, and their peak, to show what decoding holds.
+    struct PeakAlloc;
+
+    thread_local! {
+        static LIVE: Cell<isize> = const { Cell::new(0) };
+        static PEAK: Cell<isize> = const { Cell::new(0) };
+    }
+
+    fn track(delta: isize) {
+        let _ = LIVE.try_with(|live| {
+            let now = live.get() + delta;
+            live.set(now);
+            let _ = PEAK.try_with(|peak| peak.set(peak.get().max(now)));
+        });
+    }
+
+    // SAFETY: every call is forwarded to the system allocator unchanged; only counters are kept.
+    unsafe impl GlobalAlloc for PeakAlloc {
+        unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+            let p = unsafe { System.alloc(layout) };
+            if !p.is_null() {
+                track(layout.size() as isize);
+            }
+            p
+        }
+        unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+            let p = unsafe { System.alloc_zeroed(layout) };
+            if !p.is_null() {
+                track(layout.size() as isize);
+            }
+            p
+        }
+        unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+            unsafe { System.dealloc(ptr, layout) };
+            track(-(layout.size() as isize));
+        }
+        unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+            let p = unsafe { System.realloc(ptr, layout, new_size) };
+            if !p.is_null() {
+                track(new_size as isize - layout.size() as isize);
+            }
+            p
+        }
+    }
+
+    #[global_allocator]
+    static ALLOC: PeakAlloc = PeakAlloc;
+
+    /// Runs `f` and returns its result with the most bytes this thread held meanwhile.
+    fn peak_during<T>(f: impl FnOnce() -> T) -> (T, usize) {
+        let base = LIVE.with(Cell::get);
+        PEAK.with(|p| p.set(base));
+        let out = f();
+        let peak = PEAK.with(Cell::get) - base;
+        (out, peak.max(0) as usize)
+    }
+
+    fn spec(format: Format) -> DecodeSpec {
+        DecodeSpec {
+            format,
+            key: "x".into(),
+            schema: Arc::new(Schema::new(vec![
+                Field::new("id", DataType::Utf8, true),
+                Field::new("n", DataType::Int64, true),
+                Field::new(
+                    "t",
+                    DataType::Timestamp(arrow_schema::TimeUnit::Microsecond, Some("+00:00".into())),
+                    true,
+                ),
+            ])),
+            required: vec!["id".into(), "t".into()],
+            chunk_records: 4,
+            allow_unknown: true,
+        }
+    }
+
+    fn limits() -> Limits {
+        Limits {
+            max_line_bytes: 1 << 20,
+            max_field_bytes: 1 << 20,
+            max_nesting_depth: 64,
+            max_decompressed_bytes: 1 << 40,
+            max_spool_bytes: 1 << 40,
+        }
+    }
+
+    struct Out {
+        seen: u64,
+        rows: usize,
+        rejected: Vec<Rejected>,
+    }
+
+    fn run(
+        input: impl Read,
+        spec: &DecodeSpec,
+        limits: &Limits,
+        size: Option<u64>,
+    ) -> Result<Out, DecodeFailure> {
+        let mut rows = 0;
+        let mut rejected = Vec::new();
+        let seen = decode_within(input, spec, limits, size, &mut |p| {
+            match p {
+                Piece::Batch(b) => rows += b.num_rows(),
+                Piece::Rejected(r) => rejected.extend(r),
+                _ => {}
+            }
+            true
+        })?;
+        rejected.sort_by_key(|r| r.record);
+        Ok(Out {
+            seen,
+            rows,
+            rejected,
+        })
+    }
+
+    fn line(id: &str) -> String {
+        format!("{{\"id\":\"{id}\",\"n\":1,\"t\":\"2026-11-30T10:00:00Z\"}}\n")
+    }
+
+    /// JSON lines with a `len`-byte id on line 2, produced lazily (the test holds none of it).
+    fn with_long_line(len: u64) -> impl Read {
+        let head = format!("{}{{\"id\":\"", line("a"));
+        let tail = format!(
+            "\",\"t\":\"2026-11-30T10:00:00Z\"}}\n{}{}",
+            line("c"),
+            line("d")
+        );
+        Cursor::new(head.into_bytes())
+            .chain(std::io::repeat(b'x').take(len))
+            .chain(Cursor::new(tail.into_bytes()))
+    }
+
+    #[test]
+    fn jsonl_overlong_line_is_quarantined_and_skipped_in_bounded_memory() {
+        // Before the limit, line 2 was read whole (5 MB in one buffer, then copied) and committed.
+        let (out, peak) = peak_during(|| {
+            run(
+                with_long_line(5_000_000),
+                &spec(Format::Jsonl),
+                &limits(),
+                None,
+            )
+        });
+        let out = out.unwrap();
+        assert_eq!((out.seen, out.rows, out.rejected.len()), (4, 3, 1));
+        let r = &out.rejected[0];
+        assert_eq!(r.record, 2);
+        assert!(
+            r.reason.contains("max_line_bytes") && r.reason.contains("1048576"),
+            "{}",
+            r.reason
+        );
+        assert!(r.raw.starts_with("{\"id\":\"xxx"), "{}", &r.raw[..40]);
+        assert!(r.raw.len() <= 2048, "raw kept {} bytes", r.raw.len());
+        // Two 1 MiB read buffers and at most one line's worth: not the 5 MB line.
+        assert!(peak < 4 << 20, "decoding held {peak} bytes at once");
+    }
+
+    #[test]
+    fn line_limit_is_exact_and_counts_skipped_bytes() {
+        let mut l = limits();
+        l.max_line_bytes = 1024;
+        // A line of exactly the limit (newline excluded) passes; one byte more does not.
+        let fill = |n: usize| "y".repeat(n - line("").len() + 1);
+        let input = format!("{}{}", line(&fill(1024)), line(&fill(1025)));
+        let out = run(input.as_bytes(), &spec(Format::Jsonl), &l, None).unwrap();
+        assert_eq!((out.seen, out.rows, out.rejected.len()), (2, 1, 1));
+        assert_eq!(out.rejected[0].record, 2);
+        assert!(
+            out.rejected[0].reason.contains("1025 bytes"),
+            "{}",
+            out.rejected[0].reason
+        );
+    }
+
+    #[test]
+    fn deep_json_nesting_is_quarantined() {
+        let mut l = limits();
+        l.max_nesting_depth = 8;
+        let deep = |d: usize| {
+            format!(
+                "{{\"id\":\"d{d}\",\"t\":\"2026-11-30T10:00:00Z\",\"x\":{}1{}}}\n",
+                "[".repeat(d - 1),
+                "]".repeat(d - 1)
+            )
+        };
+        // Brackets inside strings do not count.
+        let quoted = format!(
+            "{{\"id\":\"{}\",\"t\":\"2026-11-30T10:00:00Z\"}}\n",
+            "[{".repeat(50)
+        );
+        let input = format!("{}{}{}{}", line("a"), deep(8), deep(200), quoted);
+        let out = run(input.as_bytes(), &spec(Format::Jsonl), &l, None).unwrap();
+        assert_eq!((out.seen, out.rows, out.rejected.len()), (4, 3, 1));
+        assert_eq!(out.rejected[0].record, 3);
+        assert!(
+            out.rejected[0].reason.contains("max_nesting_depth")
+                && out.rejected[0].reason.contains('8'),
+            "{}",
+            out.rejected[0].reason
+        );
+    }
+
+    #[test]
+    fn csv_overlong_field_and_record_are_quarantined() {
+        let mut l = limits();
+        l.max_line_bytes = 2048;
+        l.max_field_bytes = 100;
+        let mut csv = String::from("id,n,t\n");
+        csv.push_str("a,1,2026-11-30T10:00:00Z\n");
+        csv.push_str(&format!("{},2,2026-11-30T10:00:00Z\n", "f".repeat(101)));
+        csv.push_str("c,3,2026-11-30T10:00:00Z\n");
+        // An unbalanced quote swallows the following lines: one record over max_line_bytes.
+        csv.push_str(&format!("\"{}\n", "q,".repeat(600)));
+        csv.push_str(&format!("{}\",4,2026-11-30T10:00:00Z\n", "r".repeat(900)));
+        csv.push_str("e,5,2026-11-30T10:00:00Z\n");
+        let out = run(csv.as_bytes(), &spec(Format::Csv), &l, None).unwrap();
+        assert_eq!(
+            (out.seen, out.rows, out.rejected.len()),
+            (5, 3, 2),
+            "{:?}",
+            out.rejected
+        );
+        assert_eq!(out.rejected[0].record, 3);
+        assert!(
+            out.rejected[0].reason.contains("max_field_bytes")
+                && out.rejected[0].reason.contains("`id`"),
+            "{}",
+            out.rejected[0].reason
+        );
+        assert_eq!(out.rejected[1].record, 5);
+        assert!(
+            out.rejected[1].reason.contains("max_line_bytes"),
+            "{}",
+            out.rejected[1].reason
+        );
+        assert!(out.rejected[1].raw.len() <= 2048);
+    }
+
+    #[test]
+    fn gzip_bomb_over_the_decompressed_cap_fails_naming_the_limit() {
+        let mut l = limits();
+        l.max_decompressed_bytes = 1 << 20;
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        for i in 0..40_000 {
+            gz.write_all(line(&format!("r{i}")).as_bytes()).unwrap();
+        }
+        let bytes = gz.finish().unwrap();
+        assert!(
+            bytes.len() < 1 << 20,
+            "the compressed object is under the cap"
+        );
+        let e = run(&bytes[..], &spec(Format::Jsonl), &l, None).err();
+        match e {
+            Some(DecodeFailure::Limit(m)) => {
+                assert!(
+                    m.contains("max_decompressed_bytes") && m.contains("1048576"),
+                    "{m}"
+                )
+            }
+            other => panic!("expected a limit failure, got {other:?}"),
+        }
+    }
+
+    fn parquet_bytes(rows: usize) -> Vec<u8> {
+        let schema = spec(Format::Parquet).schema;
+        let ids: Vec<String> = (0..rows).map(|i| format!("id-{i}")).collect();
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                Arc::new(arrow::array::StringArray::from(ids)),
+                Arc::new(arrow::array::Int64Array::from(vec![1; rows])),
+                Arc::new(
+                    arrow::array::TimestampMicrosecondArray::from(vec![
+                        1_700_000_000_000_000;
+                        rows
+                    ])
+                    .with_timezone("+00:00"),
+                ),
+            ],
+        )
+        .unwrap();
+        let mut buf = Vec::new();
+        let mut w = parquet::arrow::ArrowWriter::try_new(&mut buf, schema, None).unwrap();
+        w.write(&batch).unwrap();
+        w.close().unwrap();
+        buf
+    }
+
+    #[test]
+    fn parquet_over_the_spool_limit_fails_before_and_while_spooling() {
+        let bytes = parquet_bytes(1000);
+        let mut l = limits();
+        l.max_spool_bytes = 1024;
+        assert!(bytes.len() > 1024);
+        // Known size (Content-Length): refused before spooling; unknown: stopped at the limit.
+        for size in [Some(bytes.len() as u64), None] {
+            match run(&bytes[..], &spec(Format::Parquet), &l, size).err() {
+                Some(DecodeFailure::Limit(m)) => {
+                    assert!(m.contains("max_spool_bytes") && m.contains("1024"), "{m}")
+                }
+                other => panic!("{size:?}: expected a limit failure, got {other:?}"),
+            }
+        }
+        // Within the limit it decodes.
+        l.max_spool_bytes = bytes.len() as u64;
+        let out = run(
+            &bytes[..],
+            &spec(Format::Parquet),
+            &l,
+            Some(l.max_spool_bytes),
+        )
+        .unwrap();
+        assert_eq!((out.seen, out.rows), (1000, 1000));
+    }
+
+    /// A local disk that is full.
+    struct FullDisk;
+    impl Write for FullDisk {
+        fn write(&mut self, _: &[u8]) -> std::io::Result<usize> {
+            Err(std::io::Error::new(
+                std::io::ErrorKind::StorageFull,
+                "No space left on device",
+            ))
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn full_local_disk_is_a_spool_failure_not_an_unreadable_object() {
+        // Before: the write error went through the read-error mapping and the object was
+        // quarantined whole as unreadable (its valid data acknowledged and skipped).
+        let bytes = parquet_bytes(10);
+        let e = spool_to(&mut &bytes[..], &mut FullDisk, &limits()).unwrap_err();
+        assert!(matches!(e, DecodeFailure::Spool(_)), "{e:?}");
     }
 }

@@ -407,6 +407,8 @@ impl Ingestor {
             late_after_seconds: self.config.ingest.late_after_seconds,
             allow_unknown: policy != SchemaPolicy::Strict,
             hash_key: self.hash_key.as_deref(),
+            limits: decode::Limits::from(&self.config.ingest),
+            object_size: Some(opened.meta.size).filter(|s| *s > 0),
         };
         let mut written = write_object(&table, tctx, &route, opened.body, &params).await;
         // Additive policy: new fields (and widenings) evolve the schema in the same commit as the
@@ -701,6 +703,9 @@ struct WriteParams<'a> {
     late_after_seconds: i64,
     allow_unknown: bool,
     hash_key: Option<&'a [u8]>,
+    limits: decode::Limits,
+    /// The object's stored size (Content-Length), when known.
+    object_size: Option<u64>,
 }
 
 /// `table` with `schema` as its current schema (locally, for writing; committed with the data).
@@ -739,6 +744,8 @@ async fn write_object(
         late_after_seconds,
         allow_unknown,
         hash_key,
+        limits,
+        object_size,
     } = *params;
     let deprecated: Vec<String> = tctx.cfg.deprecations().into_keys().collect();
     let iceberg_schema = table.metadata().current_schema().clone();
@@ -766,7 +773,7 @@ async fn write_object(
     let decoder = tokio::task::spawn_blocking(move || {
         let reader = SyncIoBridge::new(body);
         let mut send = |p: Piece| tx.blocking_send(p).is_ok();
-        decode::decode(reader, &spec, &mut send)
+        decode::decode_within(reader, &spec, &limits, object_size, &mut send)
     });
 
     let target = (tctx.cfg.target_file_size_mb as usize) << 20;
@@ -882,6 +889,17 @@ async fn write_object(
                     ErrorKind::Internal,
                     format!("writer for {uri} stopped early"),
                 )),
+                // Over a limit as a whole: not quarantined and acknowledged (its valid data would
+                // be silently skipped) but failed, and not retryable: it goes to the DLQ.
+                DecodeFailure::Limit(reason) => WriteFailure::Error(
+                    Error::new(ErrorKind::UnreadableObject, format!("{uri}: {reason}"))
+                        .with_retryable(false),
+                ),
+                DecodeFailure::Spool(e) => WriteFailure::Error(
+                    Error::new(ErrorKind::Storage, format!("spooling {uri} to local disk"))
+                        .with_retryable(true)
+                        .with_source(e),
+                ),
             });
         }
     }
