@@ -13,6 +13,7 @@ mod glue;
 mod harness;
 mod ingest_faults;
 mod ingest_flow;
+mod limits;
 mod maintain;
 mod planning;
 mod process;
