@@ -237,7 +237,10 @@ impl Committer {
         let mut in_flight: Vec<InFlight> = Vec::new();
         loop {
             attempt += 1;
-            let error = match self.attempt(ident, base.take(), &mut in_flight, &mut plan).await {
+            let error = match self
+                .attempt(ident, base.take(), &mut in_flight, &mut plan)
+                .await
+            {
                 Ok(Step::Committed {
                     snapshot_id,
                     location,

@@ -400,6 +400,7 @@ impl Maintainer {
         let mut held: Vec<RecordBatch> = Vec::new();
         let mut held_bytes = 0usize;
         let mut added = Vec::new();
+        let mut runs = 0u32;
         while let Some(b) = rx.recv().await {
             let b = b.map_err(|e| Error::iceberg("reading files to compact", e))?;
             if sort.is_unsorted() {
@@ -416,8 +417,14 @@ impl Maintainer {
                 sink.write(sorted)
                     .await
                     .map_err(|e| Error::iceberg("writing compacted files", e))?;
-                let next = crate::write::build_sink(&table, target as usize, &writer_id)
-                    .map_err(|e| Error::iceberg("compaction writer", e))?;
+                // Each run's files get names of their own (a writer numbers its files from 0).
+                runs += 1;
+                let next = crate::write::build_sink(
+                    &table,
+                    target as usize,
+                    &format!("{writer_id}-{runs}"),
+                )
+                .map_err(|e| Error::iceberg("compaction writer", e))?;
                 let run = std::mem::replace(&mut sink, next);
                 added.extend(
                     run.close()
@@ -520,7 +527,14 @@ impl Maintainer {
             let consumer = match self.committer.catalog().load_table(&ident).await {
                 Ok(t) => t,
                 // A consumer that does not exist (yet) pins nothing.
-                Err(_) if !self.committer.catalog().table_exists(&ident).await.unwrap_or(true) => {
+                Err(_)
+                    if !self
+                        .committer
+                        .catalog()
+                        .table_exists(&ident)
+                        .await
+                        .unwrap_or(true) =>
+                {
                     continue
                 }
                 // Not knowing a consumer's position is not "no position": expiring now could
@@ -666,10 +680,7 @@ impl Maintainer {
         );
         // Other engines write `s3a://`/`s3n://` (Hadoop) for the same objects the listing names
         // `s3://`: compare one spelling, or every file they wrote would look orphaned.
-        let reachable: HashSet<String> = reachable
-            .iter()
-            .map(|p| same_object_key(p))
-            .collect();
+        let reachable: HashSet<String> = reachable.iter().map(|p| same_object_key(p)).collect();
         let cutoff =
             opts.now - chrono::Duration::from_std(opts.orphan_older_than).unwrap_or_default();
         let listed = list_location(&self.config, md.location()).await?;

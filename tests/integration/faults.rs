@@ -161,7 +161,9 @@ pub(crate) async fn assert_referenced_files_exist(table: &Table, context: &str) 
     let mut seen = std::collections::HashSet::new();
     let mut missing = Vec::new();
     for s in md.snapshots() {
-        if seen.insert(s.manifest_list().to_string()) && !io.exists(s.manifest_list()).await.unwrap_or(false) {
+        if seen.insert(s.manifest_list().to_string())
+            && !io.exists(s.manifest_list()).await.unwrap_or(false)
+        {
             missing.push(s.manifest_list().to_string());
             continue;
         }
@@ -185,6 +187,9 @@ pub(crate) async fn assert_referenced_files_exist(table: &Table, context: &str) 
             }
         }
     }
-    assert!(missing.is_empty(), "{context}: referenced files missing: {missing:?}");
+    assert!(
+        missing.is_empty(),
+        "{context}: referenced files missing: {missing:?}"
+    );
     seen.len()
 }

@@ -411,7 +411,11 @@ async fn sorted_compaction_memory_is_bounded_by_writing_sorted_runs() {
     assert_eq!(r.groups_compacted, 1, "{r:?}");
     let table = ingestor.catalog().load_table(&env.ident()).await.unwrap();
     let files = floe::maintain::live_files(&table).await.unwrap();
-    assert!(files.len() > 1, "one sorted run per budget: {}", files.len());
+    assert!(
+        files.len() > 1,
+        "one sorted run per budget: {}",
+        files.len()
+    );
     let mut rows = 0;
     for f in &files {
         let tasks = floe::maintain::scan_tasks(&table, std::slice::from_ref(f));
