@@ -395,6 +395,8 @@ pub async fn schema_diff(
                 allow_unknown: true,
             };
             let body = opened.body;
+            let limits = crate::decode::Limits::from(&config.ingest);
+            let size = Some(opened.meta.size);
             let deprecated_names: Vec<String> = deprecated.keys().cloned().collect();
             let scanned = tokio::task::spawn_blocking(move || {
                 let reader = tokio_util::io::SyncIoBridge::new(body);
@@ -402,7 +404,7 @@ pub async fn schema_diff(
                 let mut widen = BTreeMap::new();
                 let mut reasons: BTreeMap<String, u64> = BTreeMap::new();
                 let mut seen_deprecated = std::collections::BTreeSet::new();
-                let result = crate::decode::decode(reader, &spec, &mut |p| {
+                let result = crate::decode::decode_within(reader, &spec, &limits, size, &mut |p| {
                     match p {
                         Piece::UnknownFields(u) => unknown.extend(u),
                         Piece::Widen(w) => widen.extend(w),

@@ -1332,7 +1332,8 @@ impl Output {
                 ),
             ));
         }
-        let evolved = crate::evolve::evolve_schema(&current, &unknown, &widen)
+        // Ids above the sink's last-column-id: a column dropped by another engine keeps its id.
+        let evolved = crate::evolve::evolve_table_schema(self.sink.metadata(), &unknown, &widen)
             .map_err(|e| Error::iceberg("evolving the sink schema", e))?;
         if let Some((schema, what)) = evolved {
             tracing::info!(sink = %self.sink.identifier(), change = %what, "sink schema evolves");
