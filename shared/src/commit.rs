@@ -15,7 +15,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use iceberg::spec::TableMetadata;
 use iceberg::table::Table;
 use iceberg::{Catalog, Namespace, NamespaceIdent, TableCommit, TableCreation, TableIdent};
 use serde::{Deserialize, Serialize};
@@ -56,35 +55,6 @@ impl SourceObject {
     pub fn id(&self) -> String {
         format!("s3://{}/{}#{}", self.bucket, self.key, self.version)
     }
-}
-
-/// Looks for `object_id` in the summaries of main's ancestry, newest first, stopping at the first
-/// snapshot older than `not_before_ms` (no commit of an object can predate the object itself).
-pub fn find_committed(
-    metadata: &TableMetadata,
-    object_id: &str,
-    not_before_ms: i64,
-) -> Option<Found> {
-    let mut current = metadata.current_snapshot();
-    while let Some(snap) = current {
-        if snap.timestamp_ms() < not_before_ms {
-            return None;
-        }
-        let props = &snap.summary().additional_properties;
-        if let Some(list) = props.get(SUMMARY_SOURCE_OBJECTS) {
-            let ids: Vec<String> = serde_json::from_str(list).unwrap_or_default();
-            if ids.iter().any(|id| id == object_id) {
-                return Some(Found {
-                    snapshot_id: snap.snapshot_id(),
-                    writer_id: props.get(SUMMARY_WRITER_ID).cloned(),
-                });
-            }
-        }
-        current = snap
-            .parent_snapshot_id()
-            .and_then(|p| metadata.snapshot_by_id(p));
-    }
-    None
 }
 
 /// Bounds on one commit.
@@ -365,6 +335,7 @@ impl Committer {
             // SDK-level retry of a swap that took effect answers with a conflict too.
             in_flight.push(InFlight {
                 refused: e.kind() == ErrorKind::CommitConflict,
+                base_main: table.metadata().current_snapshot_id(),
                 base: staged.previous,
                 location: staged.location,
                 snapshot_id: staged.snapshot_id,
@@ -409,6 +380,9 @@ struct InFlight {
     /// The pointer it replaces; once the pointer has moved past it without this version, this
     /// version can never land (every swap is a compare-and-swap on its base).
     base: String,
+    /// Main's snapshot in the base: all a REST server compares (`assert-ref-snapshot-id`), so on
+    /// REST a version can land as long as main has not moved, whatever else changed.
+    base_main: Option<i64>,
     location: String,
     snapshot_id: Option<i64>,
     written: Vec<String>,
@@ -436,9 +410,15 @@ impl InFlight {
         let by_snapshot = self
             .snapshot_id
             .is_some_and(|id| md.snapshot_by_id(id).is_some());
+        let moved_on = if writes_metadata {
+            // A compare-and-swap on the exact metadata location.
+            current != Some(self.base.as_str())
+        } else {
+            md.current_snapshot_id() != self.base_main
+        };
         if by_location || by_snapshot {
             Fate::Landed
-        } else if current != Some(self.base.as_str()) {
+        } else if moved_on {
             Fate::Dead
         } else {
             Fate::Unknown
@@ -465,31 +445,6 @@ fn unknown(ident: &TableIdent, in_flight: &[InFlight]) -> Error {
         ),
     )
     .with_retryable(true)
-}
-
-/// The ingest plan: skip when `object` is already in the table, else append `change`.
-/// `writer_id` is recorded so a lost answer can be told from another delivery's commit.
-pub fn append_once_plan(
-    object: &SourceObject,
-    writer_id: &str,
-    mut change: Change,
-    skew: Duration,
-) -> impl FnMut(&Table) -> Result<Plan> + Send + 'static {
-    let id = object.id();
-    change.properties.insert(
-        SUMMARY_SOURCE_OBJECTS.into(),
-        serde_json::to_string(&[&id]).unwrap_or_default(),
-    );
-    change
-        .properties
-        .insert(SUMMARY_WRITER_ID.into(), writer_id.to_string());
-    let not_before = object.modified_ms - skew.as_millis() as i64;
-    move |table: &Table| {
-        Ok(match find_committed(table.metadata(), &id, not_before) {
-            Some(found) => Plan::Skip(Skipped::AlreadyCommitted(found)),
-            None => Plan::Apply(change.clone()),
-        })
-    }
 }
 
 /// Exponential backoff with full jitter: 25 ms doubling to 2 s.

@@ -120,6 +120,9 @@ pub const MIN_ORPHAN_AGE: Duration = Duration::from_secs(3600);
 pub struct Report {
     /// Table.
     pub table: String,
+    /// Why compaction did not run, when it did not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub compaction_skipped: Option<String>,
     /// Whether nothing was changed on purpose.
     pub dry_run: bool,
     /// Live data files before.
@@ -300,6 +303,13 @@ impl Maintainer {
         report: &mut Report,
     ) -> Result<()> {
         let table = self.committer.load(ident).await?;
+        if snapshot::has_delete_files(&table).await? {
+            // Rewriting data files without applying another engine's row-level deletes would
+            // bring deleted rows back (and the deletes would no longer match the new files).
+            tracing::warn!(table = %ident, "compaction skipped: the table has delete files (merge-on-read deletes by another engine)");
+            report.compaction_skipped = Some("the table has delete files (merge-on-read row-level deletes); floe does not rewrite them".into());
+            return Ok(());
+        }
         let md = table.metadata();
         let target = opts
             .target_file_bytes
@@ -468,13 +478,22 @@ impl Maintainer {
         let change = Change::replace(added.clone(), removed.clone(), props);
         let result = self
             .committer
-            .commit(ident, &self.limits(opts), move |_t: &Table| {
-                Ok(Plan::Apply(change.clone()))
+            .commit(ident, &self.limits(opts), move |t: &Table| {
+                // Deletes that arrived since planning would be lost by the rewrite.
+                Ok(if snapshot::summary_counts_deletes(t.metadata()) {
+                    Plan::Skip(Skipped::Obsolete("delete files arrived meanwhile".into()))
+                } else {
+                    Plan::Apply(change.clone())
+                })
             })
             .await;
         match result {
             Ok(Outcome::Committed { .. }) => Ok(true),
-            Ok(Outcome::Skipped(_)) => Ok(false),
+            Ok(Outcome::Skipped(why)) => {
+                tracing::info!(table = %ident, ?why, "compaction group obsolete; dropped");
+                delete_paths(&table, added.iter().map(|f| f.file_path().to_string())).await;
+                Ok(false)
+            }
             Err(e) if e.kind() == ErrorKind::Stale => {
                 tracing::info!(table = %ident, error = %e, "compaction group obsolete; dropped");
                 delete_paths(&table, added.iter().map(|f| f.file_path().to_string())).await;
@@ -600,6 +619,20 @@ impl Maintainer {
                 keep.insert(s.snapshot_id());
             }
         }
+        // A consumer's own position: the newest snapshot carrying each `floe.checkpoint.*` and
+        // everything after it (another engine's snapshots on top carry none; expiring the one
+        // that does would reset the pipeline).
+        let mut positions: HashSet<&str> = HashSet::new();
+        for (i, id) in ancestry.iter().enumerate() {
+            let Some(s) = md.snapshot_by_id(*id) else {
+                continue;
+            };
+            for k in s.summary().additional_properties.keys() {
+                if k.starts_with(CHECKPOINT_PREFIX) && positions.insert(k.as_str()) {
+                    keep.extend(&ancestry[..=i]);
+                }
+            }
+        }
         for cp in self.checkpoints(&table).await? {
             // The consumer will read everything after its checkpoint: keep it and its descendants.
             if let Some(pos) = ancestry.iter().position(|id| *id == cp) {
@@ -626,10 +659,13 @@ impl Maintainer {
         let plan_ids = expired.clone();
         self.committer
             .commit(ident, &self.limits(opts), move |t: &Table| {
+                // A branch or tag created meanwhile keeps its snapshot (removing the snapshot
+                // would silently drop the ref).
+                let refs = ref_snapshot_ids(t.metadata());
                 let present: Vec<i64> = plan_ids
                     .iter()
                     .copied()
-                    .filter(|id| t.metadata().snapshot_by_id(*id).is_some())
+                    .filter(|id| t.metadata().snapshot_by_id(*id).is_some() && !refs.contains(id))
                     .collect();
                 Ok(if present.is_empty() {
                     Plan::Skip(Skipped::Obsolete("already expired".into()))
@@ -638,10 +674,29 @@ impl Maintainer {
                 })
             })
             .await?;
+        // Files are deleted only for exactly the planned expiry: had anything kept a planned
+        // snapshot (a ref created meanwhile), its files are left to orphan cleanup.
+        let after = self.committer.load(ident).await?;
+        if expired
+            .iter()
+            .any(|id| after.metadata().snapshot_by_id(*id).is_some())
+        {
+            tracing::warn!(table = %ident, "some planned snapshots were kept (refs created meanwhile); their files are left to orphan cleanup");
+            return Ok(());
+        }
+        // Compared in one spelling: a file a kept snapshot names `s3a://` is not doomed because
+        // an expired one named it `s3://`.
+        let kept_files: HashSet<String> = keep_data
+            .iter()
+            .chain(&keep_manifests)
+            .chain(&keep_lists)
+            .map(|p| same_object_key(p))
+            .collect();
         let doomed: Vec<String> = exp_data
-            .difference(&keep_data)
-            .chain(exp_manifests.difference(&keep_manifests))
-            .chain(exp_lists.difference(&keep_lists))
+            .iter()
+            .chain(&exp_manifests)
+            .chain(&exp_lists)
+            .filter(|p| !kept_files.contains(&same_object_key(p)))
             .cloned()
             .collect();
         report.expired_files_deleted = doomed.len();

@@ -398,6 +398,18 @@ impl Processor {
                 Some(cp.snapshot_id)
             }
             None => {
+                // A sink with rows but no checkpoint lost its position (e.g. another engine's
+                // snapshots and expiration): starting over would duplicate or skip output.
+                if process::summary_total(pos.sink.metadata(), "total-records") > 0 {
+                    return Err(Error::new(
+                        ErrorKind::Stale,
+                        format!(
+                            "pipeline `{}`: sink `{}` has rows but no checkpoint on `{}`; nothing was processed. \
+                             Rebuild it with `floe process refresh --pipeline {}`",
+                            p.name, p.sink, p.source, p.name
+                        ),
+                    ));
+                }
                 let start = p
                     .start_strategy()
                     .map_err(|r| Error::new(ErrorKind::Config, r))?;
@@ -419,7 +431,9 @@ impl Processor {
             lag_seconds: oldest_unprocessed_age(&pos.source, &delta.appends),
             ..Default::default()
         };
-        if delta.to == after || delta.to.is_none() {
+        // Nothing new — except for a first run (`start = "latest"` starts at the current
+        // snapshot): it commits its starting position, or every later run would start over.
+        if (delta.to == after && pos.checkpoint.is_some()) || delta.to.is_none() {
             return Ok(Some(report));
         }
         let to = delta.to.unwrap_or_default();

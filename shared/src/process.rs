@@ -75,6 +75,14 @@ pub fn read_checkpoint(sink: &TableMetadata, source_uuid: &str) -> Option<Checkp
     None
 }
 
+/// A `total-*` count from the current snapshot's summary (0 when absent).
+pub fn summary_total(md: &TableMetadata, key: &str) -> u64 {
+    md.current_snapshot()
+        .and_then(|s| s.summary().additional_properties.get(key).cloned())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
 /// The snapshot-summary properties that record a checkpoint (commit them with the output).
 pub fn checkpoint_properties(
     source_uuid: &str,
@@ -258,6 +266,15 @@ async fn current_state(source: &Table, mut delta: Delta) -> Result<Delta> {
     let Some(current) = md.current_snapshot() else {
         return Ok(delta);
     };
+    if crate::snapshot::has_delete_files(source).await? {
+        return Err(Error::new(
+            ErrorKind::Stale,
+            format!(
+                "{} has delete files (row-level deletes by another engine); floe reads data files                  only and would return deleted rows. Rewrite the table without delete files                  (copy-on-write) before starting a pipeline from its current state",
+                source.identifier()
+            ),
+        ));
+    }
     let mut cur = Some(current);
     while let Some(s) = cur {
         if s.summary().operation == Operation::Append {
@@ -287,7 +304,13 @@ async fn current_state(source: &Table, mut delta: Delta) -> Result<Delta> {
             });
         }
     }
-    // Oldest first, as for an incremental delta.
-    delta.files.sort_by_key(|f| f.snapshot_id);
+    // Oldest first (by the sequence number of the commit that added each), as for a delta.
+    let order: std::collections::HashMap<i64, i64> = md
+        .snapshots()
+        .map(|s| (s.snapshot_id(), s.sequence_number()))
+        .collect();
+    delta
+        .files
+        .sort_by_key(|f| order.get(&f.snapshot_id).copied().unwrap_or(i64::MIN));
     Ok(delta)
 }

@@ -142,6 +142,36 @@ fn ice(what: &str) -> impl Fn(iceberg::Error) -> Error + '_ {
     move |e| Error::iceberg(what.to_string(), e)
 }
 
+/// Whether the current snapshot has live delete files (row-level deletes written by another
+/// engine in merge-on-read mode). floe's own readers and compaction read data files only, so
+/// they must not run over such a table as if its rows were all live.
+pub async fn has_delete_files(table: &Table) -> Result<bool> {
+    Ok(current_manifests(table).await?.iter().any(|m| {
+        m.content == ManifestContentType::Deletes && (m.has_added_files() || m.has_existing_files())
+    }))
+}
+
+/// Whether the summary of the current snapshot counts delete files (the check a commit plan can
+/// make without reading manifests; floe and Java write these totals).
+pub fn summary_counts_deletes(md: &TableMetadata) -> bool {
+    md.current_snapshot().is_some_and(|s| {
+        let props = &s.summary().additional_properties;
+        [
+            "total-delete-files",
+            "total-position-deletes",
+            "total-equality-deletes",
+        ]
+        .iter()
+        .any(|k| {
+            props
+                .get(*k)
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0)
+                > 0
+        })
+    })
+}
+
 /// Loads the manifest list of the table's current snapshot (empty for a new table).
 pub async fn current_manifests(table: &Table) -> Result<Vec<ManifestFile>> {
     let md = table.metadata();
@@ -516,6 +546,9 @@ pub async fn write_metadata(
         .to_string();
     let built = builder.build().map_err(ice("building metadata"))?;
     let changes = built.changes.clone();
+    // What a REST server checks before applying the updates. Besides main's snapshot, the schema
+    // the change was built on: another engine's schema change makes no snapshot, and applying
+    // ours over it would drop its column or reuse its field id.
     let requirements = vec![
         TableRequirement::UuidMatch {
             uuid: table.metadata().uuid(),
@@ -523,6 +556,12 @@ pub async fn write_metadata(
         TableRequirement::RefSnapshotIdMatch {
             r#ref: MAIN_BRANCH.to_string(),
             snapshot_id: table.metadata().current_snapshot_id(),
+        },
+        TableRequirement::CurrentSchemaIdMatch {
+            current_schema_id: table.metadata().current_schema_id(),
+        },
+        TableRequirement::LastAssignedFieldIdMatch {
+            last_assigned_field_id: table.metadata().last_column_id(),
         },
     ];
     let expired_metadata = built
