@@ -212,6 +212,15 @@ format = "parquet"
     }
 
     pub async fn put(&self, key: &str, body: impl Into<Vec<u8>>) {
+        self.put_version(key, body).await;
+    }
+
+    /// Puts `key` and returns S3's answer (its ETag and version id).
+    pub async fn put_version(
+        &self,
+        key: &str,
+        body: impl Into<Vec<u8>>,
+    ) -> aws_sdk_s3::operation::put_object::PutObjectOutput {
         self.s3
             .put_object()
             .bucket(&self.bucket)
@@ -219,7 +228,7 @@ format = "parquet"
             .body(body.into().into())
             .send()
             .await
-            .expect("put object");
+            .expect("put object")
     }
 
     pub async fn get(&self, key: &str) -> Option<Vec<u8>> {
@@ -345,6 +354,34 @@ format = "parquet"
             .try_collect()
             .await
             .expect("read")
+    }
+
+    /// Runs Python `code` with `t` bound to `table` loaded through PyIceberg's SQL catalog over
+    /// this test's SQLite catalog: another engine writing the same table.
+    pub fn pyiceberg_run(&self, table: &str, code: &str) {
+        let script = format!(
+            r#"
+from pyiceberg.catalog.sql import SqlCatalog
+cat = SqlCatalog("floe", uri="sqlite:///{dir}/catalog.db", warehouse="s3://{bucket}/warehouse",
+    **{{"s3.endpoint": "{endpoint}", "s3.access-key-id": "test", "s3.secret-access-key": "test",
+        "s3.region": "us-east-1"}})
+t = cat.load_table("{ns}.{table}")
+{code}
+"#,
+            dir = self.dir.display(),
+            bucket = self.bucket,
+            endpoint = moto(),
+            ns = self.namespace,
+        );
+        let out = Command::new(python())
+            .args(["-c", &script])
+            .output()
+            .expect("run python");
+        assert!(
+            out.status.success(),
+            "pyiceberg: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 
     /// Reads the table with PyIceberg and returns its JSON report.

@@ -84,15 +84,7 @@ async fn each_version_event_ingests_exactly_that_version() {
     let key = "orders/versioned.jsonl";
     let mut versions = Vec::new();
     for (n, seed) in [(50, 1u64), (30, 2)] {
-        let out = env
-            .s3
-            .put_object()
-            .bucket(&env.bucket)
-            .key(key)
-            .body(orders(n, seed).into_bytes().into())
-            .send()
-            .await
-            .unwrap();
+        let out = env.put_version(key, orders(n, seed)).await;
         versions.push(out.version_id().unwrap().to_string());
     }
     // A delete marker on top: the key has no current version, its versions still exist.
@@ -148,15 +140,7 @@ async fn an_event_whose_etag_was_overwritten_is_superseded_not_ingested_as_the_n
     let key = "orders/overwritten.jsonl";
     let mut etags = Vec::new();
     for (n, seed) in [(20, 3u64), (25, 4)] {
-        let out = env
-            .s3
-            .put_object()
-            .bucket(&env.bucket)
-            .key(key)
-            .body(orders(n, seed).into_bytes().into())
-            .send()
-            .await
-            .unwrap();
+        let out = env.put_version(key, orders(n, seed)).await;
         etags.push(out.e_tag().unwrap().trim_matches('"').to_string());
     }
     let ingestor = env.ingestor().await;
@@ -338,29 +322,9 @@ async fn a_slow_write_still_gets_its_whole_commit_window() {
 
 /// Drops `column` from the table with PyIceberg (another engine).
 fn drop_column_with_pyiceberg(env: &TestEnv, column: &str) {
-    let script = format!(
-        r#"
-from pyiceberg.catalog.sql import SqlCatalog
-cat = SqlCatalog("floe", uri="sqlite:///{dir}/catalog.db", warehouse="s3://{bucket}/warehouse",
-    **{{"s3.endpoint": "{endpoint}", "s3.access-key-id": "test", "s3.secret-access-key": "test",
-        "s3.region": "us-east-1"}})
-t = cat.load_table("{ns}.orders")
-with t.update_schema() as u:
-    u.delete_column("{column}")
-"#,
-        dir = env.dir.display(),
-        bucket = env.bucket,
-        endpoint = crate::harness::moto(),
-        ns = env.namespace,
-    );
-    let out = std::process::Command::new(crate::harness::python())
-        .args(["-c", &script])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "pyiceberg: {}",
-        String::from_utf8_lossy(&out.stderr)
+    env.pyiceberg_run(
+        "orders",
+        &format!("with t.update_schema() as u:\n    u.delete_column(\"{column}\")"),
     );
 }
 

@@ -53,6 +53,17 @@ fn opts() -> Options {
     }
 }
 
+/// Expire everything but the latest snapshot and what consumers pin.
+fn expire_all() -> Options {
+    Options {
+        expire: true,
+        expire_older_than: Some(Duration::ZERO),
+        dedup_window: Duration::ZERO,
+        retain_last: Some(1),
+        ..opts()
+    }
+}
+
 /// `orders` as Parquet (the same rows as the JSON lines).
 fn parquet_of(jsonl: &str) -> Vec<u8> {
     use arrow::datatypes::{DataType, Field, Schema};
@@ -138,6 +149,12 @@ impl Cell {
             Some(f) => Committer::new(catalog, faulty(f)(swap)),
             None => Committer::new(catalog, swap),
         }
+    }
+
+    /// The current version of `orders`.
+    async fn orders(&self) -> iceberg::table::Table {
+        let m = self.maintainer(None).await;
+        m.committer().load(&self.env.ident()).await.unwrap()
     }
 
     async fn maintainer(&self, fault: Option<Fault>) -> Maintainer {
@@ -270,21 +287,9 @@ impl Cell {
                         manifest_threshold: 2,
                         ..opts()
                     },
-                    _ => Options {
-                        expire: true,
-                        expire_older_than: Some(Duration::ZERO),
-                        dedup_window: Duration::ZERO,
-                        retain_last: Some(1),
-                        ..opts()
-                    },
+                    _ => expire_all(),
                 };
-                let before = self
-                    .maintainer(None)
-                    .await
-                    .committer()
-                    .load(&self.env.ident())
-                    .await
-                    .unwrap();
+                let before = self.orders().await;
                 let first = self.maintainer(Some(fault)).await.run("orders", &o).await;
                 if fault.crashes() {
                     let e = first.unwrap_err();
@@ -294,13 +299,7 @@ impl Cell {
                 }
                 // The next scheduled run finishes the job.
                 self.maintainer(None).await.run("orders", &o).await.unwrap();
-                let after = self
-                    .maintainer(None)
-                    .await
-                    .committer()
-                    .load(&self.env.ident())
-                    .await
-                    .unwrap();
+                let after = self.orders().await;
                 assert_ne!(
                     before.metadata_location(),
                     after.metadata_location(),
@@ -488,30 +487,12 @@ async fn expiration_stops_when_a_consumer_cannot_be_read() {
     ));
     let swap = floe::swap::from_config(&cell.env.config).await.unwrap();
     let m = Maintainer::with_parts(cell.env.config.clone(), Committer::new(flaky, swap));
-    let o = Options {
-        expire: true,
-        expire_older_than: Some(Duration::ZERO),
-        dedup_window: Duration::ZERO,
-        retain_last: Some(1),
-        ..opts()
-    };
-    let before = cell
-        .maintainer(None)
-        .await
-        .committer()
-        .load(&cell.env.ident())
-        .await
-        .unwrap();
+    let o = expire_all();
+    let before = cell.orders().await;
     let e = m.run("orders", &o).await.unwrap_err();
     assert!(e.is_retryable(), "{e}");
     assert!(e.to_string().contains(APPEND), "{e}");
-    let after = cell
-        .maintainer(None)
-        .await
-        .committer()
-        .load(&cell.env.ident())
-        .await
-        .unwrap();
+    let after = cell.orders().await;
     assert_eq!(
         before.metadata().snapshots().count(),
         after.metadata().snapshots().count(),

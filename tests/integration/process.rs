@@ -716,28 +716,7 @@ async fn expiring_a_sink_under_another_engines_snapshot_keeps_the_pipeline_posit
     let p = env.processor().await;
     p.run(APPEND, soon()).await.unwrap();
     // PyIceberg rewrites the sink with the same rows (an overwrite without floe's summary keys).
-    let script = format!(
-        r#"
-from pyiceberg.catalog.sql import SqlCatalog
-cat = SqlCatalog("floe", uri="sqlite:///{dir}/catalog.db", warehouse="s3://{bucket}/warehouse",
-    **{{"s3.endpoint": "{endpoint}", "s3.access-key-id": "test", "s3.secret-access-key": "test", "s3.region": "us-east-1"}})
-t = cat.load_table("{ns}.{APPEND}")
-t.overwrite(t.scan().to_arrow())
-"#,
-        dir = env.dir.display(),
-        bucket = env.bucket,
-        endpoint = crate::harness::moto(),
-        ns = env.namespace,
-    );
-    let out = std::process::Command::new(crate::harness::python())
-        .args(["-c", &script])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    env.pyiceberg_run(APPEND, "t.overwrite(t.scan().to_arrow())");
     let m = env.maintainer().await;
     let o = floe::maintain::Options {
         expire_older_than: Some(Duration::ZERO),
