@@ -133,7 +133,7 @@ fn faults(seed: u64) -> Value {
             "throttle":    {"rate": 0.02, "kinds": ["*"]},
             "error500":    {"rate": 0.01, "kinds": ["*"]},
             "reset_body":  {"rate": 0.03, "kinds": ["s3:GET"]},
-            "lost_answer": {"rates": {"glue:UpdateTable": 0.3, "glue:CreateTable": 0.5,
+            "lost_answer": {"rates": {"glue:UpdateTable": 0.6, "glue:CreateTable": 0.5,
                                       "s3:PUT": 0.02}, "mode": "mixed"}
         }
     })
@@ -627,7 +627,7 @@ fn print_report(rounds: &[(usize, Check, u64)], tally: &Tally, counts: &Value, s
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chaos_faults_below_floe_lose_and_duplicate_nothing() {
     let rounds = env_num("FLOE_CHAOS_ROUNDS", 3) as usize;
-    let per_round = env_num("FLOE_CHAOS_OBJECTS", 6) as usize;
+    let per_round = env_num("FLOE_CHAOS_OBJECTS", 8) as usize;
     let seed = env_num("FLOE_CHAOS_SEED", 15);
     let started = Instant::now();
     let env = TestEnv::with_pipelines("glue", "").await;
