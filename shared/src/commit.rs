@@ -221,7 +221,12 @@ impl Committer {
                         location,
                     })
                 }
-                Ok(Step::Skipped(why)) if in_flight.is_empty() => return Ok(Outcome::Skipped(why)),
+                // A skip is safe to report unless an unknown attempt added a snapshot: callers
+                // delete that snapshot's files on a skip. (An unknown expiry, say, adds none:
+                // "already expired" is then its own or someone's effect, either way true.)
+                Ok(Step::Skipped(why)) if in_flight.iter().all(|f| f.snapshot_id.is_none()) => {
+                    return Ok(Outcome::Skipped(why))
+                }
                 Ok(Step::Skipped(why)) => {
                     return Err(unknown(ident, &in_flight).with_source(Error::new(
                         ErrorKind::Internal,
