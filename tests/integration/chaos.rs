@@ -418,13 +418,28 @@ async fn scan_orders(table: &Table) -> Result<(usize, i64, Vec<String>), String>
 
 /// PyIceberg's report on a table (Glue on moto, no proxy), or why it could not read it.
 fn pyiceberg(env: &TestEnv, table: &str) -> Result<Value, String> {
-    let out = Command::new(python())
-        .arg(repo_root().join("infra/pyiceberg_check.py"))
-        .args(["--catalog", "glue", "--table"])
+    let mut cmd = Command::new(python());
+    cmd.arg(repo_root().join("infra/pyiceberg_check.py"))
+        .args([
+            "--catalog",
+            if env.catalog_kind == "glue" {
+                "glue"
+            } else {
+                "sqlite"
+            },
+        ])
+        .arg("--table")
         .arg(format!("{}.{table}", env.namespace))
-        .args(["--endpoint", moto()])
-        .output()
-        .map_err(short)?;
+        .args(["--endpoint", moto()]);
+    if env.catalog_kind != "glue" {
+        cmd.args([
+            "--uri",
+            &format!("sqlite:///{}/catalog.db", env.dir.display()),
+            "--warehouse",
+            &format!("s3://{}/warehouse", env.bucket),
+        ]);
+    }
+    let out = cmd.output().map_err(short)?;
     if !out.status.success() {
         let err = String::from_utf8_lossy(&out.stderr);
         let last = err
@@ -626,15 +641,28 @@ fn print_report(rounds: &[(usize, Check, u64)], tally: &Tally, counts: &Value, s
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chaos_faults_below_floe_lose_and_duplicate_nothing() {
+    chaos("glue").await;
+}
+
+/// The same rounds on the SQLite catalog: faults below floe on the object store only (the
+/// catalog is a local file), at every site that reads, writes or deletes objects.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chaos_object_store_faults_on_the_sqlite_catalog() {
+    chaos("sqlite").await;
+}
+
+async fn chaos(kind: &'static str) {
     let rounds = env_num("FLOE_CHAOS_ROUNDS", 3) as usize;
     let per_round = env_num("FLOE_CHAOS_OBJECTS", 8) as usize;
     let seed = env_num("FLOE_CHAOS_SEED", 15);
     let started = Instant::now();
-    let env = TestEnv::with_pipelines("glue", "").await;
+    let env = TestEnv::with_pipelines(kind, "").await;
     let proxy = FaultProxy::start(moto(), &env.dir);
-    // floe talks to S3 and Glue through the proxy; the test puts and checks directly on moto.
+    // floe talks to S3 (and Glue) through the proxy; the test puts and checks directly on moto.
     let mut config = env.config.clone();
-    config.catalog.uri = Some(proxy.url.clone());
+    if kind == "glue" {
+        config.catalog.uri = Some(proxy.url.clone());
+    }
     config.storage.endpoint = Some(proxy.url.clone());
     proxy.configure(faults(seed));
 
@@ -764,11 +792,19 @@ async fn chaos_faults_below_floe_lose_and_duplicate_nothing() {
         "invariants broken under faults: {:?}",
         last.violations(*q)
     );
-    let lost_commits = counts["effective"]["glue:UpdateTable"]
-        .as_u64()
-        .unwrap_or(0);
-    assert!(
-        lost_commits >= 10,
-        "too few lost commit answers injected to mean anything: {lost_commits}"
-    );
+    if kind == "glue" {
+        let lost_commits = counts["effective"]["glue:UpdateTable"]
+            .as_u64()
+            .unwrap_or(0);
+        assert!(
+            lost_commits >= 10,
+            "too few lost commit answers injected to mean anything: {lost_commits}"
+        );
+    } else {
+        let lost_puts = counts["effective"]["s3:PUT"].as_u64().unwrap_or(0);
+        assert!(
+            lost_puts >= 1,
+            "no lost S3 PUT answer was injected: {counts}"
+        );
+    }
 }
