@@ -206,6 +206,17 @@ pub async fn live_files(table: &Table) -> Result<Vec<LiveFile>> {
 pub fn scan_tasks(table: &Table, files: &[LiveFile]) -> Vec<FileScanTask> {
     let md = table.metadata();
     let schema = md.current_schema().clone();
+    // Files added without field ids (Spark/PyIceberg `add_files`, migrations) are read by the
+    // table's name mapping, as iceberg's own scan does; without it they would be read by position.
+    let name_mapping = md
+        .properties()
+        .get(iceberg::spec::DEFAULT_SCHEMA_NAME_MAPPING)
+        .and_then(|raw| {
+            serde_json::from_str::<iceberg::spec::NameMapping>(raw)
+                .map_err(|e| tracing::warn!(table = %table.identifier(), error = %e, "unreadable name mapping"))
+                .ok()
+        })
+        .map(Arc::new);
     let field_ids: Vec<i32> = schema.as_struct().fields().iter().map(|f| f.id).collect();
     files
         .iter()
@@ -221,6 +232,7 @@ pub fn scan_tasks(table: &Table, files: &[LiveFile]) -> Vec<FileScanTask> {
                 .with_project_field_ids(field_ids.clone())
                 .with_partition(Some(f.file.partition().clone()))
                 .with_partition_spec(md.partition_spec_by_id(f.spec_id).cloned())
+                .with_name_mapping(name_mapping.clone())
                 .with_case_sensitive(true)
                 .build()
         })

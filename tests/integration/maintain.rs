@@ -504,3 +504,58 @@ async fn orphan_cleanup_treats_s3a_and_s3_as_the_same_object() {
         r.orphans_found
     );
 }
+
+/// Review finding: files another engine added without field ids (PyIceberg/Spark `add_files`,
+/// a migration) are read through the table's name mapping by compaction, not by position.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compaction_reads_files_without_field_ids_through_the_name_mapping() {
+    let env = TestEnv::new("sqlite").await;
+    let ingestor = env.ingestor().await;
+    for i in 0..2u64 {
+        env.put(&format!("orders/n{i}.jsonl"), orders(20, 2200 + i))
+            .await;
+        env.ingest(&ingestor, &format!("orders/n{i}.jsonl"))
+            .await
+            .unwrap();
+    }
+    // A Parquet file with the table's columns in reverse order and no field ids, added by
+    // PyIceberg (which also sets `schema.name-mapping.default`).
+    env.pyiceberg_run(
+        "orders",
+        r#"
+import datetime as dt
+import pyarrow as pa, pyarrow.parquet as pq
+from pyiceberg.io.pyarrow import schema_to_pyarrow
+s = schema_to_pyarrow(t.schema())
+fields = [pa.field(f.name, f.type, f.nullable) for f in reversed(list(s))]
+now = dt.datetime.now(dt.timezone.utc)
+n = 10
+cols = {
+    "order_id": [f"nm-{i}" for i in range(n)], "customer_id": [7000 + i for i in range(n)],
+    "region": ["eu-west"] * n, "amount": [float(i) for i in range(n)], "currency": ["EUR"] * n,
+    "items": [i for i in range(n)], "status": ["paid"] * n, "payment_method": ["card"] * n,
+    "event_time": [now] * n, "_ingested_at": [now] * n, "_source": ["s3://elsewhere/nm#1"] * n,
+}
+table = pa.table({f.name: pa.array(cols[f.name], f.type) for f in fields}, schema=pa.schema(fields))
+path = t.location() + "/data/added-by-another-engine.parquet"
+with t.io.new_output(path).create() as out:
+    pq.write_table(table, out)
+t.add_files([path])
+"#,
+    );
+    let catalog = ingestor.catalog();
+    let before = env.checksum(catalog.as_ref()).await;
+    assert_eq!(before.0, 50);
+    let opts = floe::maintain::Options {
+        min_input_files: 2,
+        ..only(true, false, false)
+    };
+    let r = env.maintainer().await.run("orders", &opts).await.unwrap();
+    assert_eq!(r.groups_compacted, 1, "{r:?}");
+    assert_eq!(env.checksum(catalog.as_ref()).await, before);
+    let py = env.pyiceberg();
+    assert_eq!(
+        (py["rows"].clone(), py["distinct_order_ids"].clone()),
+        (50.into(), 50.into())
+    );
+}
