@@ -168,21 +168,24 @@ pub struct LiveFile {
 
 /// Live data files and bytes of the current snapshot, from its summary totals.
 fn totals(table: &Table) -> (usize, u64) {
-    let summary = table
-        .metadata()
-        .current_snapshot()
-        .map(|s| &s.summary().additional_properties);
-    let get = |k: &str| {
-        summary
-            .and_then(|p| p.get(k))
-            .and_then(|v| v.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
-    (get("total-data-files") as usize, get("total-files-size"))
+    let md = table.metadata();
+    (
+        snapshot::summary_total(md, "total-data-files") as usize,
+        snapshot::summary_total(md, "total-files-size"),
+    )
 }
 
 /// Live data files of the current snapshot.
 pub async fn live_files(table: &Table) -> Result<Vec<LiveFile>> {
+    Ok(live_files_added_by(table)
+        .await?
+        .into_iter()
+        .map(|(f, _)| f)
+        .collect())
+}
+
+/// Live data files of the current snapshot, each with the snapshot that added it.
+pub async fn live_files_added_by(table: &Table) -> Result<Vec<(LiveFile, i64)>> {
     let mut out = Vec::new();
     for mf in snapshot::current_manifests(table).await? {
         if mf.content != ManifestContentType::Data {
@@ -193,10 +196,13 @@ pub async fn live_files(table: &Table) -> Result<Vec<LiveFile>> {
             .await
             .map_err(|e| Error::iceberg("reading a manifest", e))?;
         for e in m.entries().iter().filter(|e| e.is_alive()) {
-            out.push(LiveFile {
-                file: e.data_file().clone(),
-                spec_id: mf.partition_spec_id,
-            });
+            out.push((
+                LiveFile {
+                    file: e.data_file().clone(),
+                    spec_id: mf.partition_spec_id,
+                },
+                e.snapshot_id().unwrap_or(mf.added_snapshot_id),
+            ));
         }
     }
     Ok(out)

@@ -400,7 +400,7 @@ impl Processor {
             None => {
                 // A sink with rows but no checkpoint lost its position (e.g. another engine's
                 // snapshots and expiration): starting over would duplicate or skip output.
-                if process::summary_total(pos.sink.metadata(), "total-records") > 0 {
+                if crate::snapshot::summary_total(pos.sink.metadata(), "total-records") > 0 {
                     return Err(Error::new(
                         ErrorKind::Stale,
                         format!(

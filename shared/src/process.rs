@@ -75,14 +75,6 @@ pub fn read_checkpoint(sink: &TableMetadata, source_uuid: &str) -> Option<Checkp
     None
 }
 
-/// A `total-*` count from the current snapshot's summary (0 when absent).
-pub fn summary_total(md: &TableMetadata, key: &str) -> u64 {
-    md.current_snapshot()
-        .and_then(|s| s.summary().additional_properties.get(key).cloned())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
-}
-
 /// The snapshot-summary properties that record a checkpoint (commit them with the output).
 pub fn checkpoint_properties(
     source_uuid: &str,
@@ -270,7 +262,9 @@ async fn current_state(source: &Table, mut delta: Delta) -> Result<Delta> {
         return Err(Error::new(
             ErrorKind::Stale,
             format!(
-                "{} has delete files (row-level deletes by another engine); floe reads data files                  only and would return deleted rows. Rewrite the table without delete files                  (copy-on-write) before starting a pipeline from its current state",
+                "{} has delete files (row-level deletes by another engine); floe reads data files \
+                 only and would return deleted rows. Rewrite the table without delete files \
+                 (copy-on-write) before starting a pipeline from its current state",
                 source.identifier()
             ),
         ));
@@ -283,27 +277,15 @@ async fn current_state(source: &Table, mut delta: Delta) -> Result<Delta> {
         cur = s.parent_snapshot_id().and_then(|p| md.snapshot_by_id(p));
     }
     delta.appends.reverse();
-    let list = source
-        .manifest_list_reader(current)
-        .load()
-        .await
-        .map_err(|e| Error::iceberg("reading the current manifest list", e))?;
-    for mf in list.entries() {
-        if mf.content != ManifestContentType::Data {
-            continue;
-        }
-        let m = mf
-            .load_manifest(source.file_io())
-            .await
-            .map_err(|e| Error::iceberg("reading a manifest", e))?;
-        for e in m.entries().iter().filter(|e| e.is_alive()) {
-            delta.files.push(NewFile {
-                file: e.data_file().clone(),
-                spec_id: mf.partition_spec_id,
-                snapshot_id: e.snapshot_id().unwrap_or(mf.added_snapshot_id),
-            });
-        }
-    }
+    delta.files = crate::maintain::live_files_added_by(source)
+        .await?
+        .into_iter()
+        .map(|(f, snapshot_id)| NewFile {
+            file: f.file,
+            spec_id: f.spec_id,
+            snapshot_id,
+        })
+        .collect();
     // Oldest first (by the sequence number of the commit that added each), as for a delta.
     let order: std::collections::HashMap<i64, i64> = md
         .snapshots()

@@ -151,25 +151,24 @@ pub async fn has_delete_files(table: &Table) -> Result<bool> {
     }))
 }
 
+/// A `total-*` count from the current snapshot's summary (0 when absent or unparsable).
+pub fn summary_total(md: &TableMetadata, key: &str) -> u64 {
+    md.current_snapshot()
+        .and_then(|s| s.summary().additional_properties.get(key))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
 /// Whether the summary of the current snapshot counts delete files (the check a commit plan can
 /// make without reading manifests; floe and Java write these totals).
 pub fn summary_counts_deletes(md: &TableMetadata) -> bool {
-    md.current_snapshot().is_some_and(|s| {
-        let props = &s.summary().additional_properties;
-        [
-            "total-delete-files",
-            "total-position-deletes",
-            "total-equality-deletes",
-        ]
-        .iter()
-        .any(|k| {
-            props
-                .get(*k)
-                .and_then(|v| v.parse::<u64>().ok())
-                .unwrap_or(0)
-                > 0
-        })
-    })
+    [
+        "total-delete-files",
+        "total-position-deletes",
+        "total-equality-deletes",
+    ]
+    .iter()
+    .any(|k| summary_total(md, k) > 0)
 }
 
 /// Loads the manifest list of the table's current snapshot (empty for a new table).
