@@ -196,8 +196,9 @@ pub struct DecodeSpec {
     pub allow_unknown: bool,
 }
 
-/// Decodes `input` per `spec` within the default [`Limits`], sending pieces to `sink` (which
-/// returns false when closed). Returns the number of records seen (valid + rejected).
+/// [`decode_within`] with the default [`Limits`] and no known size (the unit tests' shorthand; ingest
+/// and schema-diff always pass the configured limits).
+#[cfg(test)]
 pub fn decode<'a, R: Read + 'a>(
     input: R,
     spec: &DecodeSpec,
@@ -206,8 +207,9 @@ pub fn decode<'a, R: Read + 'a>(
     decode_within(input, spec, &Limits::default(), None, sink)
 }
 
-/// Like [`decode`], within `limits`; `object_size` is the stored object's size when known
-/// (Content-Length), checked before spooling a Parquet object.
+/// Decodes `input` per `spec` within `limits`, sending pieces to `sink` (which returns false when
+/// closed); `object_size` is the stored object's size when known (Content-Length), checked before
+/// spooling a Parquet object. Returns the number of records seen (valid + rejected).
 pub fn decode_within<'a, R: Read + 'a>(
     input: R,
     spec: &DecodeSpec,
