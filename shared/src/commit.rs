@@ -3,10 +3,10 @@
 //! Each attempt loads the table, asks the caller's `plan` what to do *given that version* (this is
 //! where exactly-once and liveness checks run), stages the change on that version
 //! ([`crate::snapshot::stage`]) and installs it with a compare-and-swap of the catalog pointer
-//! ([`crate::swap`]). A conflict means someone committed in between: back off and start again from
+//! ([`crate::catalog::PointerSwap`]). A conflict means someone committed in between: back off and start again from
 //! a fresh load, so the plan is re-validated against every snapshot that landed meanwhile.
 //!
-//! The swap is catalog-specific ([`crate::swap`]): SQLite and Glue move the metadata pointer by
+//! The swap is catalog-specific (one file per backend under [`crate::catalog`]): SQLite and Glue move the metadata pointer by
 //! compare-and-swap; REST sends the same change as updates with an `assert-ref-snapshot-id`
 //! requirement to the commit endpoint.
 
@@ -14,18 +14,13 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use async_trait::async_trait;
 use iceberg::table::Table;
-use iceberg::{Catalog, Namespace, NamespaceIdent, TableCommit, TableCreation, TableIdent};
+use iceberg::{Catalog, TableIdent};
 use serde::{Deserialize, Serialize};
 
+use crate::catalog::PointerSwap;
 use crate::error::{Error, ErrorKind, Result};
 use crate::snapshot::{self, Change};
-use crate::swap::PointerSwap;
-/// Snapshot-summary key listing the source objects whose rows the snapshot adds (a JSON array).
-pub const SUMMARY_SOURCE_OBJECTS: &str = "floe.source-objects";
-/// Snapshot-summary key naming the write attempt (the id in its data file names).
-pub const SUMMARY_WRITER_ID: &str = "floe.writer-id";
 
 /// Where an object's rows were found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -457,114 +452,4 @@ fn backoff(attempt: u32) -> Duration {
     let cap = 25u64.saturating_mul(1 << attempt.min(7)).min(2000);
     let r = (uuid::Uuid::new_v4().as_u128() % 1000) as u64;
     Duration::from_millis(cap / 2 + cap * r / 2000)
-}
-
-/// Intercepts table creation, loads and commits of a wrapped catalog; everything else passes
-/// through. floe uses it to create Glue tables itself ([`crate::glue::GlueHook`]).
-#[async_trait]
-pub trait UpdateHook: std::fmt::Debug + Send + Sync {
-    /// Called instead of `inner.update_table(commit)`; passes through by default.
-    async fn update_table(
-        &self,
-        inner: &dyn Catalog,
-        commit: TableCommit,
-    ) -> iceberg::Result<Table> {
-        inner.update_table(commit).await
-    }
-
-    /// Called instead of `inner.load_table(ident)`; passes through by default.
-    async fn load_table(&self, inner: &dyn Catalog, ident: &TableIdent) -> iceberg::Result<Table> {
-        inner.load_table(ident).await
-    }
-
-    /// Called instead of `inner.create_table(ns, creation)`; passes through by default.
-    async fn create_table(
-        &self,
-        inner: &dyn Catalog,
-        ns: &NamespaceIdent,
-        creation: TableCreation,
-    ) -> iceberg::Result<Table> {
-        inner.create_table(ns, creation).await
-    }
-}
-
-/// A catalog whose `update_table` goes through a hook.
-#[derive(Debug)]
-pub struct Hooked<H> {
-    inner: Arc<dyn Catalog>,
-    /// The hook.
-    pub hook: H,
-}
-
-impl<H: UpdateHook> Hooked<H> {
-    /// Wraps `inner`.
-    pub fn new(inner: Arc<dyn Catalog>, hook: H) -> Self {
-        Self { inner, hook }
-    }
-}
-
-#[async_trait]
-impl<H: UpdateHook> Catalog for Hooked<H> {
-    async fn list_namespaces(
-        &self,
-        parent: Option<&NamespaceIdent>,
-    ) -> iceberg::Result<Vec<NamespaceIdent>> {
-        self.inner.list_namespaces(parent).await
-    }
-    async fn create_namespace(
-        &self,
-        ns: &NamespaceIdent,
-        props: HashMap<String, String>,
-    ) -> iceberg::Result<Namespace> {
-        self.inner.create_namespace(ns, props).await
-    }
-    async fn get_namespace(&self, ns: &NamespaceIdent) -> iceberg::Result<Namespace> {
-        self.inner.get_namespace(ns).await
-    }
-    async fn namespace_exists(&self, ns: &NamespaceIdent) -> iceberg::Result<bool> {
-        self.inner.namespace_exists(ns).await
-    }
-    async fn update_namespace(
-        &self,
-        ns: &NamespaceIdent,
-        props: HashMap<String, String>,
-    ) -> iceberg::Result<()> {
-        self.inner.update_namespace(ns, props).await
-    }
-    async fn drop_namespace(&self, ns: &NamespaceIdent) -> iceberg::Result<()> {
-        self.inner.drop_namespace(ns).await
-    }
-    async fn list_tables(&self, ns: &NamespaceIdent) -> iceberg::Result<Vec<TableIdent>> {
-        self.inner.list_tables(ns).await
-    }
-    async fn create_table(
-        &self,
-        ns: &NamespaceIdent,
-        creation: TableCreation,
-    ) -> iceberg::Result<Table> {
-        self.hook
-            .create_table(self.inner.as_ref(), ns, creation)
-            .await
-    }
-    async fn load_table(&self, t: &TableIdent) -> iceberg::Result<Table> {
-        self.hook.load_table(self.inner.as_ref(), t).await
-    }
-    async fn drop_table(&self, t: &TableIdent) -> iceberg::Result<()> {
-        self.inner.drop_table(t).await
-    }
-    async fn purge_table(&self, t: &TableIdent) -> iceberg::Result<()> {
-        self.inner.purge_table(t).await
-    }
-    async fn table_exists(&self, t: &TableIdent) -> iceberg::Result<bool> {
-        self.inner.table_exists(t).await
-    }
-    async fn rename_table(&self, src: &TableIdent, dest: &TableIdent) -> iceberg::Result<()> {
-        self.inner.rename_table(src, dest).await
-    }
-    async fn register_table(&self, t: &TableIdent, loc: String) -> iceberg::Result<Table> {
-        self.inner.register_table(t, loc).await
-    }
-    async fn update_table(&self, commit: TableCommit) -> iceberg::Result<Table> {
-        self.hook.update_table(self.inner.as_ref(), commit).await
-    }
 }

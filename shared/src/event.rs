@@ -87,7 +87,7 @@ pub fn parse_payload(payload: &Value) -> Result<Vec<Delivery>> {
 }
 
 /// Parses an SQS message body: an S3 event, an SNS envelope, an EventBridge event or `s3:TestEvent`.
-pub fn parse_body(body: &str) -> Result<Vec<ObjectRef>> {
+pub(crate) fn parse_body(body: &str) -> Result<Vec<ObjectRef>> {
     let value: Value = serde_json::from_str(body).map_err(|e| {
         Error::new(
             ErrorKind::Event,
@@ -221,7 +221,7 @@ fn parse_eventbridge(value: &Value) -> Result<Vec<ObjectRef>> {
 }
 
 /// Form-URL-decodes an S3 event key: `+` is a space, `%XX` a byte.
-pub fn decode_key(raw: &str) -> Result<String> {
+pub(crate) fn decode_key(raw: &str) -> Result<String> {
     let plus = raw.replace('+', " ");
     percent_encoding::percent_decode_str(&plus)
         .decode_utf8()
@@ -242,10 +242,76 @@ fn truncate(s: &str, n: usize) -> &str {
     }
 }
 
+/// EventBridge `source` of the events floe publishes.
+pub const EVENT_SOURCE: &str = "floe";
+/// EventBridge `detail-type` of a commit event (published after each ingest commit).
+pub const COMMIT_DETAIL_TYPE: &str = "floe.commit";
+/// EventBridge `detail-type` of a pipeline alert.
+pub const ALERT_DETAIL_TYPE: &str = "floe.alert";
+
+/// What woke a process or maintain function.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Trigger {
+    /// A floe commit event (EventBridge `detail-type` "floe.commit").
+    FloeCommit,
+    /// A Glue Data Catalog table state change.
+    GlueTableChange,
+    /// An S3 event (e.g. a new metadata.json).
+    S3,
+    /// An EventBridge schedule.
+    Schedule,
+    /// Anything else (manual invocation).
+    Other,
+}
+
+/// Classifies a process/maintain payload.
+pub fn classify_trigger(payload: &Value) -> Trigger {
+    let detail_type = payload
+        .get("detail-type")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    match detail_type {
+        COMMIT_DETAIL_TYPE => Trigger::FloeCommit,
+        "Glue Data Catalog Table State Change" => Trigger::GlueTableChange,
+        "Scheduled Event" => Trigger::Schedule,
+        "Object Created" => Trigger::S3,
+        _ if payload.get("Records").is_some() => Trigger::S3,
+        _ => Trigger::Other,
+    }
+}
+
+/// The table a `…/<table>/metadata/<file>.metadata.json` key belongs to.
+pub(crate) fn metadata_key_table(key: &str) -> Option<String> {
+    let key = percent_encoding::percent_decode_str(&key.replace('+', " "))
+        .decode_utf8_lossy()
+        .to_string();
+    if !key.ends_with(".metadata.json") {
+        return None;
+    }
+    let parts: Vec<&str> = key.split('/').collect();
+    let i = parts.iter().rposition(|p| *p == "metadata")?;
+    let table = parts.get(i.checked_sub(1)?)?;
+    // Locations may carry a uuid suffix (`orders-<uuid>`); the name is what precedes it.
+    Some(table.split('-').next().unwrap_or(table).to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn metadata_keys_name_their_table() {
+        assert_eq!(
+            metadata_key_table("wh/floe/orders/metadata/00003-abc.metadata.json").as_deref(),
+            Some("orders")
+        );
+        assert_eq!(
+            metadata_key_table("wh%2Ffloe%2Forders%2Fmetadata%2F1.metadata.json").as_deref(),
+            Some("orders")
+        );
+        assert_eq!(metadata_key_table("wh/floe/orders/data/x.parquet"), None);
+    }
 
     fn s3_event(key: &str) -> Value {
         json!({"Records": [{

@@ -7,15 +7,13 @@
 //! * breaking: a removed or renamed field, a new required field, narrowing or any other type
 //!   change, optional→required, or removing a deprecated field before its date.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use chrono::NaiveDate;
 use iceberg::spec::{NestedField, PrimitiveType, Schema, TableMetadata, Type};
 use serde::Serialize;
 
-use crate::config::Config;
-use crate::decode::{DecodeSpec, Piece};
-use crate::error::{Error, ErrorKind};
+use crate::config::Deprecations;
 
 /// How a change affects readers and writers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -40,11 +38,8 @@ pub struct FieldChange {
     pub class: Class,
 }
 
-/// Deprecation marks: field name → removal date.
-pub type Deprecations = HashMap<String, NaiveDate>;
-
 /// Whether `from` may be promoted to `to` under the Iceberg spec.
-pub fn is_widening(from: &PrimitiveType, to: &PrimitiveType) -> bool {
+pub(crate) fn is_widening(from: &PrimitiveType, to: &PrimitiveType) -> bool {
     match (from, to) {
         (PrimitiveType::Int, PrimitiveType::Long)
         | (PrimitiveType::Float, PrimitiveType::Double) => true,
@@ -181,7 +176,7 @@ pub fn diff(
 /// The schema a table evolves to under the additive policy ([`evolve_schema`]), with new column
 /// ids above the table's `last-column-id`: ids of dropped columns are never reused (old files
 /// still hold values under them, which would reappear under the new name).
-pub fn evolve_table_schema(
+pub(crate) fn evolve_table_schema(
     metadata: &TableMetadata,
     unknown: &std::collections::BTreeMap<String, Option<PrimitiveType>>,
     widen: &std::collections::BTreeMap<String, PrimitiveType>,
@@ -201,7 +196,7 @@ pub fn evolve_table_schema(
 ///
 /// New ids start above `current`'s highest id: when the schema belongs to a table, use
 /// [`evolve_table_schema`], which starts above the table's `last-column-id`.
-pub fn evolve_schema(
+pub(crate) fn evolve_schema(
     current: &Schema,
     unknown: &std::collections::BTreeMap<String, Option<PrimitiveType>>,
     widen: &std::collections::BTreeMap<String, PrimitiveType>,
@@ -257,7 +252,7 @@ fn evolve_above(
 
 /// How a schema an ingest wrote with relates to the table's current one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Fit {
+pub(crate) enum Fit {
     /// Same fields, ids and types: nothing to add (e.g. a concurrent ingest added the same field).
     Same,
     /// Ours extends the base (new ids above the base's, widenings of the same ids): add it.
@@ -269,7 +264,7 @@ pub enum Fit {
 /// Compares the schema data files were written with (`ours`) with the table's (`base`, whose
 /// `last-column-id` is `last_column_id`): new ids must lie above it (an id at or below it may have
 /// belonged to a dropped column).
-pub fn fit(base: &Schema, last_column_id: i32, ours: &Schema) -> Fit {
+pub(crate) fn fit(base: &Schema, last_column_id: i32, ours: &Schema) -> Fit {
     let base_fields = base.as_struct().fields();
     let ours_fields = ours.as_struct().fields();
     let same = base_fields.len() == ours_fields.len()
@@ -307,12 +302,12 @@ pub fn fit(base: &Schema, last_column_id: i32, ours: &Schema) -> Fit {
 }
 
 /// The worst class among `changes` (None when there are none).
-pub fn worst(changes: &[FieldChange]) -> Option<Class> {
+pub(crate) fn worst(changes: &[FieldChange]) -> Option<Class> {
     changes.iter().map(|c| c.class).max()
 }
 
 /// Fields still produced although deprecated: (field, removal date).
-pub fn deprecated_in_use<'a>(
+pub(crate) fn deprecated_in_use<'a>(
     fields: impl IntoIterator<Item = &'a str>,
     deprecated: &Deprecations,
 ) -> Vec<(String, NaiveDate)> {
@@ -320,159 +315,6 @@ pub fn deprecated_in_use<'a>(
         .into_iter()
         .filter_map(|f| deprecated.get(f).map(|d| (f.to_string(), *d)))
         .collect()
-}
-
-/// The result of a schema diff.
-#[derive(Debug, Clone, Serialize)]
-pub struct DiffReport {
-    /// The table.
-    pub table: String,
-    /// Every classified change.
-    pub changes: Vec<FieldChange>,
-    /// Deprecated fields still declared or produced.
-    pub warnings: Vec<String>,
-    /// Whether any change is breaking.
-    pub breaking: bool,
-}
-
-/// Compares a table's current schema with the config's (`object` None) or with what an input
-/// object carries (new fields, widenings, and records whose values do not fit).
-pub async fn schema_diff(
-    config: &Config,
-    table: &str,
-    object: Option<&str>,
-) -> crate::Result<DiffReport> {
-    let err = |m: String| Error::new(ErrorKind::Config, m);
-    let tcfg = config
-        .table(table)
-        .ok_or_else(|| err(format!("no configured table `{table}`")))?;
-    let catalog = crate::catalog::connect(config).await?;
-    let ident = crate::catalog::table_ident(config, table)?;
-    let current_table = catalog
-        .load_table(&ident)
-        .await
-        .map_err(|e| Error::iceberg(format!("loading {ident}"), e))?;
-    let current = current_table.metadata().current_schema().clone();
-    let deprecated = tcfg.deprecations();
-    let today = chrono::Utc::now().date_naive();
-    let mut warnings = Vec::new();
-    let changes: Vec<FieldChange> = match object {
-        None => {
-            let proposed = crate::schema::table_schema(tcfg)?;
-            for (f, d) in &deprecated {
-                if proposed.field_by_name(f).is_some() {
-                    warnings.push(format!("`{f}` is deprecated; removal on {d}"));
-                }
-            }
-            diff(&current, &proposed, &deprecated, today)
-        }
-        Some(uri) => {
-            let uri = uri.to_string();
-            let bad = || err(format!("`{uri}`: expected s3://bucket/key"));
-            let rest = uri.strip_prefix("s3://").ok_or_else(bad)?;
-            let (bucket, key) = rest.split_once('/').ok_or_else(bad)?;
-            let route = config
-                .route(bucket, key)
-                .ok_or_else(|| err(format!("no route covers {uri}")))?;
-            let store = crate::store::from_config(&config.storage).await;
-            let opened = store
-                .open(bucket, key, &crate::store::Version::latest())
-                .await?;
-            let arrow = iceberg::arrow::schema_to_arrow_schema(&current)
-                .map_err(|e| Error::iceberg("arrow schema", e))?;
-            let spec = DecodeSpec {
-                format: route.format,
-                key: key.to_string(),
-                schema: crate::schema::decode_schema(&arrow),
-                required: current
-                    .as_struct()
-                    .fields()
-                    .iter()
-                    .filter(|f| f.required && !f.name.starts_with('_'))
-                    .map(|f| f.name.clone())
-                    .collect(),
-                chunk_records: config.ingest.chunk_records,
-                allow_unknown: true,
-            };
-            let body = opened.body;
-            let limits = crate::decode::Limits::from(&config.ingest);
-            let size = Some(opened.meta.size);
-            let deprecated_names: Vec<String> = deprecated.keys().cloned().collect();
-            let scanned = tokio::task::spawn_blocking(move || {
-                let reader = tokio_util::io::SyncIoBridge::new(body);
-                let mut unknown = BTreeMap::new();
-                let mut widen = BTreeMap::new();
-                let mut reasons: BTreeMap<String, u64> = BTreeMap::new();
-                let mut seen_deprecated = std::collections::BTreeSet::new();
-                let result = crate::decode::decode_within(reader, &spec, &limits, size, &mut |p| {
-                    match p {
-                        Piece::UnknownFields(u) => unknown.extend(u),
-                        Piece::Widen(w) => widen.extend(w),
-                        Piece::Rejected(r) => {
-                            for rec in r {
-                                *reasons.entry(rec.reason).or_default() += 1;
-                            }
-                        }
-                        Piece::Batch(b) => {
-                            for d in &deprecated_names {
-                                if b.column_by_name(d)
-                                    .map(|c| c.null_count() < c.len())
-                                    .unwrap_or(false)
-                                {
-                                    seen_deprecated.insert(d.clone());
-                                }
-                            }
-                        }
-                    }
-                    true
-                });
-                (result, unknown, widen, reasons, seen_deprecated)
-            })
-            .await
-            .map_err(|e| Error::new(ErrorKind::Internal, format!("scanning {uri}: {e}")))?;
-            let (result, unknown, widen, reasons, seen_deprecated) = scanned;
-            if let Err(e) = result {
-                return Err(Error::new(
-                    ErrorKind::UnreadableObject,
-                    format!("{uri}: {e}"),
-                ));
-            }
-            for f in seen_deprecated {
-                if let Some(d) = deprecated.get(&f) {
-                    warnings.push(format!(
-                        "`{f}` is deprecated (removal on {d}) but {uri} still produces it"
-                    ));
-                }
-            }
-            let proposed = evolve_schema(&current, &unknown, &widen)
-                .map_err(|e| Error::iceberg("evolving", e))?
-                .map(|(s, _)| s)
-                .unwrap_or_else(|| current.as_ref().clone());
-            let mut changes = diff(&current, &proposed, &deprecated, today);
-            for name in unknown.iter().filter(|(_, t)| t.is_none()).map(|(n, _)| n) {
-                changes.push(FieldChange {
-                    field: name.clone(),
-                    change: "new field with no scalar type (null or nested): not added".into(),
-                    class: Class::Breaking,
-                });
-            }
-            for (reason, n) in reasons {
-                changes.push(FieldChange {
-                    field: "(records)".into(),
-                    change: format!("{n} record(s): {reason}"),
-                    class: Class::Breaking,
-                });
-            }
-            changes
-        }
-    };
-    let breaking = worst(&changes) == Some(Class::Breaking);
-    Ok(DiffReport {
-        table: ident.to_string(),
-        changes,
-        warnings,
-        breaking,
-    })
 }
 
 #[cfg(test)]

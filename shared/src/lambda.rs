@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 use crate::ingest::PayloadResult;
 
 /// Safety margin kept between our own deadline and the Lambda's hard timeout.
-pub const DEADLINE_MARGIN: Duration = Duration::from_secs(5);
+pub(crate) const DEADLINE_MARGIN: Duration = Duration::from_secs(5);
 
 /// Converts the Lambda context deadline (epoch milliseconds) to an `Instant`, minus the margin.
 pub fn deadline_from_epoch_ms(deadline_ms: u64) -> Instant {
@@ -42,7 +42,7 @@ pub fn ingest_response(result: &PayloadResult) -> Result<Value, String> {
 /// The process function's answer: the runs, or an error naming every failed pipeline (so the
 /// invocation is retried and counted in the function's error alarm).
 pub fn process_response(
-    reports: &[crate::pipeline::RunReport],
+    reports: &[crate::process::RunReport],
     errors: &[crate::Error],
 ) -> Result<Value, String> {
     if !errors.is_empty() {
@@ -98,36 +98,5 @@ mod tests {
             ..Default::default()
         };
         assert!(ingest_response(&r).unwrap_err().contains("boom"));
-    }
-}
-
-/// What woke a process or maintain function.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Trigger {
-    /// A floe commit event (EventBridge `detail-type` "floe.commit").
-    FloeCommit,
-    /// A Glue Data Catalog table state change.
-    GlueTableChange,
-    /// An S3 event (e.g. a new metadata.json).
-    S3,
-    /// An EventBridge schedule.
-    Schedule,
-    /// Anything else (manual invocation).
-    Other,
-}
-
-/// Classifies a process/maintain payload.
-pub fn classify_trigger(payload: &Value) -> Trigger {
-    let detail_type = payload
-        .get("detail-type")
-        .and_then(Value::as_str)
-        .unwrap_or("");
-    match detail_type {
-        crate::notify::COMMIT_DETAIL_TYPE => Trigger::FloeCommit,
-        "Glue Data Catalog Table State Change" => Trigger::GlueTableChange,
-        "Scheduled Event" => Trigger::Schedule,
-        "Object Created" => Trigger::S3,
-        _ if payload.get("Records").is_some() => Trigger::S3,
-        _ => Trigger::Other,
     }
 }

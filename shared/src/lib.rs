@@ -1,33 +1,45 @@
 //! floe: one transactional Iceberg table on S3 as the system of record for batch and streaming.
 //!
 //! The library behind the three Lambda functions (ingest, process, maintain) and the `floe` CLI.
-//! Modules follow the data's path: [`config`] → [`event`] → [`ingest`] (via [`decode`] and
-//! [`commit`]); beside them [`catalog`], [`store`], [`schema`] and [`metrics`].
+//! Modules are layered; a module imports only from its own layer or the ones above it in this
+//! list (checked by `infra/check_layers.py`, see docs/ARCHITECTURE.md):
+//!
+//! 1. foundation: [`error`], [`summary`] (every `floe.*` key, checkpoints), [`metrics`], [`sample`]
+//! 2. config: [`config`]
+//! 3. schema: [`schema`], [`evolve`]
+//! 4. io: [`store`], [`event`], [`notify`], [`decode`], [`protect`]
+//! 5. table: [`snapshot`], [`catalog`] (one file per backend), [`commit`], [`scan`], [`write`]
+//! 6. operations: [`ingest`], [`process`], [`maintain`], [`schema_diff`]
+//! 7. edge: [`lambda`]
 #![deny(missing_docs)]
+
+pub mod error;
+pub(crate) mod metrics;
+pub mod sample;
+pub mod summary;
+
+pub mod config;
+
+pub mod evolve;
+pub mod schema;
+
+pub(crate) mod decode;
+pub mod event;
+pub(crate) mod notify;
+pub mod protect;
+pub mod store;
 
 pub mod catalog;
 pub mod commit;
-pub mod config;
-pub mod decode;
-pub mod dedup;
-pub mod error;
-pub mod event;
-pub mod evolve;
-pub mod glue;
-pub mod ingest;
-pub mod lambda;
-pub mod maintain;
-pub mod metrics;
-pub mod notify;
-pub mod pipeline;
-pub mod process;
-pub mod protect;
-pub mod sample;
-pub mod schema;
+pub mod scan;
 pub mod snapshot;
-pub mod store;
-pub mod swap;
-pub mod transform;
-pub mod write;
+pub(crate) mod write;
+
+pub mod ingest;
+pub mod maintain;
+pub mod process;
+pub mod schema_diff;
+
+pub mod lambda;
 
 pub use error::{Error, ErrorKind, Result};

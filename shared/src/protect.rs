@@ -15,7 +15,7 @@ use crate::config::{Config, Sensitive, TableConfig};
 use crate::error::{Error, ErrorKind, Result};
 
 /// The key for `sensitive = "hash"` columns, when any table has one (else None).
-pub async fn load_key(cfg: &Config) -> Result<Option<Vec<u8>>> {
+pub(crate) async fn load_key(cfg: &Config) -> Result<Option<Vec<u8>>> {
     let needed = cfg
         .tables
         .iter()

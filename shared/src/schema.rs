@@ -7,6 +7,7 @@ use std::sync::Arc;
 use arrow_schema::{Field, Schema as ArrowSchema, SchemaRef as ArrowSchemaRef};
 use iceberg::spec::{NestedField, PrimitiveType, Schema, Transform, Type, UnboundPartitionSpec};
 
+use crate::config::types::{parse_partition, parse_type};
 use crate::config::TableConfig;
 use crate::error::{Error, ErrorKind, Result};
 
@@ -16,95 +17,6 @@ pub const INGESTED_AT: &str = "_ingested_at";
 /// `s3://bucket/key#version` (ETag or version id), as in snapshot summaries; rows written before
 /// floe recorded versions hold `s3://bucket/key`.
 pub const SOURCE: &str = "_source";
-
-/// Parses a config type name into an Iceberg primitive type.
-pub fn parse_type(name: &str) -> std::result::Result<PrimitiveType, String> {
-    let n = name.trim().to_ascii_lowercase();
-    Ok(match n.as_str() {
-        "string" => PrimitiveType::String,
-        "int" | "integer" => PrimitiveType::Int,
-        "long" | "bigint" => PrimitiveType::Long,
-        "float" => PrimitiveType::Float,
-        "double" => PrimitiveType::Double,
-        "boolean" | "bool" => PrimitiveType::Boolean,
-        "date" => PrimitiveType::Date,
-        "timestamp" => PrimitiveType::Timestamp,
-        "timestamptz" => PrimitiveType::Timestamptz,
-        _ => {
-            if let Some(args) = n.strip_prefix("decimal(").and_then(|r| r.strip_suffix(')')) {
-                let (p, s) = args
-                    .split_once(',')
-                    .ok_or_else(|| format!("`{name}`: expected decimal(P,S)"))?;
-                let precision: u32 = p
-                    .trim()
-                    .parse()
-                    .map_err(|_| format!("`{name}`: bad precision"))?;
-                let scale: u32 = s
-                    .trim()
-                    .parse()
-                    .map_err(|_| format!("`{name}`: bad scale"))?;
-                if precision == 0 || precision > 38 || scale > precision {
-                    return Err(format!(
-                        "`{name}`: precision must be 1..=38 and scale <= precision"
-                    ));
-                }
-                PrimitiveType::Decimal { precision, scale }
-            } else {
-                return Err(format!(
-                    "unknown type `{name}`; expected string, int, long, float, double, boolean, date, timestamp, timestamptz or decimal(P,S)"
-                ));
-            }
-        }
-    })
-}
-
-/// Parses a partition expression (`day(col)`, `hour(col)`, `month(col)`, `year(col)`,
-/// `identity(col)` or `col`, `bucket(N, col)`, `truncate(W, col)`) into a transform and column.
-pub fn parse_partition(
-    expr: &str,
-    columns: &HashSet<&str>,
-) -> std::result::Result<(Transform, String), String> {
-    let e = expr.trim();
-    let (transform, col) = match e.split_once('(') {
-        None => (Transform::Identity, e.to_string()),
-        Some((func, rest)) => {
-            let args = rest
-                .strip_suffix(')')
-                .ok_or_else(|| format!("`{expr}`: missing `)`"))?;
-            let func = func.trim().to_ascii_lowercase();
-            match func.as_str() {
-                "identity" => (Transform::Identity, args.trim().to_string()),
-                "year" | "years" => (Transform::Year, args.trim().to_string()),
-                "month" | "months" => (Transform::Month, args.trim().to_string()),
-                "day" | "days" => (Transform::Day, args.trim().to_string()),
-                "hour" | "hours" => (Transform::Hour, args.trim().to_string()),
-                "bucket" | "truncate" => {
-                    let (n, c) = args
-                        .split_once(',')
-                        .ok_or_else(|| format!("`{expr}`: expected {func}(N, column)"))?;
-                    let n: u32 = n
-                        .trim()
-                        .parse()
-                        .map_err(|_| format!("`{expr}`: N must be a positive integer"))?;
-                    if n == 0 {
-                        return Err(format!("`{expr}`: N must be a positive integer"));
-                    }
-                    let t = if func == "bucket" {
-                        Transform::Bucket(n)
-                    } else {
-                        Transform::Truncate(n)
-                    };
-                    (t, c.trim().to_string())
-                }
-                other => return Err(format!("`{expr}`: unknown transform `{other}`")),
-            }
-        }
-    };
-    if !columns.contains(col.as_str()) {
-        return Err(format!("`{expr}`: no column named `{col}`"));
-    }
-    Ok((transform, col))
-}
 
 /// The Iceberg schema for a table config: its columns plus `_ingested_at` and `_source`.
 pub fn table_schema(table: &TableConfig) -> Result<Schema> {
@@ -142,7 +54,7 @@ pub fn table_schema(table: &TableConfig) -> Result<Schema> {
 }
 
 /// The unbound partition spec for a table config, resolved against `schema`.
-pub fn partition_spec(table: &TableConfig, schema: &Schema) -> Result<UnboundPartitionSpec> {
+pub(crate) fn partition_spec(table: &TableConfig, schema: &Schema) -> Result<UnboundPartitionSpec> {
     let names: HashSet<&str> = table.columns.iter().map(|c| c.name.as_str()).collect();
     let mut builder = UnboundPartitionSpec::builder().with_spec_id(0);
     for expr in &table.partition {
@@ -169,7 +81,7 @@ pub fn partition_spec(table: &TableConfig, schema: &Schema) -> Result<UnboundPar
 }
 
 /// The table's sort order from `sort` keys (`col`, `col asc`, `col desc`), bound to `schema`.
-pub fn sort_order(table: &TableConfig, schema: &Schema) -> Result<iceberg::spec::SortOrder> {
+pub(crate) fn sort_order(table: &TableConfig, schema: &Schema) -> Result<iceberg::spec::SortOrder> {
     use iceberg::spec::{NullOrder, SortDirection, SortField, SortOrder};
     if table.sort.is_empty() {
         return Ok(SortOrder::unsorted_order());

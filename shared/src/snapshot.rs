@@ -1,7 +1,7 @@
 //! Hand-built table versions: iceberg 0.10.1 can fast-append but cannot replace, overwrite,
 //! rewrite manifests or expire through a catalog it does not know. floe writes the manifests,
 //! manifest list, snapshot and metadata.json with iceberg's public spec writers ([`stage`]) and
-//! installs them with a compare-and-swap of the catalog pointer ([`crate::swap`]).
+//! installs them with a compare-and-swap of the catalog pointer ([`crate::catalog::PointerSwap`]).
 
 use std::collections::{HashMap, HashSet};
 use std::str::FromStr;
@@ -16,6 +16,7 @@ use iceberg::table::Table;
 use iceberg::{MetadataLocation, TableRequirement, TableUpdate};
 
 use crate::error::{Error, ErrorKind, Result};
+use crate::summary;
 
 /// A change to the table's data files (or only to its manifests or snapshots).
 #[derive(Debug, Clone)]
@@ -145,30 +146,10 @@ fn ice(what: &str) -> impl Fn(iceberg::Error) -> Error + '_ {
 /// Whether the current snapshot has live delete files (row-level deletes written by another
 /// engine in merge-on-read mode). floe's own readers and compaction read data files only, so
 /// they must not run over such a table as if its rows were all live.
-pub async fn has_delete_files(table: &Table) -> Result<bool> {
+pub(crate) async fn has_delete_files(table: &Table) -> Result<bool> {
     Ok(current_manifests(table).await?.iter().any(|m| {
         m.content == ManifestContentType::Deletes && (m.has_added_files() || m.has_existing_files())
     }))
-}
-
-/// A `total-*` count from the current snapshot's summary (0 when absent or unparsable).
-pub fn summary_total(md: &TableMetadata, key: &str) -> u64 {
-    md.current_snapshot()
-        .and_then(|s| s.summary().additional_properties.get(key))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
-}
-
-/// Whether the summary of the current snapshot counts delete files (the check a commit plan can
-/// make without reading manifests; floe and Java write these totals).
-pub fn summary_counts_deletes(md: &TableMetadata) -> bool {
-    [
-        "total-delete-files",
-        "total-position-deletes",
-        "total-equality-deletes",
-    ]
-    .iter()
-    .any(|k| summary_total(md, k) > 0)
 }
 
 /// Loads the manifest list of the table's current snapshot (empty for a new table).
@@ -235,266 +216,47 @@ impl ManifestFiles<'_> {
 
 /// Writes manifests, manifest list, snapshot and metadata.json for `change` on top of `table`.
 /// With `write` false the metadata.json is not written (a REST catalog writes its own).
-pub async fn stage(table: &Table, change: &Change, write: bool) -> Result<Staged> {
-    let md = table.metadata();
+///
+/// The steps: the schema the files need; the base's manifests carried over (rewritten where
+/// files are removed, merged when there are too many); a manifest for the added files; the
+/// manifest list; the snapshot with its summary; the new metadata.
+pub(crate) async fn stage(table: &Table, change: &Change, write: bool) -> Result<Staged> {
     if !change.expire.is_empty() {
-        let current = md.current_snapshot_id();
-        if change.expire.iter().any(|id| Some(*id) == current) {
-            return Err(Error::new(
-                ErrorKind::Internal,
-                "refusing to expire the current snapshot",
-            ));
-        }
-        let builder = TableMetadataBuilder::new_from_metadata(
-            md.clone(),
-            Some(
-                table
-                    .metadata_location_result()
-                    .map_err(ice("base location"))?
-                    .to_string(),
-            ),
-        )
-        .remove_snapshots(&change.expire);
-        return write_metadata(table, builder, write).await;
+        return stage_expiration(table, change, write).await;
     }
-    let file_io = table.file_io();
-    let previous = table
-        .metadata_location_result()
-        .map_err(ice("base location"))?
-        .to_string();
+    let md = table.metadata();
     let snapshot_id = new_snapshot_id(md);
     let seq = md.next_sequence_number();
     let parent = md.current_snapshot();
-    let schema = md.current_schema().clone();
-    // An evolved schema the files were written with: add it unless the base already has it.
-    let (new_schema, schema_id) = match &change.schema {
-        None => (None, md.current_schema_id()),
-        Some(ours) => match crate::evolve::fit(md.current_schema(), md.last_column_id(), ours) {
-            crate::evolve::Fit::Same => (None, md.current_schema_id()),
-            crate::evolve::Fit::Extends => {
-                let id = md
-                    .schemas_iter()
-                    .find(|s| s.as_struct() == ours.as_struct())
-                    .map(|s| s.schema_id())
-                    .unwrap_or_else(|| {
-                        md.schemas_iter().map(|s| s.schema_id()).max().unwrap_or(0) + 1
-                    });
-                (Some(ours.clone()), id)
-            }
-            crate::evolve::Fit::Conflict => {
-                return Err(Error::new(
-                    ErrorKind::Stale,
-                    format!(
-                    "the schema of {} changed differently meanwhile; the data must be rewritten",
-                    table.identifier()
-                ),
-                ))
-            }
-        },
-    };
+    let (new_schema, schema_id) = schema_for(table, change)?;
     // Manifests describe the files with the schema they were written with.
     let schema = match &change.schema {
         Some(ours) => std::sync::Arc::new(ours.clone()),
-        None => schema,
+        None => md.current_schema().clone(),
     };
-    let spec = md.default_partition_spec().clone();
-    let meta_dir = format!("{}/metadata", md.location().trim_end_matches('/'));
-    let commit_uuid = uuid::Uuid::new_v4();
-    let mut written = Vec::new();
-    let mut collector = SnapshotSummaryCollector::default();
-
-    let removed: HashSet<&str> = change.removed.iter().map(String::as_str).collect();
-    let mut found: HashSet<String> = HashSet::new();
-    let mut manifests: Vec<ManifestFile> = Vec::new();
-    let mut files = ManifestFiles {
-        table,
-        dir: meta_dir.clone(),
-        uuid: commit_uuid,
-        count: 0,
-        snapshot_id,
-        schema: schema.clone(),
+    let mut m = Manifests {
+        files: ManifestFiles {
+            table,
+            dir: format!("{}/metadata", md.location().trim_end_matches('/')),
+            uuid: uuid::Uuid::new_v4(),
+            count: 0,
+            snapshot_id,
+            schema: schema.clone(),
+        },
+        schema,
+        manifests: Vec::new(),
+        written: Vec::new(),
+        collector: SnapshotSummaryCollector::default(),
     };
-    // Live entries carried into a merged manifest per spec when rewriting manifests.
-    let mut merged: HashMap<i32, Vec<iceberg::spec::ManifestEntry>> = HashMap::new();
-
-    let existing = current_manifests(table).await?;
-    // Like Java's merge append: once an append would leave too many manifests, fold the existing
-    // data manifests into one per partition spec, so manifest lists stay short.
-    let prop = |k: &str| md.properties().get(k).cloned();
-    let min_merge: usize = prop("commit.manifest.min-count-to-merge")
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(100);
-    let merge_enabled = prop("commit.manifest-merge.enabled")
-        .map(|v| v == "true")
-        .unwrap_or(true);
-    let data_manifests = existing
-        .iter()
-        .filter(|m| m.content == ManifestContentType::Data)
-        .count();
-    let rewrite_manifests = change.rewrite_manifests
-        || (merge_enabled && change.operation == Operation::Append && data_manifests >= min_merge);
-    for mf in existing {
-        let touches = rewrite_manifests && mf.content == ManifestContentType::Data
-            || (!removed.is_empty()
-                && mf.content == ManifestContentType::Data
-                && (mf.has_added_files() || mf.has_existing_files()));
-        if !touches {
-            manifests.push(mf);
-            continue;
-        }
-        let manifest = mf
-            .load_manifest(file_io)
-            .await
-            .map_err(ice("reading a manifest"))?;
-        let hit = manifest
-            .entries()
-            .iter()
-            .any(|e| e.is_alive() && removed.contains(e.data_file().file_path()));
-        if !hit && !rewrite_manifests {
-            manifests.push(mf);
-            continue;
-        }
-        let part_spec = spec_by_id(md, mf.partition_spec_id)?;
-        let (path, mut w) = files.open(part_spec.clone())?;
-        let mut any = false;
-        for e in manifest.entries().iter().filter(|e| e.is_alive()) {
-            let df = e.data_file().clone();
-            let data_seq = e.sequence_number().unwrap_or(0);
-            let file_seq = e.file_sequence_number.or(Some(data_seq));
-            if removed.contains(df.file_path()) {
-                found.insert(df.file_path().to_string());
-                collector.remove_file(&df, schema.clone(), std::sync::Arc::new(part_spec.clone()));
-                w.add_delete_file(df, data_seq, file_seq)
-                    .map_err(ice("manifest entry"))?;
-            } else if rewrite_manifests {
-                merged
-                    .entry(mf.partition_spec_id)
-                    .or_default()
-                    .push(e.as_ref().clone());
-                continue;
-            } else {
-                let sid = e.snapshot_id().unwrap_or(mf.added_snapshot_id);
-                w.add_existing_file(df, sid, data_seq, file_seq)
-                    .map_err(ice("manifest entry"))?;
-            }
-            any = true;
-        }
-        if any {
-            manifests.push(
-                w.write_manifest_file()
-                    .await
-                    .map_err(ice("writing a manifest"))?,
-            );
-            written.push(path);
-        }
-    }
-    if let Some(missing) = change.removed.iter().find(|p| !found.contains(p.as_str())) {
-        return Err(Error::new(
-            ErrorKind::Stale,
-            format!(
-                "data file {missing} is no longer live in {}",
-                table.identifier()
-            ),
-        ));
-    }
-    for (spec_id, entries) in merged {
-        let (path, mut w) = files.open(spec_by_id(md, spec_id)?)?;
-        for e in entries {
-            let data_seq = e.sequence_number.unwrap_or(0);
-            let sid = e.snapshot_id.unwrap_or(snapshot_id);
-            w.add_existing_file(
-                e.data_file,
-                sid,
-                data_seq,
-                e.file_sequence_number.or(Some(data_seq)),
-            )
-            .map_err(ice("manifest entry"))?;
-        }
-        manifests.push(
-            w.write_manifest_file()
-                .await
-                .map_err(ice("writing a manifest"))?,
-        );
-        written.push(path);
-    }
-    if !change.added.is_empty() {
-        let (path, mut w) = files.open(spec.as_ref().clone())?;
-        for df in &change.added {
-            if df.content_type() != DataContentType::Data {
-                return Err(Error::new(
-                    ErrorKind::Internal,
-                    "only data files can be added",
-                ));
-            }
-            collector.add_file(df, schema.clone(), spec.clone());
-            w.add_file(df.clone(), seq).map_err(ice("manifest entry"))?;
-        }
-        manifests.push(
-            w.write_manifest_file()
-                .await
-                .map_err(ice("writing a manifest"))?,
-        );
-        written.push(path);
-    }
-
-    let list_path = format!("{meta_dir}/snap-{snapshot_id}-0-{commit_uuid}.avro");
-    let out = file_io
-        .new_output(&list_path)
-        .map_err(ice("manifest list output"))?;
-    let writer = out.writer().await.map_err(ice("manifest list output"))?;
-    let mut list =
-        ManifestListWriter::v2(writer, snapshot_id, parent.map(|s| s.snapshot_id()), seq);
-    list.add_manifests(manifests.into_iter())
-        .map_err(ice("manifest list"))?;
-    list.close()
-        .await
-        .map_err(ice("writing the manifest list"))?;
-    written.push(list_path.clone());
-
-    let mut props = change.properties.clone();
-    // A sink's checkpoint rides along on snapshots that do not set their own (compaction,
-    // manifest rewrites), so the newest snapshot always carries it and expiring older snapshots
-    // can never lose a consumer's position.
-    let own_checkpoint = props
-        .keys()
-        .any(|k| k.starts_with(crate::maintain::CHECKPOINT_PREFIX));
-    if let (Some(p), false) = (parent, own_checkpoint) {
-        for (k, v) in &p.summary().additional_properties {
-            if k.starts_with(crate::maintain::CHECKPOINT_PREFIX)
-                || k.starts_with(crate::process::TRANSFORM_PREFIX)
-            {
-                props.insert(k.clone(), v.clone());
-            }
-        }
-    }
-    if new_schema.is_none() {
-        // The base already has the schema these files need (added by a concurrent ingest).
-        props.remove("floe.schema-change");
-    }
-    let counts = collector.build();
-    props.extend(counts.clone());
-    let prev = parent.map(|s| s.summary());
-    for (total_key, added_key, deleted_key) in [
-        ("total-records", "added-records", "deleted-records"),
-        ("total-data-files", "added-data-files", "deleted-data-files"),
-        ("total-files-size", "added-files-size", "removed-files-size"),
-    ] {
-        let get = |k: &str| {
-            counts
-                .get(k)
-                .and_then(|v| v.parse::<i64>().ok())
-                .unwrap_or(0)
-        };
-        let value = total(prev, total_key) + get(added_key) - get(deleted_key);
-        props.insert(total_key.into(), value.max(0).to_string());
-    }
-    for key in [
-        "total-delete-files",
-        "total-position-deletes",
-        "total-equality-deletes",
-    ] {
-        props.insert(key.into(), total(prev, key).to_string());
-    }
+    m.carry_existing(change).await?;
+    m.add_files(&change.added, seq).await?;
+    let list_path = m.write_list(parent.map(|s| s.snapshot_id()), seq).await?;
+    let props = snapshot_summary(
+        change,
+        parent.map(|p| p.summary()),
+        &m.collector,
+        new_schema.is_none(),
+    );
     let snapshot = Snapshot::builder()
         .with_snapshot_id(snapshot_id)
         .with_parent_snapshot_id(parent.map(|s| s.snapshot_id()))
@@ -511,7 +273,15 @@ pub async fn stage(table: &Table, change: &Change, write: bool) -> Result<Staged
             additional_properties: props,
         })
         .build();
-    let builder = TableMetadataBuilder::new_from_metadata(md.clone(), Some(previous.clone()));
+    let builder = TableMetadataBuilder::new_from_metadata(
+        md.clone(),
+        Some(
+            table
+                .metadata_location_result()
+                .map_err(ice("base location"))?
+                .to_string(),
+        ),
+    );
     let builder = match new_schema {
         Some(s) => builder
             .add_current_schema(s)
@@ -528,9 +298,281 @@ pub async fn stage(table: &Table, change: &Change, write: bool) -> Result<Staged
         .map_err(ice("moving main"))?;
     let mut staged = write_metadata(table, builder, write).await?;
     staged.snapshot_id = Some(snapshot_id);
-    written.append(&mut staged.written);
-    staged.written = written;
+    m.written.append(&mut staged.written);
+    staged.written = m.written;
     Ok(staged)
+}
+
+/// An expiration: the same metadata without the expired snapshots (no new snapshot).
+async fn stage_expiration(table: &Table, change: &Change, write: bool) -> Result<Staged> {
+    let md = table.metadata();
+    let current = md.current_snapshot_id();
+    if change.expire.iter().any(|id| Some(*id) == current) {
+        return Err(Error::new(
+            ErrorKind::Internal,
+            "refusing to expire the current snapshot",
+        ));
+    }
+    let builder = TableMetadataBuilder::new_from_metadata(
+        md.clone(),
+        Some(
+            table
+                .metadata_location_result()
+                .map_err(ice("base location"))?
+                .to_string(),
+        ),
+    )
+    .remove_snapshots(&change.expire);
+    write_metadata(table, builder, write).await
+}
+
+/// The evolved schema the added files were written with, to add unless the base already has
+/// it, and the schema id of the new snapshot. `Stale` if the base's schema moved differently.
+fn schema_for(table: &Table, change: &Change) -> Result<(Option<iceberg::spec::Schema>, i32)> {
+    let md = table.metadata();
+    let Some(ours) = &change.schema else {
+        return Ok((None, md.current_schema_id()));
+    };
+    match crate::evolve::fit(md.current_schema(), md.last_column_id(), ours) {
+        crate::evolve::Fit::Same => Ok((None, md.current_schema_id())),
+        crate::evolve::Fit::Extends => {
+            let id = md
+                .schemas_iter()
+                .find(|s| s.as_struct() == ours.as_struct())
+                .map(|s| s.schema_id())
+                .unwrap_or_else(|| md.schemas_iter().map(|s| s.schema_id()).max().unwrap_or(0) + 1);
+            Ok((Some(ours.clone()), id))
+        }
+        crate::evolve::Fit::Conflict => Err(Error::new(
+            ErrorKind::Stale,
+            format!(
+                "the schema of {} changed differently meanwhile; the data must be rewritten",
+                table.identifier()
+            ),
+        )),
+    }
+}
+
+/// The manifests of one staged version, as they are built.
+struct Manifests<'a> {
+    files: ManifestFiles<'a>,
+    schema: iceberg::spec::SchemaRef,
+    manifests: Vec<ManifestFile>,
+    /// Every file written (for cleanup when the version is not installed).
+    written: Vec<String>,
+    collector: SnapshotSummaryCollector,
+}
+
+impl Manifests<'_> {
+    /// Carries the base's manifests over: unchanged where no file is removed; rewritten (with
+    /// the removed files as deleted entries) where one is; merged into one per spec when
+    /// rewriting manifests, or when an append would leave too many (like Java's merge append,
+    /// so manifest lists stay short). `Stale` if a file to remove is no longer live.
+    async fn carry_existing(&mut self, change: &Change) -> Result<()> {
+        let table = self.files.table;
+        let md = table.metadata();
+        let file_io = table.file_io();
+        let removed: HashSet<&str> = change.removed.iter().map(String::as_str).collect();
+        let mut found: HashSet<String> = HashSet::new();
+        // Live entries carried into a merged manifest per spec when rewriting manifests.
+        let mut merged: HashMap<i32, Vec<iceberg::spec::ManifestEntry>> = HashMap::new();
+        let existing = current_manifests(table).await?;
+        let prop = |k: &str| md.properties().get(k).cloned();
+        let min_merge: usize = prop("commit.manifest.min-count-to-merge")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(100);
+        let merge_enabled = prop("commit.manifest-merge.enabled")
+            .map(|v| v == "true")
+            .unwrap_or(true);
+        let data_manifests = existing
+            .iter()
+            .filter(|m| m.content == ManifestContentType::Data)
+            .count();
+        let rewrite_manifests = change.rewrite_manifests
+            || (merge_enabled
+                && change.operation == Operation::Append
+                && data_manifests >= min_merge);
+        for mf in existing {
+            let touches = rewrite_manifests && mf.content == ManifestContentType::Data
+                || (!removed.is_empty()
+                    && mf.content == ManifestContentType::Data
+                    && (mf.has_added_files() || mf.has_existing_files()));
+            if !touches {
+                self.manifests.push(mf);
+                continue;
+            }
+            let manifest = mf
+                .load_manifest(file_io)
+                .await
+                .map_err(ice("reading a manifest"))?;
+            let hit = manifest
+                .entries()
+                .iter()
+                .any(|e| e.is_alive() && removed.contains(e.data_file().file_path()));
+            if !hit && !rewrite_manifests {
+                self.manifests.push(mf);
+                continue;
+            }
+            let part_spec = spec_by_id(md, mf.partition_spec_id)?;
+            let (path, mut w) = self.files.open(part_spec.clone())?;
+            let mut any = false;
+            for e in manifest.entries().iter().filter(|e| e.is_alive()) {
+                let df = e.data_file().clone();
+                let data_seq = e.sequence_number().unwrap_or(0);
+                let file_seq = e.file_sequence_number.or(Some(data_seq));
+                if removed.contains(df.file_path()) {
+                    found.insert(df.file_path().to_string());
+                    self.collector.remove_file(
+                        &df,
+                        self.schema.clone(),
+                        std::sync::Arc::new(part_spec.clone()),
+                    );
+                    w.add_delete_file(df, data_seq, file_seq)
+                        .map_err(ice("manifest entry"))?;
+                } else if rewrite_manifests {
+                    merged
+                        .entry(mf.partition_spec_id)
+                        .or_default()
+                        .push(e.as_ref().clone());
+                    continue;
+                } else {
+                    let sid = e.snapshot_id().unwrap_or(mf.added_snapshot_id);
+                    w.add_existing_file(df, sid, data_seq, file_seq)
+                        .map_err(ice("manifest entry"))?;
+                }
+                any = true;
+            }
+            if any {
+                self.manifests.push(
+                    w.write_manifest_file()
+                        .await
+                        .map_err(ice("writing a manifest"))?,
+                );
+                self.written.push(path);
+            }
+        }
+        if let Some(missing) = change.removed.iter().find(|p| !found.contains(p.as_str())) {
+            return Err(Error::new(
+                ErrorKind::Stale,
+                format!(
+                    "data file {missing} is no longer live in {}",
+                    table.identifier()
+                ),
+            ));
+        }
+        for (spec_id, entries) in merged {
+            let (path, mut w) = self.files.open(spec_by_id(md, spec_id)?)?;
+            for e in entries {
+                let data_seq = e.sequence_number.unwrap_or(0);
+                let sid = e.snapshot_id.unwrap_or(self.files.snapshot_id);
+                w.add_existing_file(
+                    e.data_file,
+                    sid,
+                    data_seq,
+                    e.file_sequence_number.or(Some(data_seq)),
+                )
+                .map_err(ice("manifest entry"))?;
+            }
+            self.manifests.push(
+                w.write_manifest_file()
+                    .await
+                    .map_err(ice("writing a manifest"))?,
+            );
+            self.written.push(path);
+        }
+        Ok(())
+    }
+
+    /// One manifest for the added data files (in the table's default spec).
+    async fn add_files(&mut self, added: &[DataFile], seq: i64) -> Result<()> {
+        if added.is_empty() {
+            return Ok(());
+        }
+        let spec = self.files.table.metadata().default_partition_spec().clone();
+        let (path, mut w) = self.files.open(spec.as_ref().clone())?;
+        for df in added {
+            if df.content_type() != DataContentType::Data {
+                return Err(Error::new(
+                    ErrorKind::Internal,
+                    "only data files can be added",
+                ));
+            }
+            self.collector
+                .add_file(df, self.schema.clone(), spec.clone());
+            w.add_file(df.clone(), seq).map_err(ice("manifest entry"))?;
+        }
+        self.manifests.push(
+            w.write_manifest_file()
+                .await
+                .map_err(ice("writing a manifest"))?,
+        );
+        self.written.push(path);
+        Ok(())
+    }
+
+    /// Writes the manifest list of the new snapshot; its path.
+    async fn write_list(&mut self, parent: Option<i64>, seq: i64) -> Result<String> {
+        let snapshot_id = self.files.snapshot_id;
+        let list_path = format!(
+            "{}/snap-{snapshot_id}-0-{}.avro",
+            self.files.dir, self.files.uuid
+        );
+        let out = self
+            .files
+            .table
+            .file_io()
+            .new_output(&list_path)
+            .map_err(ice("manifest list output"))?;
+        let writer = out.writer().await.map_err(ice("manifest list output"))?;
+        let mut list = ManifestListWriter::v2(writer, snapshot_id, parent, seq);
+        list.add_manifests(std::mem::take(&mut self.manifests).into_iter())
+            .map_err(ice("manifest list"))?;
+        list.close()
+            .await
+            .map_err(ice("writing the manifest list"))?;
+        self.written.push(list_path.clone());
+        Ok(list_path)
+    }
+}
+
+/// The new snapshot's summary: the change's own properties, the carried checkpoint, the
+/// added/removed counts and the running totals.
+fn snapshot_summary(
+    change: &Change,
+    parent: Option<&Summary>,
+    collector: &SnapshotSummaryCollector,
+    schema_already_there: bool,
+) -> HashMap<String, String> {
+    let mut props = change.properties.clone();
+    summary::carry_checkpoint(&mut props, parent);
+    if schema_already_there {
+        // The base already has the schema these files need (added by a concurrent ingest).
+        props.remove(summary::SCHEMA_CHANGE);
+    }
+    let counts = collector.build();
+    props.extend(counts.clone());
+    for (total_key, added_key, deleted_key) in [
+        ("total-records", "added-records", "deleted-records"),
+        ("total-data-files", "added-data-files", "deleted-data-files"),
+        ("total-files-size", "added-files-size", "removed-files-size"),
+    ] {
+        let get = |k: &str| {
+            counts
+                .get(k)
+                .and_then(|v| v.parse::<i64>().ok())
+                .unwrap_or(0)
+        };
+        let value = total(parent, total_key) + get(added_key) - get(deleted_key);
+        props.insert(total_key.into(), value.max(0).to_string());
+    }
+    for key in [
+        "total-delete-files",
+        "total-position-deletes",
+        "total-equality-deletes",
+    ] {
+        props.insert(key.into(), total(parent, key).to_string());
+    }
+    props
 }
 
 /// Builds and writes a metadata.json from `builder` (based on `table`), without installing it.

@@ -47,7 +47,7 @@ impl Version {
     }
 
     /// The version an event names: its version id, else its ETag, else the latest.
-    pub fn named_by(obj: &crate::event::ObjectRef) -> Self {
+    pub(crate) fn named_by(obj: &crate::event::ObjectRef) -> Self {
         Self {
             version_id: obj
                 .version_id
@@ -97,7 +97,7 @@ pub struct OpenedObject {
 pub struct TransientIo(#[source] pub std::io::Error);
 
 /// Whether an I/O error is a [`TransientIo`].
-pub fn is_transient_io(err: &std::io::Error) -> bool {
+pub(crate) fn is_transient_io(err: &std::io::Error) -> bool {
     err.get_ref()
         .map(|e| e.is::<TransientIo>())
         .unwrap_or(false)

@@ -17,6 +17,8 @@ use iceberg::writer::partitioning::PartitioningWriter;
 use parquet::basic::{Compression as PqCompression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
 
+use crate::error::{Error, Result};
+
 type DataWriterBuilder =
     DataFileWriterBuilder<ParquetWriterBuilder, DefaultLocationGenerator, DefaultFileNameGenerator>;
 
@@ -87,5 +89,36 @@ pub fn build_sink(table: &Table, target_bytes: usize, writer_id: &str) -> iceber
     } else {
         let splitter = RecordBatchPartitionSplitter::try_new_with_computed_values(schema, spec)?;
         Ok(Sink::Fanout(Box::new((FanoutWriter::new(dfw), splitter))))
+    }
+}
+
+/// `table` with `schema` as its current schema (locally, for writing; committed with the data).
+pub(crate) fn with_schema(table: &Table, schema: iceberg::spec::Schema) -> Result<Table> {
+    let md = iceberg::spec::TableMetadataBuilder::new_from_metadata(
+        table.metadata().clone(),
+        table.metadata_location().map(str::to_string),
+    )
+    .add_current_schema(schema)
+    .and_then(|b| b.build())
+    .map_err(|e| Error::iceberg("staging the evolved schema", e))?
+    .metadata;
+    Table::builder()
+        .metadata(md)
+        .metadata_location(table.metadata_location().unwrap_or_default().to_string())
+        .identifier(table.identifier().clone())
+        .file_io(table.file_io().clone())
+        .runtime(iceberg::Runtime::try_current().map_err(|e| Error::iceberg("runtime", e))?)
+        .build()
+        .map_err(|e| Error::iceberg("staging the evolved schema", e))
+}
+
+/// Best-effort removal of data files written by an attempt that will not commit (whatever is left
+/// behind, orphan cleanup removes). Only for files no commit can reference: never after an
+/// unknown commit outcome.
+pub(crate) async fn delete_uncommitted(table: &Table, files: &[DataFile]) {
+    for f in files {
+        if let Err(e) = table.file_io().delete(f.file_path()).await {
+            tracing::warn!(file = f.file_path(), error = %e, "could not delete an uncommitted data file; orphan cleanup will");
+        }
     }
 }

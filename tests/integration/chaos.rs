@@ -26,7 +26,7 @@ use floe::config::Config;
 use floe::event::ObjectRef;
 use floe::ingest::{Ingestor, ObjectReport, Status};
 use floe::maintain::{Maintainer, Options};
-use floe::pipeline::Processor;
+use floe::process::Processor;
 use iceberg::table::Table;
 use serde_json::{json, Value};
 

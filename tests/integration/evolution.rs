@@ -247,10 +247,11 @@ async fn table_ids(env: &TestEnv, ingestor: &floe::ingest::Ingestor) -> HashSet<
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn schema_diff_classifies_config_and_object_changes() {
-    use floe::evolve::{schema_diff, Class};
+    use floe::evolve::Class;
+    use floe::schema_diff::schema_diff;
     let env = TestEnv::new("sqlite").await;
     let _ingestor = env.ingestor().await;
-    let class_of = |r: &floe::evolve::DiffReport, f: &str| {
+    let class_of = |r: &floe::schema_diff::DiffReport, f: &str| {
         r.changes
             .iter()
             .filter(|c| c.field == f)

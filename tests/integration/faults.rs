@@ -6,8 +6,8 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
+use floe::catalog::PointerSwap;
 use floe::snapshot::Staged;
-use floe::swap::PointerSwap;
 use floe::{Error, ErrorKind};
 use iceberg::table::Table;
 use iceberg::{Catalog, TableIdent};
@@ -136,7 +136,7 @@ pub(crate) struct FailingLoads {
 }
 
 #[async_trait::async_trait]
-impl floe::commit::UpdateHook for FailingLoads {
+impl floe::catalog::UpdateHook for FailingLoads {
     async fn load_table(&self, inner: &dyn Catalog, ident: &TableIdent) -> iceberg::Result<Table> {
         if ident.name() == self.table
             && self

@@ -5,11 +5,11 @@ use std::process::Command;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
+use floe::catalog::PointerSwap;
 use floe::commit::Committer;
 use floe::config::Config;
 use floe::event::ObjectRef;
 use floe::ingest::{Ingestor, ObjectReport};
-use floe::swap::PointerSwap;
 use iceberg::Catalog;
 
 pub fn repo_root() -> PathBuf {
@@ -200,7 +200,9 @@ format = "parquet"
         wrap: impl FnOnce(Arc<dyn PointerSwap>) -> Arc<dyn PointerSwap>,
     ) -> Ingestor {
         let catalog = floe::catalog::connect(&self.config).await.expect("catalog");
-        let swap = floe::swap::from_config(&self.config).await.expect("swap");
+        let swap = floe::catalog::pointer_swap(&self.config)
+            .await
+            .expect("swap");
         let store = floe::store::from_config(&self.config.storage).await;
         Ingestor::with_parts(
             self.config.clone(),
@@ -287,8 +289,8 @@ format = "parquet"
     }
 
     /// A processor (pipelines) over this test's catalog.
-    pub async fn processor(&self) -> floe::pipeline::Processor {
-        floe::pipeline::Processor::new(self.config.clone())
+    pub async fn processor(&self) -> floe::process::Processor {
+        floe::process::Processor::new(self.config.clone())
             .await
             .expect("processor")
     }
@@ -297,10 +299,12 @@ format = "parquet"
     pub async fn processor_with(
         &self,
         wrap: impl FnOnce(Arc<dyn PointerSwap>) -> Arc<dyn PointerSwap>,
-    ) -> floe::pipeline::Processor {
+    ) -> floe::process::Processor {
         let catalog = floe::catalog::connect(&self.config).await.expect("catalog");
-        let swap = floe::swap::from_config(&self.config).await.expect("swap");
-        floe::pipeline::Processor::with_parts(
+        let swap = floe::catalog::pointer_swap(&self.config)
+            .await
+            .expect("swap");
+        floe::process::Processor::with_parts(
             self.config.clone(),
             Committer::new(catalog, wrap(swap)),
         )

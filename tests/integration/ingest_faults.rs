@@ -37,7 +37,7 @@ async fn identities(catalog: &dyn Catalog, env: &TestEnv) -> Vec<String> {
         if let Some(list) = s
             .summary()
             .additional_properties
-            .get(floe::commit::SUMMARY_SOURCE_OBJECTS)
+            .get(floe::summary::SOURCE_OBJECTS)
         {
             ids.extend(serde_json::from_str::<Vec<String>>(list).unwrap());
         }
@@ -50,11 +50,11 @@ async fn ingestor_over(
     env: &TestEnv,
     config: floe::config::Config,
     store: Arc<dyn ObjectStore>,
-    wrap: impl FnOnce(Arc<dyn floe::swap::PointerSwap>) -> Arc<dyn floe::swap::PointerSwap>,
+    wrap: impl FnOnce(Arc<dyn floe::catalog::PointerSwap>) -> Arc<dyn floe::catalog::PointerSwap>,
 ) -> Ingestor {
     let _ = env;
     let catalog = floe::catalog::connect(&config).await.unwrap();
-    let swap = floe::swap::from_config(&config).await.unwrap();
+    let swap = floe::catalog::pointer_swap(&config).await.unwrap();
     Ingestor::with_parts(config, Committer::new(catalog, wrap(swap)), store)
         .await
         .unwrap()

@@ -5,8 +5,9 @@ use std::time::{Duration, Instant};
 
 use floe::commit::{CommitLimits, Plan};
 use floe::ingest::Status;
-use floe::maintain::{Options, CHECKPOINT_PREFIX};
+use floe::maintain::Options;
 use floe::snapshot::Change;
+use floe::summary::CHECKPOINT_PREFIX;
 
 use crate::harness::{orders, TestEnv};
 
@@ -77,7 +78,7 @@ async fn compaction_beside_ingest(kind: &'static str) {
     assert_eq!((rows, distinct), (700, 700), "{report:?}");
     assert_eq!(sum, expected_sum(&texts));
     let table = ingestor.catalog().load_table(&env.ident()).await.unwrap();
-    let files = floe::maintain::live_files(&table).await.unwrap().len();
+    let files = floe::scan::live_files(&table).await.unwrap().len();
     assert!(
         files <= 14 - 5 + 1,
         "compaction reduced the file count: {files} files, {report:?}"
@@ -410,7 +411,7 @@ async fn sorted_compaction_memory_is_bounded_by_writing_sorted_runs() {
     let r = env.maintainer().await.run("orders", &opts).await.unwrap();
     assert_eq!(r.groups_compacted, 1, "{r:?}");
     let table = ingestor.catalog().load_table(&env.ident()).await.unwrap();
-    let files = floe::maintain::live_files(&table).await.unwrap();
+    let files = floe::scan::live_files(&table).await.unwrap();
     assert!(
         files.len() > 1,
         "one sorted run per budget: {}",
@@ -418,7 +419,7 @@ async fn sorted_compaction_memory_is_bounded_by_writing_sorted_runs() {
     );
     let mut rows = 0;
     for f in &files {
-        let tasks = floe::maintain::scan_tasks(&table, std::slice::from_ref(f));
+        let tasks = floe::scan::scan_tasks(&table, std::slice::from_ref(f));
         let batches: Vec<_> = table
             .reader_builder()
             .build()
@@ -453,7 +454,7 @@ async fn orphan_cleanup_treats_s3a_and_s3_as_the_same_object() {
     let maintainer = env.maintainer().await;
     let committer = maintainer.committer().clone();
     let table = committer.load(&env.ident()).await.unwrap();
-    let live = floe::maintain::live_files(&table).await.unwrap();
+    let live = floe::scan::live_files(&table).await.unwrap();
     let f = &live[0].file;
     assert!(f.file_path().starts_with("s3://"));
     // Another engine (Hadoop's S3A) re-registers the same file under its own spelling.

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use floe::commit::Committer;
 use floe::ingest::Status;
 use floe::maintain::{Maintainer, Options};
-use floe::pipeline::Processor;
+use floe::process::Processor;
 
 use crate::faults::{assert_referenced_files_exist, faulty, FailingLoads, Fault};
 use crate::harness::{orders, TestEnv};
@@ -144,7 +144,7 @@ impl Cell {
 
     async fn committer(&self, fault: Option<Fault>) -> Committer {
         let catalog = floe::catalog::connect(&self.env.config).await.unwrap();
-        let swap = floe::swap::from_config(&self.env.config).await.unwrap();
+        let swap = floe::catalog::pointer_swap(&self.env.config).await.unwrap();
         match fault {
             Some(f) => Committer::new(catalog, faulty(f)(swap)),
             None => Committer::new(catalog, swap),
@@ -478,14 +478,14 @@ async fn expiration_stops_when_a_consumer_cannot_be_read() {
         .unwrap();
     cell.load_orders(50, 2).await;
     let catalog = floe::catalog::connect(&cell.env.config).await.unwrap();
-    let flaky: Arc<dyn iceberg::Catalog> = Arc::new(floe::commit::Hooked::new(
+    let flaky: Arc<dyn iceberg::Catalog> = Arc::new(floe::catalog::Hooked::new(
         catalog,
         FailingLoads {
             table: APPEND.into(),
             failures: AtomicU32::new(1000),
         },
     ));
-    let swap = floe::swap::from_config(&cell.env.config).await.unwrap();
+    let swap = floe::catalog::pointer_swap(&cell.env.config).await.unwrap();
     let m = Maintainer::with_parts(cell.env.config.clone(), Committer::new(flaky, swap));
     let o = expire_all();
     let before = cell.orders().await;

@@ -4,7 +4,8 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use floe::commit::{CommitLimits, Plan};
-use floe::process::{self, RowChangePolicy, Start};
+use floe::config::Start;
+use floe::process::{self, RowChangePolicy};
 use floe::snapshot::Change;
 use iceberg::spec::Operation;
 
@@ -96,7 +97,7 @@ async fn delta_holds_only_new_appends_and_handles_replace_overwrite_and_expiry()
     let after_compaction = table.metadata().current_snapshot_id().unwrap();
 
     // An overwrite fails loudly by default, is skipped on request.
-    let victim = floe::maintain::live_files(&table).await.unwrap()[0]
+    let victim = floe::scan::live_files(&table).await.unwrap()[0]
         .file
         .file_path()
         .to_string();
@@ -151,7 +152,7 @@ async fn delta_holds_only_new_appends_and_handles_replace_overwrite_and_expiry()
     env.put("orders/p9.jsonl", orders(25, 1309)).await;
     env.ingest(&ingestor, "orders/p9.jsonl").await.unwrap();
     let table = ingestor.catalog().load_table(&env.ident()).await.unwrap();
-    let live: u64 = floe::maintain::live_files(&table)
+    let live: u64 = floe::scan::live_files(&table)
         .await
         .unwrap()
         .iter()
@@ -178,9 +179,10 @@ async fn checkpoints_round_trip_through_the_sink_summary() {
     let source = ingestor.catalog().load_table(&env.ident()).await.unwrap();
     let uuid = source.metadata().uuid().to_string();
     let sink = floe::catalog::table_ident(&env.config, "orders_consumer").unwrap();
-    let props: HashMap<String, String> = process::checkpoint_properties(&uuid, snap, "sha256:abc")
-        .into_iter()
-        .collect();
+    let props: HashMap<String, String> =
+        floe::summary::checkpoint_properties(&uuid, snap, "sha256:abc")
+            .into_iter()
+            .collect();
     let change = Change::append(Vec::new(), props);
     let committer = env.maintainer().await.committer().clone();
     committer
@@ -188,10 +190,10 @@ async fn checkpoints_round_trip_through_the_sink_summary() {
         .await
         .unwrap();
     let sink_table = ingestor.catalog().load_table(&sink).await.unwrap();
-    let cp = process::read_checkpoint(sink_table.metadata(), &uuid).unwrap();
+    let cp = floe::summary::read_checkpoint(sink_table.metadata(), &uuid).unwrap();
     assert_eq!(
         (cp.snapshot_id, cp.transform.as_deref()),
         (snap, Some("sha256:abc"))
     );
-    assert!(process::read_checkpoint(sink_table.metadata(), "another-table").is_none());
+    assert!(floe::summary::read_checkpoint(sink_table.metadata(), "another-table").is_none());
 }

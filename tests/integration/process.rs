@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use floe::pipeline::Processor;
+use floe::process::Processor;
 use floe::snapshot::Change;
 use floe::ErrorKind;
 use iceberg::spec::Operation;
@@ -19,7 +19,7 @@ fn soon() -> Instant {
 }
 
 /// Runs both pipelines and asserts reconcile matches for each; returns the runs.
-async fn run_and_reconcile(p: &Processor) -> Vec<floe::pipeline::RunReport> {
+async fn run_and_reconcile(p: &Processor) -> Vec<floe::process::RunReport> {
     let mut out = Vec::new();
     for name in [APPEND, AGG] {
         out.push(p.run(name, soon()).await.expect("run"));
@@ -124,7 +124,7 @@ async fn pipelines_follow_appends_late_events_and_duplicate_triggers() {
     let sink = floe::catalog::table_ident(&env.config, APPEND).unwrap();
     let committer = p.committer().clone();
     let t = committer.load(&sink).await.unwrap();
-    let victim = floe::maintain::live_files(&t).await.unwrap()[0]
+    let victim = floe::scan::live_files(&t).await.unwrap()[0]
         .file
         .file_path()
         .to_string();
@@ -225,7 +225,7 @@ async fn replace_overwrite_expired_checkpoint_and_changed_transform() {
     // An overwrite on the source fails loudly, naming the snapshot and the recovery.
     let committer = m.committer();
     let table = committer.load(&env.ident()).await.unwrap();
-    let victim = floe::maintain::live_files(&table).await.unwrap()[0]
+    let victim = floe::scan::live_files(&table).await.unwrap()[0]
         .file
         .file_path()
         .to_string();
@@ -407,7 +407,7 @@ sql = "SELECT order_id, items, coupon FROM source"
     let staged = floe::snapshot::write_metadata(&table, builder, true)
         .await
         .unwrap();
-    floe::swap::from_config(&env.config)
+    floe::catalog::pointer_swap(&env.config)
         .await
         .unwrap()
         .swap(&env.ident(), &staged)
@@ -657,7 +657,7 @@ async fn maintaining_a_sink_keeps_its_checkpoint() {
     let t = p.committer().load(&sink).await.unwrap();
     assert_eq!(t.metadata().snapshots().count(), 1);
     let source = p.committer().load(&env.ident()).await.unwrap();
-    let cp = floe::process::read_checkpoint(t.metadata(), &source.metadata().uuid().to_string())
+    let cp = floe::summary::read_checkpoint(t.metadata(), &source.metadata().uuid().to_string())
         .expect("checkpoint on the compacted sink");
     assert_eq!(
         Some(cp.snapshot_id),

@@ -90,12 +90,12 @@ fn sample_events_for_sam_local_invoke_parse() {
         "landing/orders/2026/11/30/batch-002.jsonl"
     );
     assert_eq!(
-        floe::lambda::classify_trigger(&read("process-glue-table-change.json")),
-        floe::lambda::Trigger::GlueTableChange
+        floe::event::classify_trigger(&read("process-glue-table-change.json")),
+        floe::event::Trigger::GlueTableChange
     );
     assert_eq!(
-        floe::lambda::classify_trigger(&read("process-floe-commit.json")),
-        floe::lambda::Trigger::FloeCommit
+        floe::event::classify_trigger(&read("process-floe-commit.json")),
+        floe::event::Trigger::FloeCommit
     );
     assert_eq!(
         read("process-floe-commit.json")["detail"]["table"],

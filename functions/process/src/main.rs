@@ -3,7 +3,7 @@
 //! its checkpoint and commits output + checkpoint atomically to its sink.
 //!
 //! Thin by design: the processor is built once per container; each event goes to
-//! [`floe::pipeline::Processor::handle_payload`].
+//! [`floe::process::Processor::handle_payload`].
 
 use std::sync::Arc;
 
@@ -14,7 +14,7 @@ use serde_json::Value;
 async fn main() -> Result<(), Error> {
     floe::lambda::init_tracing();
     let config = floe::config::Config::from_env().await?;
-    let processor = Arc::new(floe::pipeline::Processor::new(config).await?);
+    let processor = Arc::new(floe::process::Processor::new(config).await?);
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| {
         let processor = Arc::clone(&processor);
         async move {

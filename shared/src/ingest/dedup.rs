@@ -13,12 +13,11 @@ use iceberg::expr::Reference;
 use iceberg::spec::{Datum, TableMetadata};
 use iceberg::table::Table;
 
-use crate::commit::{
-    Found, Plan, Skipped, SourceObject, SUMMARY_SOURCE_OBJECTS, SUMMARY_WRITER_ID,
-};
+use crate::commit::{Found, Plan, Skipped, SourceObject};
 use crate::error::{Error, ErrorKind, Result};
 use crate::schema::SOURCE;
 use crate::snapshot::Change;
+use crate::summary::{SOURCE_OBJECTS as SUMMARY_SOURCE_OBJECTS, WRITER_ID as SUMMARY_WRITER_ID};
 
 /// What the summary walk proved.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -52,12 +52,6 @@ pub fn plain_schema(schema: &ArrowSchema) -> SchemaRef {
     ))
 }
 
-/// Re-labels `batch` with `schema` (same columns, metadata aside).
-pub fn relabel(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch> {
-    RecordBatch::try_new(schema.clone(), batch.columns().to_vec())
-        .map_err(|e| Error::new(ErrorKind::Internal, format!("re-labelling a batch: {e}")))
-}
-
 /// Appends `window_start` = `time_column` floored to `window_us` microseconds.
 pub fn with_window_start(
     batch: &RecordBatch,

@@ -9,30 +9,13 @@
 //! them), `replace` snapshots (compaction) change no data and are skipped, and `overwrite`/`delete`
 //! follow an explicit policy that fails loudly by default.
 //!
-//! SQL transforms over the planned rows come with the process issue; this module is their input.
+//! The processor runs the pipeline's SQL over what this plans.
 
 use iceberg::spec::{DataFile, ManifestContentType, ManifestStatus, Operation, TableMetadata};
 use iceberg::table::Table;
-use serde::Serialize;
 
+use crate::config::Start;
 use crate::error::{Error, ErrorKind, Result};
-use crate::maintain::CHECKPOINT_PREFIX;
-
-/// Summary key recording the transform version that produced a sink snapshot, per source.
-pub const TRANSFORM_PREFIX: &str = "floe.transform.";
-
-/// Where a consumer without a checkpoint starts (Flink's starting strategies).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Start {
-    /// From the first snapshot: everything.
-    Earliest,
-    /// From the current snapshot: only what comes next.
-    Latest,
-    /// After this snapshot.
-    AfterSnapshot(i64),
-    /// After the last snapshot committed at or before this time (epoch ms).
-    AfterTimestamp(i64),
-}
 
 /// What to do with `overwrite` and `delete` snapshots in the delta (they change existing rows,
 /// which an append-only consumer cannot follow).
@@ -43,54 +26,6 @@ pub enum RowChangePolicy {
     Fail,
     /// Skip them, logging each (for consumers that only care about new rows).
     Skip,
-}
-
-/// A consumer's position on a source table.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Checkpoint {
-    /// Last source snapshot processed.
-    pub snapshot_id: i64,
-    /// Transform version (hash) that processed it, if recorded.
-    pub transform: Option<String>,
-    /// The sink snapshot that recorded it.
-    pub sink_snapshot_id: i64,
-}
-
-/// Reads the consumer's checkpoint on `source_uuid` from the sink's newest snapshot carrying one.
-pub fn read_checkpoint(sink: &TableMetadata, source_uuid: &str) -> Option<Checkpoint> {
-    let key = format!("{CHECKPOINT_PREFIX}{source_uuid}");
-    let tkey = format!("{TRANSFORM_PREFIX}{source_uuid}");
-    let mut cur = sink.current_snapshot();
-    while let Some(s) = cur {
-        let props = &s.summary().additional_properties;
-        if let Some(id) = props.get(&key).and_then(|v| v.parse().ok()) {
-            return Some(Checkpoint {
-                snapshot_id: id,
-                transform: props.get(&tkey).cloned(),
-                sink_snapshot_id: s.snapshot_id(),
-            });
-        }
-        cur = s.parent_snapshot_id().and_then(|p| sink.snapshot_by_id(p));
-    }
-    None
-}
-
-/// The snapshot-summary properties that record a checkpoint (commit them with the output).
-pub fn checkpoint_properties(
-    source_uuid: &str,
-    snapshot_id: i64,
-    transform: &str,
-) -> Vec<(String, String)> {
-    vec![
-        (
-            format!("{CHECKPOINT_PREFIX}{source_uuid}"),
-            snapshot_id.to_string(),
-        ),
-        (
-            format!("{TRANSFORM_PREFIX}{source_uuid}"),
-            transform.to_string(),
-        ),
-    ]
 }
 
 /// The exclusive lower bound a start strategy means on `source` (None: from the beginning).
@@ -277,7 +212,7 @@ async fn current_state(source: &Table, mut delta: Delta) -> Result<Delta> {
         cur = s.parent_snapshot_id().and_then(|p| md.snapshot_by_id(p));
     }
     delta.appends.reverse();
-    delta.files = crate::maintain::live_files_added_by(source)
+    delta.files = crate::scan::live_files_added_by(source)
         .await?
         .into_iter()
         .map(|(f, snapshot_id)| NewFile {

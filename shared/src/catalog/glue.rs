@@ -4,23 +4,70 @@
 //! iceberg-catalog-glue 0.10.1 refuses any schema holding `timestamptz` ("Conversion from
 //! Timestamptz is not supported") on both create and commit, and floe's tables always have one
 //! (`_ingested_at`). Reads still go through iceberg's Glue catalog; `create_table` goes through
-//! this hook and commits through [`crate::swap::GlueSwap`].
+//! this hook and commits through [`GlueSwap`]: `UpdateTable` with the `VersionId` read together with
+//! the base pointer.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use aws_sdk_glue::error::DisplayErrorContext;
 use aws_sdk_glue::types::{Column, StorageDescriptor, TableInput};
 use iceberg::spec::{PrimitiveType, TableMetadata, TableMetadataBuilder, Type};
 use iceberg::table::Table;
-use iceberg::{Catalog, MetadataLocation, NamespaceIdent, TableCreation, TableIdent};
+use iceberg::{
+    Catalog, CatalogBuilder, MetadataLocation, NamespaceIdent, TableCreation, TableIdent,
+};
+use iceberg_catalog_glue::GlueCatalogBuilder;
+use iceberg_storage_opendal::OpenDalResolvingStorageFactory;
 
-use crate::commit::UpdateHook;
-use crate::config::Config;
+use super::{connect_error, Hooked, PointerSwap, UpdateHook};
+use crate::config::{CatalogKind, Config};
+use crate::error::{Error, ErrorKind, Result};
+use crate::snapshot::{conflict, Staged};
+
+/// Connects iceberg's Glue catalog (for reads), wrapped so that tables are created by floe.
+pub(crate) async fn connect(
+    cfg: &Config,
+    mut props: HashMap<String, String>,
+    factory: Arc<OpenDalResolvingStorageFactory>,
+    warehouse: String,
+) -> Result<Arc<dyn Catalog>> {
+    let c = &cfg.catalog;
+    let err = connect_error(CatalogKind::Glue);
+    if let Some(uri) = &c.uri {
+        props.insert("uri".into(), uri.clone());
+    }
+    if let Some(r) = cfg
+        .storage
+        .region
+        .clone()
+        .or_else(|| std::env::var("AWS_REGION").ok())
+    {
+        props.insert("region_name".into(), r);
+    }
+    if let Some(k) = &cfg.storage.access_key_id {
+        props.insert("aws_access_key_id".into(), k.clone());
+    }
+    if let Some(k) = &cfg.storage.secret_access_key {
+        props.insert("aws_secret_access_key".into(), k.clone());
+    }
+    let glue: Arc<dyn Catalog> = Arc::new(
+        GlueCatalogBuilder::default()
+            .with_storage_factory(factory)
+            .load(&c.name, props)
+            .await
+            .map_err(err)?,
+    );
+    Ok(Arc::new(Hooked::new(
+        glue,
+        GlueHook::new(cfg, warehouse).await,
+    )))
+}
 
 /// The hook giving a Glue catalog floe's create and commit.
 #[derive(Debug, Clone)]
-pub struct GlueHook {
+pub(crate) struct GlueHook {
     client: aws_sdk_glue::Client,
     warehouse: String,
     file_io: iceberg::io::FileIO,
@@ -32,7 +79,7 @@ impl GlueHook {
         let file_io = iceberg::io::FileIOBuilder::new(std::sync::Arc::new(
             iceberg_storage_opendal::OpenDalResolvingStorageFactory::new(),
         ))
-        .with_props(crate::catalog::storage_props(cfg))
+        .with_props(super::storage_props(cfg))
         .build();
         Self {
             client: client(cfg).await,
@@ -43,7 +90,7 @@ impl GlueHook {
 }
 
 /// A Glue client honouring the config's endpoint override, region and static keys.
-pub async fn client(cfg: &Config) -> aws_sdk_glue::Client {
+pub(crate) async fn client(cfg: &Config) -> aws_sdk_glue::Client {
     aws_sdk_glue::Client::new(
         &crate::store::sdk_config(&cfg.storage, cfg.catalog.uri.as_deref()).await,
     )
@@ -64,7 +111,7 @@ fn unexpected(what: String, e: impl std::fmt::Display) -> iceberg::Error {
 }
 
 /// Glue (Hive) type name of an Iceberg type.
-pub fn glue_type(ty: &Type) -> String {
+pub(crate) fn glue_type(ty: &Type) -> String {
     match ty {
         Type::Primitive(p) => match p {
             PrimitiveType::Boolean => "boolean".into(),
@@ -100,7 +147,7 @@ pub fn glue_type(ty: &Type) -> String {
 }
 
 /// The Glue `TableInput` pointing at an Iceberg metadata file.
-pub fn table_input(
+pub(crate) fn table_input(
     name: &str,
     md: &TableMetadata,
     location: &str,
@@ -190,5 +237,122 @@ impl UpdateHook for GlueHook {
                 )
             })?;
         inner.load_table(&TableIdent::new(ns.clone(), name)).await
+    }
+}
+
+/// Compare-and-swap with Glue's `VersionId`.
+#[derive(Debug)]
+pub(crate) struct GlueSwap {
+    client: aws_sdk_glue::Client,
+}
+
+impl GlueSwap {
+    /// A Glue client from the config.
+    pub async fn new(cfg: &Config) -> Self {
+        Self {
+            client: client(cfg).await,
+        }
+    }
+}
+
+impl GlueSwap {
+    async fn get(
+        &self,
+        ident: &TableIdent,
+    ) -> Result<aws_sdk_glue::operation::get_table::GetTableOutput> {
+        self.client
+            .get_table()
+            .database_name(ident.namespace().join("."))
+            .name(ident.name())
+            .send()
+            .await
+            .map_err(|e| {
+                Error::new(
+                    ErrorKind::Catalog,
+                    format!("Glue GetTable {ident}: {}", DisplayErrorContext(&e)),
+                )
+                .with_retryable(true)
+            })
+    }
+}
+
+#[async_trait]
+impl PointerSwap for GlueSwap {
+    async fn current(&self, ident: &TableIdent) -> Result<Option<String>> {
+        let out = self.get(ident).await?;
+        Ok(out
+            .table()
+            .and_then(|t| t.parameters())
+            .and_then(|p| p.get("metadata_location"))
+            .cloned())
+    }
+
+    async fn swap(&self, ident: &TableIdent, staged: &Staged) -> Result<()> {
+        let db = ident.namespace().join(".");
+        let out = self.get(ident).await?;
+        let table = out.table();
+        let current = table
+            .and_then(|t| t.parameters())
+            .and_then(|p| p.get("metadata_location"));
+        if current.map(String::as_str) != Some(staged.previous.as_str()) {
+            return Err(conflict(format!(
+                "{ident} moved on since {}",
+                staged.previous
+            )));
+        }
+        let input = table_input(
+            ident.name(),
+            &staged.metadata,
+            &staged.location,
+            Some(staged.previous.clone()),
+        )
+        .map_err(|e| Error::iceberg("Glue table input", e))?;
+        let mut req = self
+            .client
+            .update_table()
+            .database_name(&db)
+            .skip_archive(true)
+            .table_input(input);
+        if let Some(v) = table.and_then(|t| t.version_id()) {
+            req = req.version_id(v);
+        }
+        // No SDK-level retries here: a retried UpdateTable whose first try took effect comes
+        // back as ConcurrentModificationException, a "conflict" that is really our own success.
+        // floe's commit loop retries instead, after looking at what landed.
+        let no_retries = aws_sdk_glue::config::Builder::default()
+            .retry_config(aws_smithy_types::retry::RetryConfig::disabled());
+        match req.customize().config_override(no_retries).send().await {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                let svc = e.as_service_error();
+                if svc
+                    .map(|s| s.is_concurrent_modification_exception())
+                    .unwrap_or(false)
+                {
+                    Err(conflict(format!(
+                        "Glue rejected a stale VersionId for {ident}"
+                    )))
+                } else {
+                    // Throttling, 5xx and transport errors leave the outcome unknown: retry
+                    // (the commit loop first looks at what actually landed). Only answers that
+                    // say the request itself is wrong are permanent.
+                    use aws_sdk_glue::error::ProvideErrorMetadata;
+                    let retryable = !matches!(
+                        svc.and_then(|s| s.code()),
+                        Some(
+                            "EntityNotFoundException"
+                                | "InvalidInputException"
+                                | "AccessDeniedException"
+                                | "ValidationException"
+                        )
+                    );
+                    Err(Error::new(
+                        ErrorKind::Catalog,
+                        format!("Glue UpdateTable {ident}: {}", DisplayErrorContext(&e)),
+                    )
+                    .with_retryable(retryable))
+                }
+            }
+        }
     }
 }

@@ -1,0 +1,143 @@
+//! The SQLite catalog (iceberg-catalog-sql): the laptop default, one file, and its pointer swap,
+//! `UPDATE iceberg_tables SET metadata_location = new WHERE … AND metadata_location = base`.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use iceberg::{Catalog, CatalogBuilder, TableIdent};
+use iceberg_catalog_sql::SqlCatalogBuilder;
+use iceberg_storage_opendal::OpenDalResolvingStorageFactory;
+use sqlx::any::AnyPoolOptions;
+use sqlx::AnyPool;
+
+use super::{connect_error, PointerSwap};
+use crate::config::{CatalogKind, Config};
+use crate::error::{Error, ErrorKind, Result};
+use crate::snapshot::{conflict, Staged};
+
+/// The sqlx URI of the configured SQLite catalog (its directory is created if needed).
+pub(crate) fn sqlite_uri(cfg: &Config) -> Result<String> {
+    let uri = cfg
+        .catalog
+        .uri
+        .clone()
+        .unwrap_or_else(|| "floe-catalog.db".into());
+    if uri.starts_with("sqlite:") {
+        return Ok(uri);
+    }
+    if let Some(dir) = Path::new(&uri).parent() {
+        if !dir.as_os_str().is_empty() {
+            std::fs::create_dir_all(dir).map_err(|e| {
+                Error::new(
+                    ErrorKind::Config,
+                    format!("cannot create {}", dir.display()),
+                )
+                .with_source(e)
+            })?;
+        }
+    }
+    Ok(format!("sqlite://{uri}?mode=rwc"))
+}
+
+/// Connects iceberg's SQL catalog to the configured SQLite file.
+pub(crate) async fn connect(
+    cfg: &Config,
+    mut props: HashMap<String, String>,
+    factory: Arc<OpenDalResolvingStorageFactory>,
+) -> Result<Arc<dyn Catalog>> {
+    let c = &cfg.catalog;
+    let err = connect_error(CatalogKind::Sqlite);
+    let uri = sqlite_uri(cfg)?;
+    if uri.contains(":memory:") {
+        props
+            .entry("pool.max-connections".into())
+            .or_insert_with(|| "1".into());
+    }
+    props.insert("uri".into(), uri);
+    props.insert("sql_bind_style".into(), "QMark".into());
+    Ok(Arc::new(
+        SqlCatalogBuilder::default()
+            .with_storage_factory(factory)
+            .load(&c.name, props)
+            .await
+            .map_err(err)?,
+    ))
+}
+
+/// Compare-and-swap on the SQL catalog's `iceberg_tables` row.
+#[derive(Debug)]
+pub(crate) struct SqliteSwap {
+    pool: AnyPool,
+    catalog_name: String,
+}
+
+impl SqliteSwap {
+    /// Connects to the same database as the SQLite catalog.
+    pub async fn connect(cfg: &Config) -> Result<Self> {
+        sqlx::any::install_default_drivers();
+        let uri = sqlite_uri(cfg)?;
+        let pool = AnyPoolOptions::new()
+            .max_connections(2)
+            .connect(&uri)
+            .await
+            .map_err(|e| Error::new(ErrorKind::Catalog, format!("opening {uri}")).with_source(e))?;
+        Ok(Self {
+            pool,
+            catalog_name: cfg.catalog.name.clone(),
+        })
+    }
+}
+
+#[async_trait]
+impl PointerSwap for SqliteSwap {
+    async fn swap(&self, ident: &TableIdent, staged: &Staged) -> Result<()> {
+        let ns = ident.namespace().join(".");
+        let result = sqlx::query(
+            "UPDATE iceberg_tables SET metadata_location = ?, previous_metadata_location = ? \
+             WHERE catalog_name = ? AND table_namespace = ? AND table_name = ? AND metadata_location = ?",
+        )
+        .bind(&staged.location)
+        .bind(&staged.previous)
+        .bind(&self.catalog_name)
+        .bind(&ns)
+        .bind(ident.name())
+        .bind(&staged.previous)
+        .execute(&self.pool)
+        .await
+        .map_err(|e| {
+            // "database is locked" and pool timeouts are transient.
+            Error::new(ErrorKind::Catalog, format!("swapping the pointer of {ident}")).with_retryable(true).with_source(e)
+        })?;
+        if result.rows_affected() == 0 {
+            return Err(conflict(format!(
+                "{ident} moved on since {}",
+                staged.previous
+            )));
+        }
+        Ok(())
+    }
+
+    async fn current(&self, ident: &TableIdent) -> Result<Option<String>> {
+        use sqlx::Row;
+        let row = sqlx::query(
+            "SELECT metadata_location FROM iceberg_tables \
+             WHERE catalog_name = ? AND table_namespace = ? AND table_name = ?",
+        )
+        .bind(&self.catalog_name)
+        .bind(ident.namespace().join("."))
+        .bind(ident.name())
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(|e| {
+            Error::new(
+                ErrorKind::Catalog,
+                format!("reading the pointer of {ident}"),
+            )
+            .with_retryable(true)
+            .with_source(e)
+        })?;
+        Ok(row.and_then(|r| r.try_get::<String, _>(0).ok()))
+    }
+}

@@ -1,0 +1,338 @@
+//! Validation of a parsed `floe.toml`: every problem is reported with the file, the key and the
+//! reason, before any event is handled.
+
+use std::collections::HashSet;
+
+use super::*;
+use crate::error::{Error, Result};
+
+impl Config {
+    /// Checks the whole configuration: catalog, tables, routes, pipelines and limits.
+    pub(super) fn validate(&self, origin: &str) -> Result<()> {
+        self.validate_catalog(origin)?;
+        let mut names = HashSet::new();
+        for (i, table) in self.tables.iter().enumerate() {
+            let at = |k: &str| format!("tables[{i}].{k}");
+            if !names.insert(table.name.as_str()) {
+                return Err(Error::config(
+                    origin,
+                    &at("name"),
+                    format!("duplicate table `{}`", table.name),
+                ));
+            }
+            table.validate(origin, i)?;
+        }
+        for (i, route) in self.routes.iter().enumerate() {
+            if !names.contains(route.table.as_str()) {
+                return Err(Error::config(
+                    origin,
+                    &format!("routes[{i}].table"),
+                    format!("no table named `{}`", route.table),
+                ));
+            }
+            if route.bucket.is_empty() {
+                return Err(Error::config(
+                    origin,
+                    &format!("routes[{i}].bucket"),
+                    "must not be empty",
+                ));
+            }
+        }
+        for (i, p) in self.pipelines.iter().enumerate() {
+            p.validate(self, origin, i, &names)?;
+            if self.pipelines[..i]
+                .iter()
+                .any(|q| q.name == p.name || q.sink == p.sink)
+            {
+                return Err(Error::config(
+                    origin,
+                    &format!("pipelines[{i}]"),
+                    format!(
+                        "pipeline `{}` or its sink `{}` is declared twice",
+                        p.name, p.sink
+                    ),
+                ));
+            }
+        }
+        if self.maintain.orphan_older_than_hours < 1.0 {
+            return Err(Error::config(
+                origin,
+                "maintain.orphan_older_than_hours",
+                "must be at least 1 (younger files may belong to writes in flight)",
+            ));
+        }
+        if self.ingest.chunk_records == 0 {
+            return Err(Error::config(
+                origin,
+                "ingest.chunk_records",
+                "must be at least 1",
+            ));
+        }
+        self.ingest.validate_limits(origin)?;
+        Ok(())
+    }
+
+    /// The catalog needs a warehouse (and a URI when it is a REST catalog).
+    fn validate_catalog(&self, origin: &str) -> Result<()> {
+        if self.catalog.warehouse.trim().is_empty() {
+            return Err(Error::config(
+                origin,
+                "catalog.warehouse",
+                "must not be empty",
+            ));
+        }
+        if self.catalog.kind == CatalogKind::Rest && self.catalog.uri.is_none() {
+            return Err(Error::config(
+                origin,
+                "catalog.uri",
+                "a REST catalog needs its URI",
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl TableConfig {
+    /// One table: its columns, event time, partition spec, deprecations, sort order and sizes.
+    fn validate(&self, origin: &str, i: usize) -> Result<()> {
+        let table = self;
+        let at = |k: &str| format!("tables[{i}].{k}");
+        let cols = table.validate_columns(origin, i)?;
+        let Some(et) = table.columns.iter().find(|c| c.name == table.event_time) else {
+            return Err(Error::config(
+                origin,
+                &at("event_time"),
+                format!("no column named `{}`", table.event_time),
+            ));
+        };
+        if !matches!(et.type_name.as_str(), "timestamptz" | "timestamp") {
+            return Err(Error::config(
+                origin,
+                &at("event_time"),
+                format!(
+                    "column `{}` must be timestamptz or timestamp, not {}",
+                    et.name, et.type_name
+                ),
+            ));
+        }
+        for (j, p) in table.partition.iter().enumerate() {
+            super::types::parse_partition(p, &cols)
+                .map_err(|reason| Error::config(origin, &at(&format!("partition[{j}]")), reason))?;
+        }
+        for (field, d) in &table.deprecated {
+            chrono::NaiveDate::parse_from_str(d, "%Y-%m-%d").map_err(|_| {
+                Error::config(
+                    origin,
+                    &at(&format!("deprecated.{field}")),
+                    format!("`{d}`: expected a date YYYY-MM-DD"),
+                )
+            })?;
+        }
+        for (j, key) in table.sort.iter().enumerate() {
+            let col = key.split_whitespace().next().unwrap_or("");
+            if !cols.contains(col) {
+                return Err(Error::config(
+                    origin,
+                    &at(&format!("sort[{j}]")),
+                    format!("no column named `{col}`"),
+                ));
+            }
+        }
+        if table.target_file_size_mb == 0 {
+            return Err(Error::config(
+                origin,
+                &at("target_file_size_mb"),
+                "must be at least 1",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Column names (unique, not reserved), types, deprecation dates and sensitivity; returns
+    /// the column names.
+    fn validate_columns(&self, origin: &str, i: usize) -> Result<HashSet<&str>> {
+        let table = self;
+        let at = |k: &str| format!("tables[{i}].{k}");
+        if table.columns.is_empty() {
+            return Err(Error::config(
+                origin,
+                &at("columns"),
+                "at least one column is needed",
+            ));
+        }
+        let mut cols = HashSet::new();
+        for (j, col) in table.columns.iter().enumerate() {
+            if col.name.starts_with('_') {
+                return Err(Error::config(
+                    origin,
+                    &at(&format!("columns[{j}].name")),
+                    "names starting with `_` are reserved for floe's columns",
+                ));
+            }
+            if !cols.insert(col.name.as_str()) {
+                return Err(Error::config(
+                    origin,
+                    &at(&format!("columns[{j}].name")),
+                    format!("duplicate column `{}`", col.name),
+                ));
+            }
+            if let Some(d) = &col.deprecated {
+                chrono::NaiveDate::parse_from_str(d, "%Y-%m-%d").map_err(|_| {
+                    Error::config(
+                        origin,
+                        &at(&format!("columns[{j}].deprecated")),
+                        format!("`{d}`: expected a date YYYY-MM-DD"),
+                    )
+                })?;
+            }
+            match col.sensitive {
+                Some(Sensitive::Hash) if col.type_name != "string" => {
+                    return Err(Error::config(
+                        origin,
+                        &at(&format!("columns[{j}].sensitive")),
+                        "only string columns can be hashed",
+                    ))
+                }
+                Some(_) if col.required || col.name == table.event_time => {
+                    return Err(Error::config(
+                        origin,
+                        &at(&format!("columns[{j}].sensitive")),
+                        "a sensitive column cannot be required or the event time",
+                    ))
+                }
+                _ => {}
+            }
+            super::types::parse_type(&col.type_name).map_err(|reason| {
+                Error::config(origin, &at(&format!("columns[{j}].type")), reason)
+            })?;
+        }
+        Ok(cols)
+    }
+}
+
+impl PipelineConfig {
+    pub(super) fn validate(
+        &self,
+        cfg: &Config,
+        origin: &str,
+        i: usize,
+        tables: &HashSet<&str>,
+    ) -> Result<()> {
+        let at = |k: &str| format!("pipelines[{i}].{k}");
+        if !tables.contains(self.source.as_str()) {
+            return Err(Error::config(
+                origin,
+                &at("source"),
+                format!("no table named `{}`", self.source),
+            ));
+        }
+        if tables.contains(self.sink.as_str()) || self.sink == self.source {
+            return Err(Error::config(
+                origin,
+                &at("sink"),
+                format!(
+                    "`{}` is an ingest table; a sink must be its own table",
+                    self.sink
+                ),
+            ));
+        }
+        if self.sql.trim().is_empty() {
+            return Err(Error::config(origin, &at("sql"), "must not be empty"));
+        }
+        self.start_strategy()
+            .map_err(|r| Error::config(origin, &at("start"), r))?;
+        match self.mode {
+            PipelineMode::Aggregate => {
+                let Some(w) = &self.window else {
+                    return Err(Error::config(
+                        origin,
+                        &at("window"),
+                        "an aggregate pipeline needs a window, e.g. `1m`",
+                    ));
+                };
+                parse_window(w).map_err(|r| Error::config(origin, &at("window"), r))?;
+                if self.alert.is_some() {
+                    return Err(Error::config(
+                        origin,
+                        &at("alert"),
+                        "alerts are for append pipelines (aggregate rows are replaced, not final)",
+                    ));
+                }
+            }
+            PipelineMode::Append => {
+                if self.window.is_some() {
+                    return Err(Error::config(
+                        origin,
+                        &at("window"),
+                        "only aggregate pipelines have a window",
+                    ));
+                }
+            }
+        }
+        if let Some(col) = &self.time_column {
+            let known = cfg
+                .table(&self.source)
+                .map(|t| t.columns.iter().any(|c| &c.name == col))
+                .unwrap_or(false);
+            if !known {
+                return Err(Error::config(
+                    origin,
+                    &at("time_column"),
+                    format!("`{}` has no column `{col}`", self.source),
+                ));
+            }
+        }
+        if let Some(a) = &self.alert {
+            if a.eventbridge_bus.is_some() == a.sqs_queue_url.is_some() {
+                return Err(Error::config(
+                    origin,
+                    &at("alert"),
+                    "set exactly one of `eventbridge_bus` and `sqs_queue_url`",
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl IngestConfig {
+    /// Checks the input limits (`max_*`).
+    pub(super) fn validate_limits(&self, origin: &str) -> Result<()> {
+        let at_least = |key: &str, value: u64, min: u64| {
+            if value < min {
+                Err(Error::config(
+                    origin,
+                    &format!("ingest.{key}"),
+                    format!("is {value}; must be at least {min}"),
+                ))
+            } else {
+                Ok(())
+            }
+        };
+        at_least("max_line_bytes", self.max_line_bytes, 1024)?;
+        at_least("max_field_bytes", self.max_field_bytes, 1)?;
+        at_least("max_decompressed_bytes", self.max_decompressed_bytes, 1)?;
+        at_least("max_spool_bytes", self.max_spool_bytes, 1)?;
+        if self.max_field_bytes > self.max_line_bytes {
+            return Err(Error::config(
+                origin,
+                "ingest.max_field_bytes",
+                format!(
+                    "is {}, above max_line_bytes ({}): a field lives inside its record",
+                    self.max_field_bytes, self.max_line_bytes
+                ),
+            ));
+        }
+        if !(1..=MAX_NESTING_DEPTH_CAP).contains(&self.max_nesting_depth) {
+            return Err(Error::config(
+                origin,
+                "ingest.max_nesting_depth",
+                format!(
+                    "is {}; must be between 1 and {MAX_NESTING_DEPTH_CAP}",
+                    self.max_nesting_depth
+                ),
+            ));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,536 @@
+//! Ingest: one landed object → decoded, validated rows → Parquet data files → one exactly-once commit.
+//!
+//! Data path: the object is streamed (never held whole) through decompression and decoding on a
+//! blocking thread; batches cross a small bounded channel to the writer, which adds `_ingested_at`
+//! and `_source`, splits by partition and rolls Parquet files at the target size. Bad records are
+//! spooled to a local file and uploaded as one quarantine object. Finally [`crate::commit`] adds
+//! the files in one snapshot whose summary names the object, unless it was committed already
+//! ([`dedup`]).
+
+pub(crate) mod dedup;
+mod report;
+mod rows;
+
+pub use report::{ObjectReport, Status};
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use iceberg::table::Table;
+use iceberg::{Catalog, TableIdent};
+use serde_json::json;
+
+use crate::catalog;
+use crate::commit::{CommitLimits, Committer, Outcome, Skipped, SourceObject};
+use crate::config::{Config, RouteConfig, SchemaPolicy, TableConfig};
+use crate::decode::{self};
+use crate::error::{Error, ErrorKind, Result};
+use crate::event::{self, ObjectRef};
+use crate::snapshot::Change;
+use crate::store::{ObjectStore, Version};
+pub use crate::write::writer_properties;
+use report::{commit_summary, report_written};
+use rows::{write_object, WriteFailure, WriteParams, Written};
+
+/// Per-table state kept across invocations: the loaded table's schema and writer settings.
+struct TableCtx {
+    pub(super) ident: TableIdent,
+    pub(super) cfg: TableConfig,
+}
+
+/// The ingest service: built once per Lambda container (clients, config), used per event.
+pub struct Ingestor {
+    config: Arc<Config>,
+    committer: Committer,
+    store: Arc<dyn ObjectStore>,
+    tables: HashMap<String, TableCtx>,
+    notifier: Option<crate::notify::Notifier>,
+    hash_key: Option<Vec<u8>>,
+}
+
+/// Result of handling one Lambda payload.
+#[derive(Debug, Default)]
+pub struct PayloadResult {
+    /// Whether the payload was an SQS batch (answer with partial failures).
+    pub is_sqs: bool,
+    /// SQS message ids to retry.
+    pub failed_message_ids: Vec<String>,
+    /// One report per object handled.
+    pub reports: Vec<ObjectReport>,
+    /// Errors, each with the object or message it concerns.
+    pub errors: Vec<String>,
+}
+
+impl Ingestor {
+    /// Connects the catalog and store named by the config and creates missing tables.
+    pub async fn new(config: Config) -> Result<Self> {
+        let catalog = catalog::connect(&config).await?;
+        let swap = crate::catalog::pointer_swap(&config).await?;
+        let store = crate::store::from_config(&config.storage).await;
+        let notifier = crate::notify::Notifier::from_config(&config).await;
+        let mut me = Self::with_parts(config, Committer::new(catalog, swap), store).await?;
+        me.notifier = notifier;
+        Ok(me)
+    }
+
+    /// Builds from explicit parts (tests, the CLI).
+    pub async fn with_parts(
+        config: Config,
+        committer: Committer,
+        store: Arc<dyn ObjectStore>,
+    ) -> Result<Self> {
+        catalog::ensure_tables(committer.catalog().as_ref(), &config).await?;
+        let hash_key = crate::protect::load_key(&config).await?;
+        let mut tables = HashMap::new();
+        for t in &config.tables {
+            tables.insert(
+                t.name.clone(),
+                TableCtx {
+                    ident: catalog::table_ident(&config, &t.name)?,
+                    cfg: t.clone(),
+                },
+            );
+        }
+        Ok(Self {
+            config: Arc::new(config),
+            committer,
+            store,
+            tables,
+            notifier: None,
+            hash_key,
+        })
+    }
+
+    /// The catalog in use.
+    pub fn catalog(&self) -> &Arc<dyn Catalog> {
+        self.committer.catalog()
+    }
+
+    /// The object store in use.
+    pub fn store(&self) -> &Arc<dyn ObjectStore> {
+        &self.store
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Handles a whole Lambda payload (direct S3, SQS batch, EventBridge).
+    pub async fn handle_payload(
+        &self,
+        payload: &serde_json::Value,
+        deadline: Instant,
+    ) -> PayloadResult {
+        let mut result = PayloadResult::default();
+        let deliveries = match event::parse_payload(payload) {
+            Ok(d) => d,
+            Err(e) => {
+                result.errors.push(e.to_string());
+                return result;
+            }
+        };
+        for delivery in deliveries {
+            if delivery.message_id.is_some() {
+                result.is_sqs = true;
+            }
+            let label = delivery
+                .message_id
+                .clone()
+                .unwrap_or_else(|| "event".into());
+            let mut failed = false;
+            match delivery.objects {
+                Err(e) => {
+                    tracing::error!(message = %label, error = %e, "cannot parse message; leaving it for retry and the DLQ");
+                    result.errors.push(format!("message {label}: {e}"));
+                    failed = true;
+                }
+                Ok(objects) => {
+                    for obj in objects {
+                        match self.ingest(&obj, deadline).await {
+                            Ok(report) => {
+                                report.emit();
+                                if let (Some(n), Status::Committed) =
+                                    (&self.notifier, report.status)
+                                {
+                                    n.commit(&report.commit_detail()).await;
+                                }
+                                result.reports.push(report);
+                            }
+                            Err(e) => {
+                                tracing::error!(object = %obj.uri(), error = %e, retryable = e.is_retryable(), "ingest failed");
+                                result.errors.push(format!("{}: {e}", obj.uri()));
+                                failed = true;
+                            }
+                        }
+                    }
+                }
+            }
+            if failed {
+                if let Some(id) = delivery.message_id {
+                    result.failed_message_ids.push(id);
+                }
+            }
+        }
+        result
+    }
+
+    /// Ingests one object. Unreadable content is quarantined (Ok); failures that a retry can fix
+    /// are errors marked retryable.
+    pub async fn ingest(&self, obj: &ObjectRef, deadline: Instant) -> Result<ObjectReport> {
+        // A schema that moved differently under a schema-changing object (another object took the
+        // new column id) makes the written files unusable: write the object again on the new base.
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            match self.ingest_once(obj, deadline).await {
+                Err(e)
+                    if e.kind() == ErrorKind::Stale && tries < 3 && Instant::now() < deadline =>
+                {
+                    tracing::info!(object = %obj.uri(), error = %e, "rewriting the object on the new schema");
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// One attempt: route, open the named version, stop early on a duplicate, write the rows
+    /// (evolving the schema when the policy allows), quarantine what does not fit, commit.
+    async fn ingest_once(&self, obj: &ObjectRef, deadline: Instant) -> Result<ObjectReport> {
+        let started = Instant::now();
+        let uri = obj.uri();
+        let (route, tctx) = match self.route(obj)? {
+            Ok(routed) => routed,
+            Err(refused) => return Ok(refused),
+        };
+        // Exactly the version the event names (its version id, else its ETag as a precondition):
+        // the identity recorded is always that of the content read.
+        let opened = match self.open_named(obj, &route).await? {
+            Ok(opened) => opened,
+            Err(gone) => return Ok(gone),
+        };
+        let read = Version::of(&opened.meta);
+        let source = SourceObject {
+            bucket: obj.bucket.clone(),
+            key: obj.key.clone(),
+            version: opened
+                .meta
+                .version_id
+                .clone()
+                .unwrap_or_else(|| opened.meta.etag.clone()),
+            modified_ms: opened.meta.last_modified.timestamp_millis(),
+        };
+        let skew = Duration::from_secs(self.config.ingest.dedup_skew_seconds);
+
+        let table = self.committer.load(&tctx.ident).await?;
+        // Early exit for duplicates (the commit re-checks the versions landing meanwhile): the
+        // summaries, or the rows' `_source` once the summaries that could hold it were expired.
+        let proven = match dedup::check(&table, &source, skew.as_millis() as i64).await? {
+            Ok(found) => {
+                let mut r = ObjectReport::new(uri, &route.table, Status::Duplicate);
+                r.snapshot_id = Some(found.snapshot_id);
+                r.millis = started.elapsed().as_millis() as u64;
+                return Ok(r);
+            }
+            Err(proven) => proven,
+        };
+
+        let writer_id = uuid::Uuid::now_v7().to_string();
+        let source_id = source.id();
+        let params = WriteParams {
+            uri: &uri,
+            source_id: &source_id,
+            writer_id: &writer_id,
+            ingested_at: Utc::now(),
+            chunk_records: self.config.ingest.chunk_records,
+            late_after_seconds: self.config.ingest.late_after_seconds,
+            allow_unknown: tctx.cfg.schema_policy != SchemaPolicy::Strict,
+            hash_key: self.hash_key.as_deref(),
+            limits: decode::Limits::from(&self.config.ingest),
+            object_size: Some(opened.meta.size).filter(|s| *s > 0),
+        };
+        let (written, evolved) = self
+            .write_evolving(obj, &table, tctx, &route, opened, &read, &params)
+            .await?;
+        let mut written = match written {
+            Ok(w) => w,
+            Err(WriteFailure::Unreadable(reason)) => {
+                let mut r = self
+                    .quarantine_whole(obj, &route, &source.version, reason)
+                    .await?;
+                r.millis = started.elapsed().as_millis() as u64;
+                return Ok(r);
+            }
+            Err(WriteFailure::Error(e)) => return Err(e),
+        };
+
+        let mut r = report_written(&uri, &route, tctx, &written, evolved.as_ref())?;
+        if let Some(spool) = written.quarantine_spool.take() {
+            let key = self.quarantine_key(&route, obj, &source.version, "jsonl");
+            r.quarantine = Some(self.upload_quarantine(obj, &key, &spool).await?);
+        }
+        if written.files.is_empty() {
+            r.status = Status::AllQuarantined;
+            r.millis = started.elapsed().as_millis() as u64;
+            return Ok(r);
+        }
+        let mut change = Change::append(
+            written.files.clone(),
+            commit_summary(&r, evolved.as_ref(), &uri),
+        );
+        change.schema = evolved.as_ref().map(|(s, _)| s.clone());
+        // The commit window starts now, whatever decoding and writing took (bounded by the
+        // Lambda's own deadline): a large object must not reach its commit with no time left.
+        let limits = CommitLimits {
+            max_attempts: self.config.ingest.max_commit_attempts,
+            deadline: deadline.min(
+                Instant::now() + Duration::from_secs(self.config.ingest.commit_timeout_seconds),
+            ),
+            skew,
+        };
+        let plan = dedup::append_once_plan(&source, &writer_id, change, limits.skew, proven);
+        let outcome = self
+            .committer
+            .commit_from(&tctx.ident, Some(table.clone()), &limits, plan)
+            .await;
+        settle_commit(&mut r, outcome, &table, &written, &writer_id).await?;
+        r.millis = started.elapsed().as_millis() as u64;
+        Ok(r)
+    }
+
+    /// The route and table of `obj`; `Err` holds the report of an object outside every route.
+    #[allow(clippy::type_complexity)]
+    fn route(
+        &self,
+        obj: &ObjectRef,
+    ) -> Result<std::result::Result<(RouteConfig, &TableCtx), ObjectReport>> {
+        let Some(route) = self.config.route(&obj.bucket, &obj.key).cloned() else {
+            let mut r = ObjectReport::new(obj.uri(), "", Status::Unrouted);
+            r.reason = Some(format!(
+                "no route covers bucket `{}` key `{}`",
+                obj.bucket, obj.key
+            ));
+            tracing::warn!(object = %r.object, "refusing object outside every route");
+            return Ok(Err(r));
+        };
+        let tctx = self.tables.get(&route.table).ok_or_else(|| {
+            Error::new(
+                ErrorKind::Config,
+                format!("route to unknown table `{}`", route.table),
+            )
+        })?;
+        Ok(Ok((route, tctx)))
+    }
+
+    /// Opens the version `obj`'s event names; `Err` holds the report of an object that is gone
+    /// (deleted, or overwritten since: the newer content has its own event).
+    async fn open_named(
+        &self,
+        obj: &ObjectRef,
+        route: &RouteConfig,
+    ) -> Result<std::result::Result<crate::store::OpenedObject, ObjectReport>> {
+        match self
+            .store
+            .open(&obj.bucket, &obj.key, &Version::named_by(obj))
+            .await
+        {
+            Ok(o) => Ok(Ok(o)),
+            Err(e) if e.kind() == ErrorKind::NotFound => {
+                let mut r = ObjectReport::new(obj.uri(), &route.table, Status::Missing);
+                r.reason = Some(e.to_string());
+                Ok(Err(r))
+            }
+            Err(e) if e.kind() == ErrorKind::Superseded => {
+                let mut r = ObjectReport::new(obj.uri(), &route.table, Status::Superseded);
+                r.reason = Some(e.to_string());
+                tracing::info!(object = %r.object, reason = ?r.reason, "object overwritten since its event; the newer content has its own");
+                Ok(Err(r))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Writes the object's rows; under the additive policy, new fields (and widenings) evolve
+    /// the schema in the same commit as the data that brought them: the object is written again
+    /// with the evolved schema (rare: only objects that change the schema pay for a second read,
+    /// pinned to the version read first).
+    #[allow(clippy::too_many_arguments)]
+    async fn write_evolving(
+        &self,
+        obj: &ObjectRef,
+        table: &Table,
+        tctx: &TableCtx,
+        route: &RouteConfig,
+        opened: crate::store::OpenedObject,
+        read: &Version,
+        params: &WriteParams<'_>,
+    ) -> Result<(
+        std::result::Result<Written, WriteFailure>,
+        Option<(iceberg::spec::Schema, String)>,
+    )> {
+        let uri = params.uri;
+        let written = write_object(table, tctx, route, opened.body, params).await;
+        let evolved = match &written {
+            Ok(w) if tctx.cfg.schema_policy == SchemaPolicy::Additive => {
+                crate::evolve::evolve_table_schema(table.metadata(), &w.unknown, &w.widen).map_err(
+                    |e| Error::iceberg(format!("evolving the schema of {}", tctx.ident), e),
+                )?
+            }
+            _ => None,
+        };
+        let (Some((schema, what)), Ok(first)) = (&evolved, &written) else {
+            return Ok((written, evolved));
+        };
+        tracing::info!(object = %uri, table = %tctx.ident, change = %what, "input evolves the table schema");
+        crate::write::delete_uncommitted(table, &first.files).await;
+        if let Some(spool) = &first.quarantine_spool {
+            let _ = std::fs::remove_file(spool);
+        }
+        let evolved_table = crate::write::with_schema(table, schema.clone())?;
+        // Pinned to the version read first: an overwrite in between must not put other
+        // content under this identity. A mismatch is retryable: the redelivery starts over.
+        let reopened = self
+            .store
+            .open(&obj.bucket, &obj.key, read)
+            .await
+            .map_err(|e| {
+                if e.kind() == ErrorKind::Superseded {
+                    Error::new(
+                        ErrorKind::Superseded,
+                        format!("{uri} changed between its two reads; not committed"),
+                    )
+                    .with_retryable(true)
+                    .with_source(e)
+                } else {
+                    e
+                }
+            })?;
+        let written = write_object(&evolved_table, tctx, route, reopened.body, params).await;
+        Ok((written, evolved))
+    }
+
+    /// Quarantines an object that cannot be read at all (acknowledged: it would fail forever).
+    async fn quarantine_whole(
+        &self,
+        obj: &ObjectRef,
+        route: &RouteConfig,
+        version: &str,
+        reason: String,
+    ) -> Result<ObjectReport> {
+        let uri = obj.uri();
+        let key = self.quarantine_key(route, obj, version, "error.json");
+        let bucket = self.quarantine_bucket(obj);
+        let doc = json!({"source": uri, "version": version, "table": route.table,
+            "error": reason, "quarantined_at": Utc::now().to_rfc3339()});
+        self.store
+            .put(
+                &bucket,
+                &key,
+                serde_json::to_vec_pretty(&doc).unwrap_or_default(),
+            )
+            .await?;
+        let mut r = ObjectReport::new(uri, &route.table, Status::Unreadable);
+        r.reason = Some(reason);
+        r.quarantine = Some(format!("s3://{bucket}/{key}"));
+        tracing::warn!(object = %r.object, reason = ?r.reason, "object unreadable; quarantined whole");
+        Ok(r)
+    }
+
+    /// Uploads the spooled rejected records as one quarantine object; its URI.
+    async fn upload_quarantine(
+        &self,
+        obj: &ObjectRef,
+        key: &str,
+        spool: &std::path::Path,
+    ) -> Result<String> {
+        let bucket = self.quarantine_bucket(obj);
+        let body = std::fs::read(spool).map_err(|e| {
+            Error::new(
+                ErrorKind::Storage,
+                format!("reading quarantine spool {}", spool.display()),
+            )
+            .with_source(e)
+        });
+        let _ = std::fs::remove_file(spool);
+        self.store.put(&bucket, key, body?).await?;
+        Ok(format!("s3://{bucket}/{key}"))
+    }
+
+    fn quarantine_bucket(&self, obj: &ObjectRef) -> String {
+        self.config
+            .ingest
+            .quarantine_bucket
+            .clone()
+            .unwrap_or_else(|| obj.bucket.clone())
+    }
+
+    /// Deterministic, so a redelivery rewrites the same object instead of adding another.
+    fn quarantine_key(
+        &self,
+        route: &RouteConfig,
+        obj: &ObjectRef,
+        version: &str,
+        ext: &str,
+    ) -> String {
+        let v: String = version
+            .chars()
+            .filter(|c| c.is_ascii_alphanumeric() || *c == '-')
+            .collect();
+        format!(
+            "{}{}/{}.{}.{}",
+            self.config.ingest.quarantine_prefix, route.table, obj.key, v, ext
+        )
+    }
+}
+
+/// Records the commit's outcome in `r`. Files are deleted only when no commit can reference
+/// them (another delivery won, or the schema moved: `Stale`); after an unknown outcome they are
+/// kept (unreferenced ones are left to orphan cleanup).
+async fn settle_commit(
+    r: &mut ObjectReport,
+    outcome: Result<Outcome>,
+    table: &Table,
+    written: &Written,
+    writer_id: &str,
+) -> Result<()> {
+    match outcome {
+        Ok(Outcome::Committed {
+            snapshot_id,
+            attempts,
+            ..
+        }) => {
+            r.snapshot_id = snapshot_id;
+            r.attempts = attempts;
+            if let Some(hi) = written.et_max {
+                r.freshness_seconds = Some((Utc::now().timestamp_micros() - hi) as f64 / 1e6);
+            }
+            Ok(())
+        }
+        Ok(Outcome::Skipped(Skipped::AlreadyCommitted(found)))
+            if found.writer_id.as_deref() == Some(writer_id) =>
+        {
+            // Our own commit whose answer was lost: the rows are ours and in the table.
+            r.snapshot_id = Some(found.snapshot_id);
+            Ok(())
+        }
+        Ok(Outcome::Skipped(skipped)) => {
+            // Another delivery won: our files are referenced by nothing and can go now.
+            r.status = Status::Duplicate;
+            if let Skipped::AlreadyCommitted(found) = skipped {
+                r.snapshot_id = Some(found.snapshot_id);
+            }
+            crate::write::delete_uncommitted(table, &written.files).await;
+            Ok(())
+        }
+        // Stale: nothing was committed and these files can never be (wrong schema ids).
+        Err(e) if e.kind() == ErrorKind::Stale => {
+            crate::write::delete_uncommitted(table, &written.files).await;
+            Err(e)
+        }
+        // The outcome may be unknown (a lost answer): never delete files that might be
+        // referenced; unreferenced ones are left to orphan cleanup.
+        Err(e) => Err(e),
+    }
+}

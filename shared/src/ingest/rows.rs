@@ -1,0 +1,333 @@
+//! One object's rows: decode ‖ write. The object is streamed (never held whole) through
+//! decompression and decoding on a blocking thread; batches cross a small bounded channel to the
+//! writer, which adds `_ingested_at` and `_source`, splits by partition and rolls Parquet files at
+//! the target size. Rejected records are spooled to a local file for the quarantine object.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, RecordBatch, StringArray, TimestampMicrosecondArray};
+use arrow_schema::{DataType, SchemaRef, TimeUnit};
+use chrono::{DateTime, Utc};
+use iceberg::arrow::schema_to_arrow_schema;
+use iceberg::spec::{DataFile, PrimitiveType};
+use iceberg::table::Table;
+use serde_json::json;
+use tokio_util::io::SyncIoBridge;
+
+use super::TableCtx;
+use crate::config::RouteConfig;
+use crate::decode::{self, DecodeFailure, DecodeSpec, Piece, Rejected};
+use crate::error::{Error, ErrorKind, Result};
+use crate::schema::{self, INGESTED_AT, SOURCE};
+use crate::write::build_sink;
+
+pub(super) fn micros_to_rfc3339(us: i64) -> String {
+    DateTime::<Utc>::from_timestamp_micros(us)
+        .map(|t| t.to_rfc3339())
+        .unwrap_or_default()
+}
+
+pub(super) struct Written {
+    pub(super) files: Vec<DataFile>,
+    pub(super) records_in: u64,
+    pub(super) rows: u64,
+    pub(super) quarantined: u64,
+    pub(super) unknown: BTreeMap<String, Option<PrimitiveType>>,
+    pub(super) widen: BTreeMap<String, PrimitiveType>,
+    pub(super) deprecated_seen: std::collections::BTreeSet<String>,
+    pub(super) quarantine_spool: Option<std::path::PathBuf>,
+    pub(super) et_min: Option<i64>,
+    pub(super) et_max: Option<i64>,
+    pub(super) late: u64,
+    pub(super) max_lateness_us: i64,
+}
+
+pub(super) enum WriteFailure {
+    /// The object cannot be read at all (quarantined whole).
+    Unreadable(String),
+    /// Anything else (retryable or not, as the error says).
+    Error(Error),
+}
+
+impl From<Error> for WriteFailure {
+    fn from(e: Error) -> Self {
+        WriteFailure::Error(e)
+    }
+}
+
+/// The per-object settings of [`write_object`].
+pub(super) struct WriteParams<'a> {
+    pub(super) uri: &'a str,
+    /// The identity stored in every row's `_source` (`s3://bucket/key#version`).
+    pub(super) source_id: &'a str,
+    pub(super) writer_id: &'a str,
+    pub(super) ingested_at: DateTime<Utc>,
+    pub(super) chunk_records: usize,
+    pub(super) late_after_seconds: i64,
+    pub(super) allow_unknown: bool,
+    pub(super) hash_key: Option<&'a [u8]>,
+    pub(super) limits: decode::Limits,
+    /// The object's stored size (Content-Length), when known.
+    pub(super) object_size: Option<u64>,
+}
+
+pub(super) async fn write_object(
+    table: &Table,
+    tctx: &TableCtx,
+    route: &RouteConfig,
+    body: std::pin::Pin<Box<dyn tokio::io::AsyncRead + Send>>,
+    params: &WriteParams<'_>,
+) -> std::result::Result<Written, WriteFailure> {
+    let WriteParams {
+        uri,
+        source_id,
+        writer_id,
+        ingested_at,
+        chunk_records,
+        late_after_seconds,
+        allow_unknown,
+        hash_key,
+        limits,
+        object_size,
+    } = *params;
+    let deprecated: Vec<String> = tctx.cfg.deprecations().into_keys().collect();
+    let iceberg_schema = table.metadata().current_schema().clone();
+    let arrow_schema: SchemaRef = Arc::new(
+        schema_to_arrow_schema(&iceberg_schema)
+            .map_err(|e| Error::iceberg(format!("schema of {}", tctx.ident), e))?,
+    );
+    let decode_schema = schema::decode_schema(&arrow_schema);
+    let required: Vec<String> = iceberg_schema
+        .as_struct()
+        .fields()
+        .iter()
+        .filter(|f| f.required && !f.name.starts_with('_'))
+        .map(|f| f.name.clone())
+        .collect();
+    let spec = DecodeSpec {
+        format: route.format,
+        key: uri.to_string(),
+        schema: decode_schema,
+        required,
+        chunk_records,
+        allow_unknown,
+    };
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Piece>(2);
+    let decoder = tokio::task::spawn_blocking(move || {
+        let reader = SyncIoBridge::new(body);
+        let mut send = |p: Piece| tx.blocking_send(p).is_ok();
+        decode::decode_within(reader, &spec, &limits, object_size, &mut send)
+    });
+
+    let target = (tctx.cfg.target_file_size_mb as usize) << 20;
+    let mut sink = build_sink(table, target, writer_id)
+        .map_err(|e| Error::iceberg(format!("writer for {}", tctx.ident), e))?;
+    let mut w = Written {
+        files: Vec::new(),
+        records_in: 0,
+        rows: 0,
+        quarantined: 0,
+        unknown: BTreeMap::new(),
+        widen: BTreeMap::new(),
+        deprecated_seen: Default::default(),
+        quarantine_spool: None,
+        et_min: None,
+        et_max: None,
+        late: 0,
+        max_lateness_us: 0,
+    };
+    let mut spool: Option<std::io::BufWriter<std::fs::File>> = None;
+    let ingested_us = ingested_at.timestamp_micros();
+    let late_us = late_after_seconds.saturating_mul(1_000_000);
+    let et_col = tctx.cfg.event_time.clone();
+    let mut write_err: Option<Error> = None;
+    while let Some(piece) = rx.recv().await {
+        match piece {
+            Piece::Batch(batch) => {
+                let n = batch.num_rows();
+                for d in &deprecated {
+                    if let Some(c) = batch.column_by_name(d) {
+                        if c.null_count() < c.len() {
+                            w.deprecated_seen.insert(d.clone());
+                        }
+                    }
+                }
+                if let Ok(idx) = batch.schema().index_of(&et_col) {
+                    event_time_stats(batch.column(idx), ingested_us, late_us, &mut w);
+                }
+                let full = match crate::protect::protect(&batch, &tctx.cfg, hash_key)
+                    .and_then(|b| with_floe_columns(&b, &arrow_schema, ingested_us, source_id))
+                {
+                    Ok(b) => b,
+                    Err(e) => {
+                        write_err = Some(e);
+                        break;
+                    }
+                };
+                if let Err(e) = sink.write(full).await {
+                    write_err = Some(Error::iceberg(format!("writing data files for {uri}"), e));
+                    break;
+                }
+                w.rows += n as u64;
+            }
+            Piece::Rejected(rejected) => {
+                w.quarantined += rejected.len() as u64;
+                if let Err(e) = spool_rejected(&mut spool, &mut w.quarantine_spool, uri, &rejected)
+                {
+                    write_err = Some(e);
+                    break;
+                }
+            }
+            Piece::UnknownFields(u) => w.unknown.extend(u),
+            Piece::Widen(u) => w.widen.extend(u),
+        }
+    }
+    drop(rx);
+    if let Some(mut s) = spool.take() {
+        if let Err(e) = s.flush() {
+            write_err.get_or_insert(
+                Error::new(ErrorKind::Storage, "flushing quarantine spool").with_source(e),
+            );
+        }
+    }
+    let decoded = decoder.await.map_err(|e| {
+        Error::new(
+            ErrorKind::Internal,
+            format!("decoder task for {uri} failed: {e}"),
+        )
+    })?;
+    let files = sink.close().await;
+    let cleanup = |files: &iceberg::Result<Vec<DataFile>>, spool: &Option<std::path::PathBuf>| {
+        let paths: Vec<String> = files
+            .as_ref()
+            .map(|f| f.iter().map(|d| d.file_path().to_string()).collect())
+            .unwrap_or_default();
+        if let Some(p) = spool {
+            let _ = std::fs::remove_file(p);
+        }
+        paths
+    };
+    if let Some(e) = write_err {
+        let paths = cleanup(&files, &w.quarantine_spool);
+        for p in paths {
+            let _ = table.file_io().delete(&p).await;
+        }
+        return Err(WriteFailure::Error(e));
+    }
+    match decoded {
+        Ok(seen) => w.records_in = seen,
+        Err(failure) => {
+            let paths = cleanup(&files, &w.quarantine_spool);
+            for p in paths {
+                let _ = table.file_io().delete(&p).await;
+            }
+            return Err(match failure {
+                DecodeFailure::Unreadable(reason) => WriteFailure::Unreadable(reason),
+                DecodeFailure::Transient(e) => WriteFailure::Error(
+                    Error::new(ErrorKind::Storage, format!("reading {uri}"))
+                        .with_retryable(true)
+                        .with_source(e),
+                ),
+                DecodeFailure::Closed => WriteFailure::Error(Error::new(
+                    ErrorKind::Internal,
+                    format!("writer for {uri} stopped early"),
+                )),
+                // Over a limit as a whole: not quarantined and acknowledged (its valid data would
+                // be silently skipped) but failed, and not retryable: it goes to the DLQ.
+                DecodeFailure::Limit(reason) => WriteFailure::Error(
+                    Error::new(ErrorKind::UnreadableObject, format!("{uri}: {reason}"))
+                        .with_retryable(false),
+                ),
+                DecodeFailure::Spool(e) => WriteFailure::Error(
+                    Error::new(ErrorKind::Storage, format!("spooling {uri} to local disk"))
+                        .with_retryable(true)
+                        .with_source(e),
+                ),
+            });
+        }
+    }
+    w.files = files.map_err(|e| Error::iceberg(format!("closing data files for {uri}"), e))?;
+    Ok(w)
+}
+
+fn event_time_stats(col: &ArrayRef, ingested_us: i64, late_us: i64, w: &mut Written) {
+    let Some(ts) = col.as_any().downcast_ref::<TimestampMicrosecondArray>() else {
+        return;
+    };
+    for v in ts.iter().flatten() {
+        w.et_min = Some(w.et_min.map_or(v, |m| m.min(v)));
+        w.et_max = Some(w.et_max.map_or(v, |m| m.max(v)));
+        let lateness = ingested_us - v;
+        if lateness > late_us {
+            w.late += 1;
+        }
+        if lateness > w.max_lateness_us {
+            w.max_lateness_us = lateness;
+        }
+    }
+}
+
+/// Adds `_ingested_at` and `_source` (the object's identity `s3://bucket/key#version`, the
+/// durable duplicate check's key) and puts the columns in the table's order and types.
+fn with_floe_columns(
+    batch: &RecordBatch,
+    target: &SchemaRef,
+    ingested_us: i64,
+    uri: &str,
+) -> Result<RecordBatch> {
+    let n = batch.num_rows();
+    let mut cols: Vec<ArrayRef> = Vec::with_capacity(target.fields().len());
+    for f in target.fields() {
+        let col: ArrayRef = if f.name() == INGESTED_AT {
+            let tz = match f.data_type() {
+                DataType::Timestamp(TimeUnit::Microsecond, tz) => tz.clone(),
+                _ => Some("+00:00".into()),
+            };
+            Arc::new(TimestampMicrosecondArray::from_value(ingested_us, n).with_timezone_opt(tz))
+        } else if f.name() == SOURCE {
+            Arc::new(StringArray::from_iter_values(std::iter::repeat_n(uri, n)))
+        } else {
+            let idx = batch.schema().index_of(f.name()).map_err(|e| {
+                Error::new(
+                    ErrorKind::Internal,
+                    format!("decoded batch lacks column `{}`", f.name()),
+                )
+                .with_source(e)
+            })?;
+            batch.column(idx).clone()
+        };
+        cols.push(col);
+    }
+    RecordBatch::try_new(target.clone(), cols).map_err(|e| {
+        Error::new(ErrorKind::Internal, format!("assembling rows of {uri}")).with_source(e)
+    })
+}
+
+fn spool_rejected(
+    spool: &mut Option<std::io::BufWriter<std::fs::File>>,
+    path: &mut Option<std::path::PathBuf>,
+    uri: &str,
+    rejected: &[Rejected],
+) -> Result<()> {
+    let io = |e: std::io::Error| {
+        Error::new(ErrorKind::Storage, "writing quarantine spool").with_source(e)
+    };
+    if spool.is_none() {
+        let p =
+            std::env::temp_dir().join(format!("floe-quarantine-{}.jsonl", uuid::Uuid::new_v4()));
+        *spool = Some(std::io::BufWriter::new(
+            std::fs::File::create(&p).map_err(io)?,
+        ));
+        *path = Some(p);
+    }
+    if let Some(s) = spool.as_mut() {
+        for r in rejected {
+            let line = json!({"source": uri, "record": r.record, "raw": r.raw, "reason": r.reason});
+            serde_json::to_writer(&mut *s, &line).map_err(|e| io(e.into()))?;
+            s.write_all(b"\n").map_err(io)?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,254 @@
+//! Compaction: bin-pack small files per partition (sorted by the table's sort order when it
+//! has one) and replace each group in one `replace` commit whose removed files must still be live.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Instant;
+
+use arrow::array::RecordBatch;
+use futures::TryStreamExt;
+use iceberg::table::Table;
+use iceberg::TableIdent;
+
+use super::*;
+
+impl Maintainer {
+    /// Bin-packs small files per partition and rewrites each group as one `replace` commit.
+    pub async fn compact(
+        &self,
+        ident: &TableIdent,
+        opts: &Options,
+        report: &mut Report,
+    ) -> Result<()> {
+        let table = self.committer.load(ident).await?;
+        if snapshot::has_delete_files(&table).await? {
+            // Rewriting data files without applying another engine's row-level deletes would
+            // bring deleted rows back (and the deletes would no longer match the new files).
+            tracing::warn!(table = %ident, "compaction skipped: the table has delete files (merge-on-read deletes by another engine)");
+            report.compaction_skipped = Some("the table has delete files (merge-on-read row-level deletes); floe does not rewrite them".into());
+            return Ok(());
+        }
+        let md = table.metadata();
+        let target = opts
+            .target_file_bytes
+            .or_else(|| prop(md, "write.target-file-size-bytes"))
+            .unwrap_or(512 << 20);
+        let small = (target as f64 * opts.small_file_fraction) as u64;
+        let mut by_partition: BTreeMap<(i32, String), Vec<LiveFile>> = BTreeMap::new();
+        for f in live_files(&table).await? {
+            if f.file.file_size_in_bytes() < small {
+                by_partition
+                    .entry((f.spec_id, format!("{:?}", f.file.partition())))
+                    .or_default()
+                    .push(f);
+            }
+        }
+        let mut groups: Vec<Vec<LiveFile>> = Vec::new();
+        for (_, mut files) in by_partition {
+            files.sort_by_key(|f| f.file.file_size_in_bytes());
+            let mut bin: Vec<LiveFile> = Vec::new();
+            let mut bytes = 0u64;
+            for f in files {
+                if bytes + f.file.file_size_in_bytes() > target && !bin.is_empty() {
+                    groups.push(std::mem::take(&mut bin));
+                    bytes = 0;
+                }
+                bytes += f.file.file_size_in_bytes();
+                bin.push(f);
+            }
+            groups.push(bin);
+        }
+        groups.retain(|g| g.len() >= opts.min_input_files);
+        let total = groups.len();
+        for (i, group) in groups.into_iter().enumerate() {
+            if Instant::now() >= opts.deadline {
+                report.groups_deferred = total - i;
+                tracing::info!(table = %ident, deferred = total - i, "deadline reached; compaction continues next run");
+                break;
+            }
+            if opts.dry_run {
+                report.groups_compacted += 1;
+                continue;
+            }
+            match self.compact_group(ident, &group, target, opts).await? {
+                true => report.groups_compacted += 1,
+                false => report.groups_obsolete += 1,
+            }
+            report.compaction_bytes_read += group
+                .iter()
+                .map(|f| f.file.file_size_in_bytes())
+                .sum::<u64>();
+        }
+        Ok(())
+    }
+
+    /// Rewrites one group; false if its files were replaced meanwhile (nothing committed).
+    async fn compact_group(
+        &self,
+        ident: &TableIdent,
+        group: &[LiveFile],
+        target: u64,
+        opts: &Options,
+    ) -> Result<bool> {
+        let table = self.committer.load(ident).await?;
+        let md = table.metadata();
+        let schema = md.current_schema().clone();
+        let tasks = scan_tasks(&table, group);
+        let stream = futures::stream::iter(tasks.into_iter().map(Ok));
+        let batches = table
+            .reader_builder()
+            .with_batch_size(8192)
+            .build()
+            .read(Box::pin(stream))
+            .map_err(|e| Error::iceberg("reading files to compact", e))?
+            .stream();
+        let writer_id = format!("compact-{}", uuid::Uuid::now_v7());
+        let mut sink = crate::write::build_sink(&table, target as usize, &writer_id)
+            .map_err(|e| Error::iceberg("compaction writer", e))?;
+        let sort = md.default_sort_order().clone();
+        // Decode on one task, encode on this one: two cores, both busy.
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<iceberg::Result<RecordBatch>>(4);
+        let reader = tokio::spawn(async move {
+            let mut batches = batches;
+            loop {
+                let item = match batches.try_next().await {
+                    Ok(Some(b)) => Ok(b),
+                    Ok(None) => break,
+                    Err(e) => Err(e),
+                };
+                let failed = item.is_err();
+                if tx.send(item).await.is_err() || failed {
+                    break;
+                }
+            }
+        });
+        // A sorted table's rows are held and sorted in runs of at most `sort_memory_bytes`; each
+        // run is written to files of its own, so every output file is sorted and memory stays
+        // bounded whatever the group's size.
+        let mut held: Vec<RecordBatch> = Vec::new();
+        let mut held_bytes = 0usize;
+        let mut added = Vec::new();
+        let mut runs = 0u32;
+        while let Some(b) = rx.recv().await {
+            let b = b.map_err(|e| Error::iceberg("reading files to compact", e))?;
+            if sort.is_unsorted() {
+                sink.write(b)
+                    .await
+                    .map_err(|e| Error::iceberg("writing compacted files", e))?;
+                continue;
+            }
+            held_bytes += b.get_array_memory_size();
+            held.push(b);
+            if held_bytes >= opts.sort_memory_bytes {
+                let sorted = sort_batches(&std::mem::take(&mut held), &sort, &schema)?;
+                held_bytes = 0;
+                sink.write(sorted)
+                    .await
+                    .map_err(|e| Error::iceberg("writing compacted files", e))?;
+                // Each run's files get names of their own (a writer numbers its files from 0).
+                runs += 1;
+                let next = crate::write::build_sink(
+                    &table,
+                    target as usize,
+                    &format!("{writer_id}-{runs}"),
+                )
+                .map_err(|e| Error::iceberg("compaction writer", e))?;
+                let run = std::mem::replace(&mut sink, next);
+                added.extend(
+                    run.close()
+                        .await
+                        .map_err(|e| Error::iceberg("closing compacted files", e))?,
+                );
+            }
+        }
+        let _ = reader.await;
+        if !held.is_empty() {
+            let sorted = sort_batches(&held, &sort, &schema)?;
+            sink.write(sorted)
+                .await
+                .map_err(|e| Error::iceberg("writing compacted files", e))?;
+        }
+        added.extend(
+            sink.close()
+                .await
+                .map_err(|e| Error::iceberg("closing compacted files", e))?,
+        );
+        let removed: Vec<String> = group
+            .iter()
+            .map(|f| f.file.file_path().to_string())
+            .collect();
+        let rows_in: u64 = group.iter().map(|f| f.file.record_count()).sum();
+        let rows_out: u64 = added.iter().map(|f| f.record_count()).sum();
+        if rows_in != rows_out {
+            delete_paths(&table, added.iter().map(|f| f.file_path().to_string())).await;
+            return Err(Error::new(
+                ErrorKind::Internal,
+                format!("compaction of {ident} read {rows_in} rows but wrote {rows_out}"),
+            ));
+        }
+        let props = HashMap::from([
+            (summary::OPERATION.to_string(), "compaction".to_string()),
+            (
+                summary::REWRITTEN_FILES.to_string(),
+                removed.len().to_string(),
+            ),
+        ]);
+        let change = Change::replace(added.clone(), removed.clone(), props);
+        let result = self
+            .committer
+            .commit(ident, &self.limits(opts), move |t: &Table| {
+                // Deletes that arrived since planning would be lost by the rewrite.
+                Ok(if summary::counts_deletes(t.metadata()) {
+                    Plan::Skip(Skipped::Obsolete("delete files arrived meanwhile".into()))
+                } else {
+                    Plan::Apply(change.clone())
+                })
+            })
+            .await;
+        match result {
+            Ok(Outcome::Committed { .. }) => Ok(true),
+            Ok(Outcome::Skipped(why)) => {
+                tracing::info!(table = %ident, ?why, "compaction group obsolete; dropped");
+                delete_paths(&table, added.iter().map(|f| f.file_path().to_string())).await;
+                Ok(false)
+            }
+            Err(e) if e.kind() == ErrorKind::Stale => {
+                tracing::info!(table = %ident, error = %e, "compaction group obsolete; dropped");
+                delete_paths(&table, added.iter().map(|f| f.file_path().to_string())).await;
+                Ok(false)
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+fn sort_batches(
+    batches: &[RecordBatch],
+    order: &iceberg::spec::SortOrder,
+    schema: &iceberg::spec::Schema,
+) -> Result<RecordBatch> {
+    use arrow::compute::{
+        concat_batches, lexsort_to_indices, take_record_batch, SortColumn, SortOptions,
+    };
+    let all = concat_batches(&batches[0].schema(), batches)
+        .map_err(|e| Error::new(ErrorKind::Internal, "concatenating for sort").with_source(e))?;
+    let mut cols = Vec::new();
+    for f in &order.fields {
+        let Some(field) = schema.field_by_id(f.source_id) else {
+            continue;
+        };
+        let Ok(idx) = all.schema().index_of(&field.name) else {
+            continue;
+        };
+        cols.push(SortColumn {
+            values: all.column(idx).clone(),
+            options: Some(SortOptions {
+                descending: f.direction == iceberg::spec::SortDirection::Descending,
+                nulls_first: f.null_order == iceberg::spec::NullOrder::First,
+            }),
+        });
+    }
+    let idx = lexsort_to_indices(&cols, None)
+        .map_err(|e| Error::new(ErrorKind::Internal, "sorting").with_source(e))?;
+    take_record_batch(&all, &idx)
+        .map_err(|e| Error::new(ErrorKind::Internal, "sorting").with_source(e))
+}

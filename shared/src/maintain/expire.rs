@@ -1,0 +1,180 @@
+//! Snapshot expiration that never breaks a consumer: keeps what checkpoints, refs and the ingest
+//! dedup window need, then deletes files reachable only from expired snapshots.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use iceberg::table::Table;
+use iceberg::TableIdent;
+
+use super::orphans::referenced_files;
+use super::*;
+
+impl Maintainer {
+    /// Snapshot ids that consumers' checkpoints pin on `table` (see [`crate::summary`]).
+    pub async fn checkpoints(&self, table: &Table) -> Result<Vec<i64>> {
+        let uuid = table.metadata().uuid().to_string();
+        let mut out = Vec::new();
+        for name in self.config.all_tables() {
+            let ident = crate::catalog::table_ident(&self.config, &name)?;
+            let consumer = match self.committer.catalog().load_table(&ident).await {
+                Ok(t) => t,
+                // A consumer that does not exist (yet) pins nothing.
+                Err(_)
+                    if !self
+                        .committer
+                        .catalog()
+                        .table_exists(&ident)
+                        .await
+                        .unwrap_or(true) =>
+                {
+                    continue
+                }
+                // Not knowing a consumer's position is not "no position": expiring now could
+                // remove the snapshots it still has to read. Stop; the next run tries again.
+                Err(e) => {
+                    return Err(Error::iceberg(
+                        format!("reading the checkpoints {ident} holds (expiration stopped)"),
+                        e,
+                    )
+                    .with_retryable(true))
+                }
+            };
+            out.extend(
+                crate::summary::read_checkpoint(consumer.metadata(), &uuid).map(|c| c.snapshot_id),
+            );
+        }
+        Ok(out)
+    }
+
+    /// Expires old snapshots, keeping what consumers and the dedup window need, then deletes
+    /// files reachable only from expired snapshots.
+    pub async fn expire(
+        &self,
+        ident: &TableIdent,
+        opts: &Options,
+        report: &mut Report,
+    ) -> Result<()> {
+        let table = self.committer.load(ident).await?;
+        let md = table.metadata();
+        let Some(current) = md.current_snapshot() else {
+            return Ok(());
+        };
+        let older_than = opts
+            .expire_older_than
+            .or_else(|| {
+                prop::<u64>(md, "history.expire.max-snapshot-age-ms").map(Duration::from_millis)
+            })
+            .unwrap_or(Duration::from_secs(5 * 86_400));
+        let retain_last = opts
+            .retain_last
+            .or_else(|| prop(md, "history.expire.min-snapshots-to-keep"))
+            .unwrap_or(1)
+            .max(1);
+        let keep_after =
+            opts.now.timestamp_millis() - older_than.max(opts.dedup_window).as_millis() as i64;
+        let mut keep: HashSet<i64> = HashSet::new();
+        let ancestry: Vec<i64> = {
+            let mut v = Vec::new();
+            let mut cur = Some(current.clone());
+            while let Some(s) = cur {
+                v.push(s.snapshot_id());
+                cur = s
+                    .parent_snapshot_id()
+                    .and_then(|p| md.snapshot_by_id(p))
+                    .cloned();
+            }
+            v
+        };
+        keep.extend(ancestry.iter().take(retain_last));
+        keep.extend(ref_snapshot_ids(md));
+        for s in md.snapshots() {
+            if s.timestamp_ms() >= keep_after {
+                keep.insert(s.snapshot_id());
+            }
+        }
+        // A consumer's own position: the newest snapshot carrying each `floe.checkpoint.*` and
+        // everything after it (another engine's snapshots on top carry none; expiring the one
+        // that does would reset the pipeline).
+        let mut positions: HashSet<&str> = HashSet::new();
+        for (i, id) in ancestry.iter().enumerate() {
+            let Some(s) = md.snapshot_by_id(*id) else {
+                continue;
+            };
+            for k in s.summary().additional_properties.keys() {
+                if k.starts_with(summary::CHECKPOINT_PREFIX) && positions.insert(k.as_str()) {
+                    keep.extend(&ancestry[..=i]);
+                }
+            }
+        }
+        for cp in self.checkpoints(&table).await? {
+            // The consumer will read everything after its checkpoint: keep it and its descendants.
+            if let Some(pos) = ancestry.iter().position(|id| *id == cp) {
+                keep.extend(&ancestry[..=pos]);
+            }
+        }
+        let expired: Vec<i64> = md
+            .snapshots()
+            .map(|s| s.snapshot_id())
+            .filter(|id| !keep.contains(id))
+            .collect();
+        report.snapshots_expired = expired.len();
+        if expired.is_empty() || opts.dry_run {
+            return Ok(());
+        }
+        // Files of expired snapshots, minus everything retained snapshots reference.
+        let (exp_lists, exp_manifests, exp_data) = referenced_files(&table, &expired).await?;
+        let kept: Vec<i64> = md
+            .snapshots()
+            .map(|s| s.snapshot_id())
+            .filter(|id| keep.contains(id))
+            .collect();
+        let (keep_lists, keep_manifests, keep_data) = referenced_files(&table, &kept).await?;
+        let plan_ids = expired.clone();
+        self.committer
+            .commit(ident, &self.limits(opts), move |t: &Table| {
+                // A branch or tag created meanwhile keeps its snapshot (removing the snapshot
+                // would silently drop the ref).
+                let refs = ref_snapshot_ids(t.metadata());
+                let present: Vec<i64> = plan_ids
+                    .iter()
+                    .copied()
+                    .filter(|id| t.metadata().snapshot_by_id(*id).is_some() && !refs.contains(id))
+                    .collect();
+                Ok(if present.is_empty() {
+                    Plan::Skip(Skipped::Obsolete("already expired".into()))
+                } else {
+                    Plan::Apply(Change::expire(present))
+                })
+            })
+            .await?;
+        // Files are deleted only for exactly the planned expiry: had anything kept a planned
+        // snapshot (a ref created meanwhile), its files are left to orphan cleanup.
+        let after = self.committer.load(ident).await?;
+        if expired
+            .iter()
+            .any(|id| after.metadata().snapshot_by_id(*id).is_some())
+        {
+            tracing::warn!(table = %ident, "some planned snapshots were kept (refs created meanwhile); their files are left to orphan cleanup");
+            return Ok(());
+        }
+        // Compared in one spelling: a file a kept snapshot names `s3a://` is not doomed because
+        // an expired one named it `s3://`.
+        let kept_files: HashSet<String> = keep_data
+            .iter()
+            .chain(&keep_manifests)
+            .chain(&keep_lists)
+            .map(|p| same_object_key(p))
+            .collect();
+        let doomed: Vec<String> = exp_data
+            .iter()
+            .chain(&exp_manifests)
+            .chain(&exp_lists)
+            .filter(|p| !kept_files.contains(&same_object_key(p)))
+            .cloned()
+            .collect();
+        report.expired_files_deleted = doomed.len();
+        delete_paths(&table, doomed.into_iter()).await;
+        Ok(())
+    }
+}

@@ -1,0 +1,342 @@
+//! Table maintenance, safe beside live writers and consumers: compaction, snapshot expiration,
+//! orphan-file cleanup and manifest rewrite.
+//!
+//! Every change goes through [`crate::commit::Committer`]: compaction commits a `replace` per
+//! group whose removed files must still be live at commit time (concurrent appends land; a group
+//! whose files were replaced meanwhile is dropped), expiration removes snapshots from the metadata
+//! only after deciding which ones consumers and the ingest dedup window still need, and files are
+//! deleted only when nothing retained references them. Each run watches a deadline (the Lambda's
+//! remaining time) and stops cleanly between units of work.
+//!
+//! One file per operation: `compact`, `expire`, `orphans`, `manifests`.
+
+mod compact;
+mod expire;
+mod manifests;
+mod orphans;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use iceberg::spec::TableMetadata;
+use iceberg::table::Table;
+use serde::Serialize;
+
+use crate::commit::{CommitLimits, Committer, Outcome, Plan, Skipped};
+use crate::config::Config;
+use crate::error::{Error, ErrorKind, Result};
+use crate::scan::{live_files, scan_tasks, LiveFile};
+use crate::snapshot::{self, Change};
+use crate::summary;
+
+/// What to do and how.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Run compaction.
+    pub compact: bool,
+    /// Run snapshot expiration.
+    pub expire: bool,
+    /// Run orphan-file cleanup.
+    pub orphans: bool,
+    /// Run manifest rewrite (when the count passes `manifest_threshold`).
+    pub rewrite_manifests: bool,
+    /// Report what would be done, change nothing.
+    pub dry_run: bool,
+    /// Compaction target file size (default: `write.target-file-size-bytes`, else 512 MiB).
+    pub target_file_bytes: Option<u64>,
+    /// Files smaller than this fraction of the target are compacted (default 0.75).
+    pub small_file_fraction: f64,
+    /// Fewest input files worth a compaction group (default 5, as Spark).
+    pub min_input_files: usize,
+    /// Expire snapshots older than this (default: `history.expire.max-snapshot-age-ms`, else 5 days).
+    pub expire_older_than: Option<Duration>,
+    /// Always keep this many of main's latest snapshots (default: `history.expire.min-snapshots-to-keep`, else 1).
+    pub retain_last: Option<usize>,
+    /// Keep snapshots younger than this for the ingest duplicate check (default: 4 days, the SQS
+    /// message retention floe's template uses; a redelivered event must still find its commit).
+    pub dedup_window: Duration,
+    /// Orphan files must be older than this (default 3 days; anything under 1 hour is refused).
+    pub orphan_older_than: Duration,
+    /// "Now" for age decisions (tests run "as of" a later time).
+    pub now: DateTime<Utc>,
+    /// Rewrite manifests when the current snapshot has more data manifests than this.
+    pub manifest_threshold: usize,
+    /// Stop starting new work after this instant.
+    pub deadline: Instant,
+    /// Most rows (Arrow bytes) a sorted compaction holds before writing a sorted run.
+    pub sort_memory_bytes: usize,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            compact: true,
+            expire: true,
+            orphans: true,
+            rewrite_manifests: true,
+            dry_run: false,
+            target_file_bytes: None,
+            small_file_fraction: 0.75,
+            min_input_files: 5,
+            expire_older_than: None,
+            retain_last: None,
+            dedup_window: Duration::from_secs(4 * 86_400),
+            orphan_older_than: Duration::from_secs(3 * 86_400),
+            now: Utc::now(),
+            manifest_threshold: 50,
+            deadline: Instant::now() + Duration::from_secs(600),
+            sort_memory_bytes: 256 << 20,
+        }
+    }
+}
+
+impl Options {
+    /// Defaults from the config's `[maintain]` section; `deadline` bounds the run.
+    pub fn from_config(cfg: &Config, deadline: Instant) -> Self {
+        let m = &cfg.maintain;
+        let hours = |h: f64| Duration::from_secs_f64(h.max(0.0) * 3600.0);
+        Self {
+            target_file_bytes: m.target_file_size_mb.map(|mb| mb << 20),
+            min_input_files: m.min_input_files,
+            expire_older_than: m.expire_older_than_hours.map(hours),
+            retain_last: m.retain_last,
+            dedup_window: hours(m.dedup_window_hours),
+            orphan_older_than: hours(m.orphan_older_than_hours),
+            manifest_threshold: m.manifest_threshold,
+            sort_memory_bytes: m.sort_memory_mb << 20,
+            deadline,
+            ..Self::default()
+        }
+    }
+}
+
+/// The smallest orphan age floe accepts: younger files may belong to a write still in flight.
+pub(crate) const MIN_ORPHAN_AGE: Duration = Duration::from_secs(3600);
+
+/// What one maintenance run did to one table.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Report {
+    /// Table.
+    pub table: String,
+    /// Why compaction did not run, when it did not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub compaction_skipped: Option<String>,
+    /// Whether nothing was changed on purpose.
+    pub dry_run: bool,
+    /// Live data files before.
+    pub files_before: usize,
+    /// Live data files after.
+    pub files_after: usize,
+    /// Bytes of live data files before.
+    pub bytes_before: u64,
+    /// Bytes of live data files after.
+    pub bytes_after: u64,
+    /// Compaction groups committed.
+    pub groups_compacted: usize,
+    /// Groups dropped because their files changed meanwhile.
+    pub groups_obsolete: usize,
+    /// Groups left for the next run (deadline).
+    pub groups_deferred: usize,
+    /// Bytes read by compaction.
+    pub compaction_bytes_read: u64,
+    /// Snapshots expired.
+    pub snapshots_expired: usize,
+    /// Files deleted after expiration (data files, manifests, manifest lists).
+    pub expired_files_deleted: usize,
+    /// Orphan files found (older than the window, unreferenced).
+    pub orphans_found: Vec<String>,
+    /// Orphan files deleted.
+    pub orphans_deleted: usize,
+    /// Data manifests before and after a manifest rewrite.
+    pub manifests_before: usize,
+    /// Data manifests after.
+    pub manifests_after: usize,
+    /// Wall time, seconds.
+    pub seconds: f64,
+}
+
+/// Live data files and bytes of the current snapshot, from its summary totals.
+fn totals(table: &Table) -> (usize, u64) {
+    let md = table.metadata();
+    (
+        summary::total(md, "total-data-files") as usize,
+        summary::total(md, "total-files-size"),
+    )
+}
+
+/// Runs maintenance on configured tables.
+pub struct Maintainer {
+    config: Arc<Config>,
+    committer: Committer,
+}
+
+fn prop<T: std::str::FromStr>(md: &TableMetadata, key: &str) -> Option<T> {
+    md.properties().get(key).and_then(|v| v.parse().ok())
+}
+
+impl Maintainer {
+    /// Connects to the configured catalog.
+    pub async fn new(config: Config) -> Result<Self> {
+        let catalog = crate::catalog::connect(&config).await?;
+        let swap = crate::catalog::pointer_swap(&config).await?;
+        Ok(Self::with_parts(config, Committer::new(catalog, swap)))
+    }
+
+    /// From explicit parts.
+    pub fn with_parts(config: Config, committer: Committer) -> Self {
+        Self {
+            config: Arc::new(config),
+            committer,
+        }
+    }
+
+    /// The committer in use.
+    pub fn committer(&self) -> &Committer {
+        &self.committer
+    }
+
+    fn limits(&self, opts: &Options) -> CommitLimits {
+        CommitLimits {
+            max_attempts: self.config.ingest.max_commit_attempts,
+            deadline: opts.deadline,
+            skew: Duration::from_secs(self.config.ingest.dedup_skew_seconds),
+        }
+    }
+
+    /// Runs the selected operations on `table` (a configured table name).
+    pub async fn run(&self, table: &str, opts: &Options) -> Result<Report> {
+        let started = Instant::now();
+        let ident = crate::catalog::table_ident(&self.config, table)?;
+        let mut report = Report {
+            table: ident.to_string(),
+            dry_run: opts.dry_run,
+            ..Default::default()
+        };
+        let t = self.committer.load(&ident).await?;
+        (report.files_before, report.bytes_before) = totals(&t);
+        if opts.compact {
+            self.compact(&ident, opts, &mut report).await?;
+        }
+        if opts.rewrite_manifests && Instant::now() < opts.deadline {
+            self.rewrite_manifests(&ident, opts, &mut report).await?;
+        }
+        if opts.expire && Instant::now() < opts.deadline {
+            self.expire(&ident, opts, &mut report).await?;
+        }
+        if opts.orphans && Instant::now() < opts.deadline {
+            self.remove_orphans(&ident, opts, &mut report).await?;
+        }
+        let t = self.committer.load(&ident).await?;
+        (report.files_after, report.bytes_after) = totals(&t);
+        report.seconds = started.elapsed().as_secs_f64();
+        Ok(report)
+    }
+}
+
+/// One spelling per stored object, for comparing locations written by different engines:
+/// `s3a://` and `s3n://` are `s3://`, `file:/x` and `file:///x` are `/x`.
+pub(crate) fn same_object_key(path: &str) -> String {
+    for scheme in ["s3a://", "s3n://"] {
+        if let Some(rest) = path.strip_prefix(scheme) {
+            return format!("s3://{rest}");
+        }
+    }
+    if let Some(rest) = path.strip_prefix("file://") {
+        return rest.to_string();
+    }
+    if let Some(rest) = path.strip_prefix("file:") {
+        return rest.to_string();
+    }
+    path.to_string()
+}
+
+/// Snapshot ids named by branches and tags (iceberg 0.10.1 has no public accessor for all refs).
+fn ref_snapshot_ids(md: &TableMetadata) -> Vec<i64> {
+    serde_json::to_value(md)
+        .ok()
+        .and_then(|v| v.get("refs").and_then(|r| r.as_object()).cloned())
+        .map(|refs| {
+            refs.values()
+                .filter_map(|r| r.get("snapshot-id").and_then(|v| v.as_i64()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+async fn delete_paths(table: &Table, paths: impl Iterator<Item = String>) {
+    for p in paths {
+        if let Err(e) = table.file_io().delete(&p).await {
+            tracing::warn!(file = %p, error = %e, "could not delete file");
+        }
+    }
+}
+
+impl Maintainer {
+    /// The maintain function's entry: tables from `tables` in the payload (or `detail.tables` of
+    /// an EventBridge event), else every configured table; `dry_run` likewise. One EMF line per table.
+    pub async fn handle_payload(
+        &self,
+        payload: &serde_json::Value,
+        deadline: Instant,
+    ) -> Result<Vec<Report>> {
+        let pick = |k: &str| {
+            payload
+                .get(k)
+                .or_else(|| payload.pointer(&format!("/detail/{k}")))
+        };
+        let tables: Vec<String> = match pick("tables").and_then(|v| v.as_array()) {
+            Some(list) => list
+                .iter()
+                .filter_map(|v| v.as_str().map(str::to_string))
+                .collect(),
+            None => self.config.all_tables(),
+        };
+        let opts = Options {
+            dry_run: pick("dry_run").and_then(|v| v.as_bool()).unwrap_or(false),
+            ..Options::from_config(&self.config, deadline)
+        };
+        let mut reports = Vec::new();
+        for table in tables {
+            if !self.config.all_tables().contains(&table) {
+                return Err(Error::new(
+                    ErrorKind::Event,
+                    format!("maintain: no configured table `{table}`"),
+                ));
+            }
+            let r = self.run(&table, &opts).await?;
+            r.emit();
+            reports.push(r);
+        }
+        Ok(reports)
+    }
+}
+
+impl Report {
+    /// Emits the report as EMF metrics and a log line.
+    pub fn emit(&self) {
+        use crate::metrics::Metric;
+        crate::metrics::emit(
+            &[("Table", self.table.as_str())],
+            &[
+                Metric::count("DataFilesBefore", self.files_before as f64),
+                Metric::count("DataFilesAfter", self.files_after as f64),
+                Metric::count("CompactionGroups", self.groups_compacted as f64),
+                Metric {
+                    name: "CompactionBytesRead",
+                    value: self.compaction_bytes_read as f64,
+                    unit: "Bytes",
+                },
+                Metric::count("SnapshotsExpired", self.snapshots_expired as f64),
+                Metric::count(
+                    "FilesDeleted",
+                    (self.expired_files_deleted + self.orphans_deleted) as f64,
+                ),
+                Metric::seconds("MaintainSeconds", self.seconds),
+            ],
+        );
+        tracing::info!(table = %self.table, files_before = self.files_before, files_after = self.files_after,
+            groups = self.groups_compacted, expired = self.snapshots_expired, orphans = self.orphans_deleted,
+            dry_run = self.dry_run, "maintained table");
+    }
+}

@@ -1,0 +1,40 @@
+//! The process function's engine: a pipeline's new source rows → its SQL → its sink table,
+//! exactly once.
+//!
+//! A run reads the sink's checkpoint (the last source snapshot consumed, in the sink's snapshot
+//! summary), plans the source's delta after it ([`plan`]), runs the SQL
+//! ([`transform`]) and commits the output **together with the new checkpoint** in one sink
+//! snapshot. The commit re-reads the checkpoint on the version it commits onto: if another run
+//! advanced it meanwhile, this run's output is dropped and the run re-plans from there. So
+//! duplicate, late or concurrent triggers cannot duplicate or lose output, and a crash before the
+//! commit leaves only orphan files (removed by orphan cleanup); the next run redoes the work.
+//!
+//! * `append` mode appends the SQL's rows over the new source rows (processed in bounded chunks
+//!   of files: the SQL must be row-wise — filter, project, enrich).
+//! * `aggregate` mode finds the event-time windows the new rows touch (late rows included),
+//!   recomputes those windows from the whole source table and replaces them in the sink with an
+//!   `overwrite` snapshot, so the sink always equals the same SQL over the whole table.
+//!
+//! [`Processor::refresh`] runs the same SQL over the whole table (batch / backfill) and replaces
+//! the sink; [`Processor::reconcile`] compares that batch result with the incrementally
+//! maintained sink.
+
+//!
+//! One file per concern: `processor` (a run, start to commit), [`plan`] (the delta after a
+//! checkpoint), [`transform`] (the SQL), `input` (reading source rows in bounded chunks),
+//! `windows` (aggregate windows), `output` (sink files), `alerts`, `reconcile` (refresh and
+//! reconcile: the batch speed) and `trigger` (which pipelines an event concerns).
+
+mod alerts;
+mod input;
+mod output;
+pub mod plan;
+mod processor;
+mod reconcile;
+pub(crate) mod transform;
+mod trigger;
+mod windows;
+
+pub use plan::{plan, start_after, Delta, NewFile, RowChangePolicy};
+pub use processor::{Processor, RunReport};
+pub use reconcile::Reconciliation;

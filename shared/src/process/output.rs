@@ -1,0 +1,145 @@
+//! Writing a run's output to its sink: Parquet data files, evolving the sink's schema additively
+//! when the SQL's output gains columns.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use arrow::array::RecordBatch;
+use arrow_schema::SchemaRef;
+use iceberg::arrow::{arrow_type_to_type, schema_to_arrow_schema};
+use iceberg::spec::{DataFile, Type};
+use iceberg::table::Table;
+
+use super::transform;
+use crate::error::{Error, ErrorKind, Result};
+
+/// Output files being written to a sink, evolving its schema additively when the SQL's output
+/// gains columns (new optional columns, committed with the data).
+pub(super) struct Output {
+    sink: Table,
+    writer_id: String,
+    writer: Option<crate::write::Sink>,
+    evolved: Option<iceberg::spec::Schema>,
+    arrow: SchemaRef,
+}
+
+impl Output {
+    pub(super) fn new(sink: &Table, writer_id: &str) -> Result<Self> {
+        let arrow = schema_to_arrow_schema(sink.metadata().current_schema())
+            .map_err(|e| Error::iceberg(format!("schema of {}", sink.identifier()), e))?;
+        Ok(Self {
+            sink: sink.clone(),
+            writer_id: writer_id.to_string(),
+            writer: None,
+            evolved: None,
+            arrow: Arc::new(arrow),
+        })
+    }
+
+    pub(super) async fn write(&mut self, batches: Vec<RecordBatch>) -> Result<()> {
+        for b in batches {
+            if b.num_rows() == 0 {
+                continue;
+            }
+            self.fit(&b).await?;
+            let b = transform::conform(&b, &self.arrow)?;
+            if self.writer.is_none() {
+                let table = match &self.evolved {
+                    Some(s) => crate::write::with_schema(&self.sink, s.clone())?,
+                    None => self.sink.clone(),
+                };
+                let target = table
+                    .metadata()
+                    .properties()
+                    .get("write.target-file-size-bytes")
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(128usize << 20);
+                self.writer = Some(
+                    crate::write::build_sink(&table, target, &self.writer_id).map_err(|e| {
+                        Error::iceberg(format!("writer for {}", self.sink.identifier()), e)
+                    })?,
+                );
+            }
+            if let Some(w) = self.writer.as_mut() {
+                w.write(b).await.map_err(|e| {
+                    Error::iceberg(format!("writing {}", self.sink.identifier()), e)
+                })?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Adds output columns the sink lacks (before the first file is opened); a changed type is
+    /// an error asking for a refresh.
+    async fn fit(&mut self, b: &RecordBatch) -> Result<()> {
+        let current = self
+            .evolved
+            .clone()
+            .unwrap_or_else(|| self.sink.metadata().current_schema().as_ref().clone());
+        let mut unknown = BTreeMap::new();
+        let mut widen = BTreeMap::new();
+        for f in b.schema().fields() {
+            let ty = arrow_type_to_type(f.data_type()).ok();
+            match (current.field_by_name(f.name()), ty) {
+                (Some(existing), Some(ty)) if *existing.field_type != ty => {
+                    match (existing.field_type.as_ref(), &ty) {
+                        // The source widened (e.g. int → long): widen the sink column too.
+                        (Type::Primitive(a), Type::Primitive(b)) if crate::evolve::is_widening(a, b) => {
+                            widen.insert(f.name().clone(), b.clone());
+                        }
+                        // Narrower output than the sink's column: cast up on write.
+                        (Type::Primitive(a), Type::Primitive(b)) if crate::evolve::is_widening(b, a) => {}
+                        _ => {
+                            return Err(Error::new(
+                                ErrorKind::Transform,
+                                format!(
+                                    "sink {}: output column `{}` is now {ty}, the sink has {}; drop the sink table, then `floe process refresh`",
+                                    self.sink.identifier(),
+                                    f.name(),
+                                    existing.field_type
+                                ),
+                            ))
+                        }
+                    }
+                }
+                (None, Some(Type::Primitive(p))) => {
+                    unknown.insert(f.name().clone(), Some(p));
+                }
+                _ => {}
+            }
+        }
+        if unknown.is_empty() && widen.is_empty() {
+            return Ok(());
+        }
+        if self.writer.is_some() {
+            return Err(Error::new(
+                ErrorKind::Transform,
+                format!(
+                    "sink {}: output columns changed within one run",
+                    self.sink.identifier()
+                ),
+            ));
+        }
+        // Ids above the sink's last-column-id: a column dropped by another engine keeps its id.
+        let evolved = crate::evolve::evolve_table_schema(self.sink.metadata(), &unknown, &widen)
+            .map_err(|e| Error::iceberg("evolving the sink schema", e))?;
+        if let Some((schema, what)) = evolved {
+            tracing::info!(sink = %self.sink.identifier(), change = %what, "sink schema evolves");
+            self.arrow = Arc::new(
+                schema_to_arrow_schema(&schema).map_err(|e| Error::iceberg("sink schema", e))?,
+            );
+            self.evolved = Some(schema);
+        }
+        Ok(())
+    }
+
+    pub(super) async fn close(self) -> Result<(Vec<DataFile>, Option<iceberg::spec::Schema>)> {
+        let files = match self.writer {
+            Some(w) => w.close().await.map_err(|e| {
+                Error::iceberg(format!("closing files of {}", self.sink.identifier()), e)
+            })?,
+            None => Vec::new(),
+        };
+        Ok((files, self.evolved))
+    }
+}

@@ -1,0 +1,551 @@
+//! The processor: one pipeline run from its checkpoint to a sink commit carrying the new one.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use iceberg::arrow::arrow_schema_to_schema_auto_assign_ids;
+use iceberg::spec::DataFile;
+use iceberg::table::Table;
+use iceberg::{TableCreation, TableIdent};
+use serde::Serialize;
+use serde_json::Value;
+
+use super::alerts::Alerts;
+use super::output::Output;
+use super::plan::{self, RowChangePolicy};
+use super::transform::{self, WINDOW_START};
+use super::{input, windows};
+use crate::catalog;
+use crate::commit::{CommitLimits, Committer, Outcome, Plan, Skipped};
+use crate::config::{Config, PipelineConfig, PipelineMode, RowChange};
+use crate::error::{Error, ErrorKind, Result};
+use crate::scan::LiveFile;
+use crate::snapshot::Change;
+use crate::summary::{self, Checkpoint};
+
+/// Runs that lost the race to another run re-plan at most this often.
+pub(super) const MAX_ROUNDS: u32 = 8;
+
+/// What one pipeline run did.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct RunReport {
+    /// Pipeline name.
+    pub pipeline: String,
+    /// The checkpoint the run started after (None: from the beginning).
+    pub from_snapshot: Option<i64>,
+    /// The source snapshot the run processed up to (the new checkpoint).
+    pub to_snapshot: Option<i64>,
+    /// Source append snapshots processed (the processor lag before the run, in snapshots).
+    pub source_snapshots: usize,
+    /// Source data files read as new.
+    pub files: usize,
+    /// New source rows.
+    pub rows_in: u64,
+    /// Source rows read to recompute windows (aggregate mode).
+    pub rows_recomputed: u64,
+    /// Rows the run wrote to the sink.
+    pub rows_out: u64,
+    /// Windows recomputed and replaced (aggregate mode).
+    pub windows: usize,
+    /// Sink files replaced (aggregate mode, refresh).
+    pub files_replaced: usize,
+    /// Alerts sent.
+    pub alerts: usize,
+    /// The sink snapshot committed (None: nothing new).
+    pub sink_snapshot: Option<i64>,
+    /// Times the run lost to a concurrent run and re-planned.
+    pub replans: u32,
+    /// Source commit → sink commit, for the newest source snapshot processed (ms).
+    pub latency_ms: Option<i64>,
+    /// Processor lag before the run: now − the oldest unprocessed source commit (s).
+    pub lag_seconds: f64,
+    /// Wall time of the run.
+    pub seconds: f64,
+    /// A full refresh (batch over the whole table).
+    pub refresh: bool,
+}
+
+impl RunReport {
+    /// Emits the run's metrics (CloudWatch EMF) and a log line.
+    pub fn emit(&self) {
+        use crate::metrics::{emit, Metric};
+        let mut m = vec![
+            Metric::count("RowsIn", self.rows_in as f64),
+            Metric::count("RowsOut", self.rows_out as f64),
+            Metric::count("ProcessorLagSnapshots", self.source_snapshots as f64),
+            Metric::seconds("ProcessorLagSeconds", self.lag_seconds),
+            Metric::count("WindowsRecomputed", self.windows as f64),
+            Metric::count("AlertsSent", self.alerts as f64),
+        ];
+        if let Some(ms) = self.latency_ms {
+            m.push(Metric::seconds("CommitToOutputSeconds", ms as f64 / 1e3));
+        }
+        emit(&[("Pipeline", &self.pipeline)], &m);
+        tracing::info!(pipeline = %self.pipeline, from = ?self.from_snapshot, to = ?self.to_snapshot,
+            snapshots = self.source_snapshots, rows_in = self.rows_in, rows_out = self.rows_out,
+            windows = self.windows, sink_snapshot = ?self.sink_snapshot, replans = self.replans,
+            latency_ms = ?self.latency_ms, "pipeline run");
+    }
+}
+
+/// Runs the configured pipelines.
+pub struct Processor {
+    pub(super) config: Arc<Config>,
+    pub(super) committer: Committer,
+    pub(super) alerts: Alerts,
+    /// Source schema id each pipeline's SQL was last checked against.
+    checked: std::sync::Mutex<HashMap<String, i32>>,
+}
+
+/// One run's starting point.
+pub(super) struct Position {
+    pub(super) source: Table,
+    pub(super) source_uuid: String,
+    pub(super) sink: Table,
+    pub(super) checkpoint: Option<Checkpoint>,
+    pub(super) hash: String,
+}
+
+impl Processor {
+    /// Connects to the configured catalog (and alert services, when a pipeline has alerts).
+    pub async fn new(config: Config) -> Result<Self> {
+        let catalog = catalog::connect(&config).await?;
+        // Sources may not exist yet when a poll comes before the first ingest.
+        catalog::ensure_tables(catalog.as_ref(), &config).await?;
+        let swap = crate::catalog::pointer_swap(&config).await?;
+        let mut me = Self::with_parts(config, Committer::new(catalog, swap));
+        for p in &me.config.pipelines {
+            let Some(a) = &p.alert else { continue };
+            let sdk = crate::store::sdk_config(&me.config.storage, a.endpoint.as_deref()).await;
+            if a.eventbridge_bus.is_some() && me.alerts.eventbridge.is_none() {
+                me.alerts.eventbridge = Some(aws_sdk_eventbridge::Client::new(&sdk));
+            }
+            if a.sqs_queue_url.is_some() && me.alerts.sqs.is_none() {
+                me.alerts.sqs = Some(aws_sdk_sqs::Client::new(&sdk));
+            }
+        }
+        Ok(me)
+    }
+
+    /// From explicit parts (no alert clients: alerts fail until [`Processor::new`] builds them).
+    pub fn with_parts(config: Config, committer: Committer) -> Self {
+        Self {
+            config: Arc::new(config),
+            committer,
+            alerts: Alerts::default(),
+            checked: Default::default(),
+        }
+    }
+
+    /// The committer in use.
+    pub fn committer(&self) -> &Committer {
+        &self.committer
+    }
+
+    pub(super) fn pipeline(&self, name: &str) -> Result<&PipelineConfig> {
+        self.config.pipeline(name).ok_or_else(|| {
+            let known: Vec<&str> = self
+                .config
+                .pipelines
+                .iter()
+                .map(|p| p.name.as_str())
+                .collect();
+            Error::new(
+                ErrorKind::Config,
+                format!(
+                    "no pipeline named `{name}` (configured: {})",
+                    known.join(", ")
+                ),
+            )
+        })
+    }
+
+    pub(super) fn limits(&self, deadline: Instant) -> CommitLimits {
+        CommitLimits {
+            max_attempts: self.config.ingest.max_commit_attempts,
+            deadline,
+            skew: Duration::from_secs(self.config.ingest.dedup_skew_seconds),
+        }
+    }
+
+    /// Handles a process-function payload: runs every pipeline it concerns, each once. Errors of
+    /// single pipelines are collected so one broken pipeline does not starve the others.
+    pub async fn handle_payload(
+        &self,
+        payload: &Value,
+        deadline: Instant,
+    ) -> (Vec<RunReport>, Vec<Error>) {
+        let mut reports = Vec::new();
+        let mut errors = Vec::new();
+        for name in self.pipelines_for(payload) {
+            match self.run(&name, deadline).await {
+                Ok(r) => {
+                    r.emit();
+                    reports.push(r)
+                }
+                Err(e) => {
+                    tracing::error!(pipeline = %name, error = %e, retryable = e.is_retryable(), "pipeline run failed");
+                    errors.push(e)
+                }
+            }
+        }
+        (reports, errors)
+    }
+
+    /// Processes everything the pipeline has not seen yet, committing output and checkpoint in
+    /// one sink snapshot. Safe to call concurrently and repeatedly.
+    pub async fn run(&self, name: &str, deadline: Instant) -> Result<RunReport> {
+        let p = self.pipeline(name)?;
+        let started = Instant::now();
+        let mut replans = 0;
+        loop {
+            match self.run_once(p, deadline).await? {
+                Some(mut report) => {
+                    report.replans = replans;
+                    report.seconds = started.elapsed().as_secs_f64();
+                    return Ok(report);
+                }
+                None if replans + 1 < MAX_ROUNDS && Instant::now() < deadline => replans += 1,
+                None => {
+                    return Err(Error::new(
+                        ErrorKind::DeadlineExceeded,
+                        format!(
+                        "pipeline `{name}`: other runs kept committing first; {replans} re-plans"
+                    ),
+                    )
+                    .with_retryable(true))
+                }
+            }
+        }
+    }
+
+    pub(super) async fn position(&self, p: &PipelineConfig) -> Result<Position> {
+        let source_ident = catalog::table_ident(&self.config, &p.source)?;
+        let source = self.committer.load(&source_ident).await?;
+        let source_uuid = source.metadata().uuid().to_string();
+        let time_column = p.time_column(&self.config).to_string();
+        let hash = transform::transform_hash(p, &time_column);
+        let sink = self.ensure_sink(p, &source).await?;
+        let checkpoint = summary::read_checkpoint(sink.metadata(), &source_uuid);
+        Ok(Position {
+            source,
+            source_uuid,
+            sink,
+            checkpoint,
+            hash,
+        })
+    }
+
+    /// Plans the SQL against the source's current schema (once per schema id), so a change that
+    /// breaks it stops the pipeline at once, naming the field, even before new data arrives.
+    async fn check_sql(&self, p: &PipelineConfig, source: &Table) -> Result<()> {
+        let id = source.metadata().current_schema_id();
+        let seen = self
+            .checked
+            .lock()
+            .ok()
+            .and_then(|c| c.get(&p.name).copied());
+        if seen == Some(id) {
+            return Ok(());
+        }
+        let (schema, _) = self.batch_input(p, source, None, true).await?;
+        let context = format!("pipeline `{}` over `{}` (schema id {id})", p.name, p.source);
+        transform::run_sql(&p.sql, schema, Vec::new(), &context).await?;
+        if let Ok(mut c) = self.checked.lock() {
+            c.insert(p.name.clone(), id);
+        }
+        Ok(())
+    }
+
+    /// One attempt; `None` when another run committed from the same checkpoint first.
+    ///
+    /// Reads the position, plans the source's delta after the checkpoint, runs the SQL over it,
+    /// and commits the output with the new checkpoint.
+    async fn run_once(&self, p: &PipelineConfig, deadline: Instant) -> Result<Option<RunReport>> {
+        let pos = self.position(p).await?;
+        self.check_sql(p, &pos.source).await?;
+        let after = self.start_point(p, &pos)?;
+        let policy = match p.on_row_change {
+            RowChange::Fail => RowChangePolicy::Fail,
+            RowChange::Skip => RowChangePolicy::Skip,
+        };
+        let delta = plan::plan(&pos.source, after, policy, &p.name).await?;
+        let mut report = RunReport {
+            pipeline: p.name.clone(),
+            from_snapshot: after,
+            to_snapshot: delta.to,
+            source_snapshots: delta.appends.len(),
+            files: delta.files.len(),
+            rows_in: delta.records(),
+            lag_seconds: oldest_unprocessed_age(&pos.source, &delta.appends),
+            ..Default::default()
+        };
+        // Nothing new — except for a first run (`start = "latest"` starts at the current
+        // snapshot): it commits its starting position, or every later run would start over.
+        let to = match delta.to {
+            Some(to) if delta.to != after || pos.checkpoint.is_none() => to,
+            _ => return Ok(Some(report)),
+        };
+        let files: Vec<LiveFile> = delta
+            .files
+            .iter()
+            .map(|f| LiveFile {
+                file: f.file.clone(),
+                spec_id: f.spec_id,
+            })
+            .collect();
+        let writer_id = format!("process-{}", uuid::Uuid::now_v7());
+        let mut out = Output::new(&pos.sink, &writer_id)?;
+        let removed = match p.mode {
+            PipelineMode::Append => {
+                self.append_rows(p, &pos, &files, &mut out).await?;
+                Vec::new()
+            }
+            PipelineMode::Aggregate => {
+                self.replace_windows(p, &pos, &files, to, &mut out, &mut report)
+                    .await?
+            }
+        };
+        let (added, schema) = out.close().await?;
+        report.rows_out = added.iter().map(|f| f.record_count()).sum::<u64>();
+        if let Some(alert) = &p.alert {
+            report.alerts = self.send_alerts(p, alert, &pos.sink, &added).await?;
+        }
+        let change = sink_change(p, &pos, to, &report, added, removed, schema);
+        self.commit_with_checkpoint(p, &pos, to, change, report, deadline)
+            .await
+    }
+
+    /// Where this run starts: after the checkpoint (refusing output of another transform
+    /// version), or, for a sink without one, after the pipeline's start strategy.
+    fn start_point(&self, p: &PipelineConfig, pos: &Position) -> Result<Option<i64>> {
+        if let Some(cp) = &pos.checkpoint {
+            if cp.transform.as_deref() != Some(pos.hash.as_str()) {
+                return Err(Error::new(
+                    ErrorKind::Transform,
+                    format!(
+                        "pipeline `{}`: the transform changed (sink `{}` was built by version {}, the config is version {}); \
+                         old and new output are never mixed: run `floe process refresh --pipeline {}`",
+                        p.name,
+                        p.sink,
+                        cp.transform.as_deref().unwrap_or("?"),
+                        pos.hash,
+                        p.name
+                    ),
+                ));
+            }
+            return Ok(Some(cp.snapshot_id));
+        }
+        // A sink with rows but no checkpoint lost its position (e.g. another engine's
+        // snapshots and expiration): starting over would duplicate or skip output.
+        if summary::total(pos.sink.metadata(), "total-records") > 0 {
+            return Err(Error::new(
+                ErrorKind::Stale,
+                format!(
+                    "pipeline `{}`: sink `{}` has rows but no checkpoint on `{}`; nothing was processed. \
+                     Rebuild it with `floe process refresh --pipeline {}`",
+                    p.name, p.sink, p.source, p.name
+                ),
+            ));
+        }
+        plan::start_after(
+            pos.source.metadata(),
+            p.start_strategy()
+                .map_err(|r| Error::new(ErrorKind::Config, r))?,
+        )
+    }
+
+    /// Append mode: the SQL over the new rows, one bounded chunk of files at a time.
+    async fn append_rows(
+        &self,
+        p: &PipelineConfig,
+        pos: &Position,
+        files: &[LiveFile],
+        out: &mut Output,
+    ) -> Result<()> {
+        let context = format!("pipeline `{}` over `{}`", p.name, p.source);
+        for chunk in input::chunks(files) {
+            let (schema, rows) = input::read_rows(&pos.source, chunk).await?;
+            let (_, batches) = transform::run_sql(&p.sql, schema, rows, &context).await?;
+            out.write(batches).await?;
+        }
+        Ok(())
+    }
+
+    /// Aggregate mode: finds the windows the new rows touch, recomputes them from the source at
+    /// `to`, and writes them with the sink's other rows of the files they replace. Returns the
+    /// sink files to remove.
+    async fn replace_windows(
+        &self,
+        p: &PipelineConfig,
+        pos: &Position,
+        files: &[LiveFile],
+        to: i64,
+        out: &mut Output,
+        report: &mut RunReport,
+    ) -> Result<Vec<String>> {
+        let window = p.window_micros().unwrap_or(60_000_000);
+        let time_column = p.time_column(&self.config);
+        let touched = windows::touched(&pos.source, files, time_column, window).await?;
+        report.windows = touched.len();
+        if touched.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (schema, recomputed) =
+            windows::read_windows(&pos.source, to, time_column, window, &touched).await?;
+        report.rows_recomputed = recomputed.iter().map(|b| b.num_rows() as u64).sum();
+        let context = format!("pipeline `{}` over `{}`", p.name, p.source);
+        let (_, batches) = transform::run_sql(&p.sql, schema, recomputed, &context).await?;
+        windows::require_window_column(&batches, p)?;
+        let (removed, kept) = windows::sink_rows_outside(&pos.sink, &touched).await?;
+        report.files_replaced = removed.len();
+        out.write(kept).await?;
+        out.write(batches).await?;
+        Ok(removed)
+    }
+
+    /// Commits `change` unless the checkpoint moved since `pos` was read (another run processed
+    /// this delta: `None`, and this run's files are removed).
+    async fn commit_with_checkpoint(
+        &self,
+        p: &PipelineConfig,
+        pos: &Position,
+        to: i64,
+        change: Change,
+        mut report: RunReport,
+        deadline: Instant,
+    ) -> Result<Option<RunReport>> {
+        let added = change.added.clone();
+        let expected = pos.checkpoint.as_ref().map(|c| c.snapshot_id);
+        let source_uuid = pos.source_uuid.clone();
+        let sink_ident = pos.sink.identifier().clone();
+        let result = self
+            .committer
+            .commit_from(&sink_ident, Some(pos.sink.clone()), &self.limits(deadline), move |t: &Table| {
+                let now = summary::read_checkpoint(t.metadata(), &source_uuid).map(|c| c.snapshot_id);
+                Ok(if now != expected {
+                    Plan::Skip(Skipped::Obsolete(format!(
+                        "the checkpoint moved from {expected:?} to {now:?}: another run processed this delta"
+                    )))
+                } else {
+                    Plan::Apply(change.clone())
+                })
+            })
+            .await;
+        match result {
+            Ok(Outcome::Committed { snapshot_id, .. }) => {
+                report.sink_snapshot = snapshot_id;
+                report.latency_ms =
+                    commit_latency(&self.committer, &sink_ident, snapshot_id, &pos.source, to)
+                        .await;
+                Ok(Some(report))
+            }
+            Ok(Outcome::Skipped(why)) => {
+                tracing::info!(pipeline = %p.name, ?why, "lost the race; re-planning");
+                crate::write::delete_uncommitted(&pos.sink, &added).await;
+                Ok(None)
+            }
+            Err(e) if e.kind() == ErrorKind::Stale => {
+                // Sink files to replace were compacted meanwhile: redo on the new layout.
+                tracing::info!(pipeline = %p.name, error = %e, "sink changed underneath; re-planning");
+                crate::write::delete_uncommitted(&pos.sink, &added).await;
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Creates the sink from the SQL's output schema if it does not exist; returns it.
+    async fn ensure_sink(&self, p: &PipelineConfig, source: &Table) -> Result<Table> {
+        let ident = catalog::table_ident(&self.config, &p.sink)?;
+        let exists = self
+            .committer
+            .catalog()
+            .table_exists(&ident)
+            .await
+            .map_err(|e| {
+                Error::iceberg(format!("checking sink {ident}"), e).with_retryable(true)
+            })?;
+        if !exists {
+            let (schema, _) = self.batch_input(p, source, None, true).await?;
+            let context = format!("pipeline `{}` over `{}`", p.name, p.source);
+            let (out, _) = transform::run_sql(&p.sql, schema, Vec::new(), &context).await?;
+            if p.mode == PipelineMode::Aggregate && out.column_with_name(WINDOW_START).is_none() {
+                return Err(windows::window_missing(p));
+            }
+            let schema = arrow_schema_to_schema_auto_assign_ids(&out)
+                .map_err(|e| Error::iceberg(format!("sink schema of `{}`", p.name), e))?;
+            let creation = TableCreation::builder()
+                .name(p.sink.clone())
+                .schema(schema)
+                .properties(HashMap::from([
+                    (
+                        "write.parquet.compression-codec".to_string(),
+                        "zstd".to_string(),
+                    ),
+                    (summary::PIPELINE.to_string(), p.name.clone()),
+                    (summary::SOURCE_TABLE.to_string(), p.source.clone()),
+                ]))
+                .build();
+            catalog::create_if_missing(self.committer.catalog().as_ref(), &ident, creation).await?;
+        }
+        self.committer.load(&ident).await
+    }
+}
+
+/// The sink change of a run: its output files (replacing `removed`, in aggregate mode) with the
+/// new checkpoint and the run's counts in the snapshot summary.
+fn sink_change(
+    p: &PipelineConfig,
+    pos: &Position,
+    to: i64,
+    report: &RunReport,
+    added: Vec<DataFile>,
+    removed: Vec<String>,
+    schema: Option<iceberg::spec::Schema>,
+) -> Change {
+    let mut props: HashMap<String, String> =
+        summary::checkpoint_properties(&pos.source_uuid, to, &pos.hash)
+            .into_iter()
+            .collect();
+    props.insert(summary::PIPELINE.into(), p.name.clone());
+    props.insert(summary::ROWS_IN.into(), report.rows_in.to_string());
+    props.insert(
+        summary::SOURCE_SNAPSHOTS.into(),
+        report.source_snapshots.to_string(),
+    );
+    if p.mode == PipelineMode::Aggregate {
+        props.insert(summary::WINDOWS_REPLACED.into(), report.windows.to_string());
+    }
+    if removed.is_empty() {
+        Change {
+            schema,
+            ..Change::append(added, props)
+        }
+    } else {
+        Change::overwrite(added, removed, props, schema)
+    }
+}
+
+/// Seconds since the oldest of `appends` was committed (0 when none).
+fn oldest_unprocessed_age(source: &Table, appends: &[i64]) -> f64 {
+    appends
+        .first()
+        .and_then(|id| source.metadata().snapshot_by_id(*id))
+        .map(|s| (chrono::Utc::now().timestamp_millis() - s.timestamp_ms()).max(0) as f64 / 1e3)
+        .unwrap_or(0.0)
+}
+
+async fn commit_latency(
+    committer: &Committer,
+    sink: &TableIdent,
+    snapshot: Option<i64>,
+    source: &Table,
+    to: i64,
+) -> Option<i64> {
+    let src = source.metadata().snapshot_by_id(to)?.timestamp_ms();
+    let t = committer.load(sink).await.ok()?;
+    let s = t.metadata().snapshot_by_id(snapshot?)?.timestamp_ms();
+    Some(s - src)
+}

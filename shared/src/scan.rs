@@ -1,0 +1,90 @@
+//! Reading what a table holds now: its live data files (from the current snapshot's manifests)
+//! and scan tasks that read them with the table's current schema.
+
+use std::sync::Arc;
+
+use iceberg::scan::FileScanTask;
+use iceberg::spec::{DataFile, ManifestContentType};
+use iceberg::table::Table;
+
+use crate::error::{Error, Result};
+use crate::snapshot;
+
+/// A live data file and the spec it was written with.
+#[derive(Debug, Clone)]
+pub struct LiveFile {
+    /// The file.
+    pub file: DataFile,
+    /// Its partition spec id.
+    pub spec_id: i32,
+}
+
+/// Live data files of the current snapshot.
+pub async fn live_files(table: &Table) -> Result<Vec<LiveFile>> {
+    Ok(live_files_added_by(table)
+        .await?
+        .into_iter()
+        .map(|(f, _)| f)
+        .collect())
+}
+
+/// Live data files of the current snapshot, each with the snapshot that added it.
+pub(crate) async fn live_files_added_by(table: &Table) -> Result<Vec<(LiveFile, i64)>> {
+    let mut out = Vec::new();
+    for mf in snapshot::current_manifests(table).await? {
+        if mf.content != ManifestContentType::Data {
+            continue;
+        }
+        let m = mf
+            .load_manifest(table.file_io())
+            .await
+            .map_err(|e| Error::iceberg("reading a manifest", e))?;
+        for e in m.entries().iter().filter(|e| e.is_alive()) {
+            out.push((
+                LiveFile {
+                    file: e.data_file().clone(),
+                    spec_id: mf.partition_spec_id,
+                },
+                e.snapshot_id().unwrap_or(mf.added_snapshot_id),
+            ));
+        }
+    }
+    Ok(out)
+}
+
+/// Scan tasks reading `files` with `table`'s current schema (older files: new columns null).
+pub fn scan_tasks(table: &Table, files: &[LiveFile]) -> Vec<FileScanTask> {
+    let md = table.metadata();
+    let schema = md.current_schema().clone();
+    // Files added without field ids (Spark/PyIceberg `add_files`, migrations) are read by the
+    // table's name mapping, as iceberg's own scan does; without it they would be read by position.
+    let name_mapping = md
+        .properties()
+        .get(iceberg::spec::DEFAULT_SCHEMA_NAME_MAPPING)
+        .and_then(|raw| {
+            serde_json::from_str::<iceberg::spec::NameMapping>(raw)
+                .map_err(|e| tracing::warn!(table = %table.identifier(), error = %e, "unreadable name mapping"))
+                .ok()
+        })
+        .map(Arc::new);
+    let field_ids: Vec<i32> = schema.as_struct().fields().iter().map(|f| f.id).collect();
+    files
+        .iter()
+        .map(|f| {
+            FileScanTask::builder()
+                .with_file_size_in_bytes(f.file.file_size_in_bytes())
+                .with_start(0)
+                .with_length(f.file.file_size_in_bytes())
+                .with_record_count(Some(f.file.record_count()))
+                .with_data_file_path(f.file.file_path().to_string())
+                .with_data_file_format(f.file.file_format())
+                .with_schema(schema.clone())
+                .with_project_field_ids(field_ids.clone())
+                .with_partition(Some(f.file.partition().clone()))
+                .with_partition_spec(md.partition_spec_by_id(f.spec_id).cloned())
+                .with_name_mapping(name_mapping.clone())
+                .with_case_sensitive(true)
+                .build()
+        })
+        .collect()
+}
