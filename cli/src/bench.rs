@@ -4,7 +4,7 @@
 //! Prints a table of wall time, rows/s, peak RSS and the ratios.
 
 use std::io::{BufReader, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -13,6 +13,9 @@ use chrono::Utc;
 use floe::config::Config;
 use floe::sample;
 use serde_json::{json, Value};
+
+use crate::args::BenchArgs;
+use crate::progress;
 
 pub(crate) fn peak_rss_mb() -> f64 {
     std::fs::read_to_string("/proc/self/status")
@@ -30,6 +33,7 @@ pub(crate) fn peak_rss_mb() -> f64 {
 
 /// Writes ~`mb` MiB of order JSON lines, gzip-compressed, streaming (bounded memory).
 fn generate_big(path: &Path, mb: usize) -> Result<u64> {
+    let bar = progress::bar(mb as u64, "generating big object (MiB)");
     let file = std::fs::File::create(path)?;
     let mut gz =
         flate2::write::GzEncoder::new(std::io::BufWriter::new(file), flate2::Compression::fast());
@@ -52,8 +56,10 @@ fn generate_big(path: &Path, mb: usize) -> Result<u64> {
         }
         gz.write_all(buf.as_bytes())?;
         written += buf.len();
+        bar.set_position((written >> 20) as u64);
     }
     gz.finish()?.flush()?;
+    bar.finish_and_clear();
     Ok(rows)
 }
 
@@ -128,10 +134,14 @@ struct Run {
     out: Value,
 }
 
+/// Runs one contender in its own process (a spinner meanwhile) and reads its result line.
 fn run_child(name: &str, cmd: &mut Command) -> Result<Run> {
+    let spinner = progress::spinner(format!("running {name}"));
     let t0 = Instant::now();
-    let output = cmd.output().with_context(|| format!("starting {name}"))?;
+    let output = cmd.output().with_context(|| format!("starting {name}"));
     let wall = t0.elapsed().as_secs_f64();
+    spinner.finish_and_clear();
+    let output = output?;
     if !output.status.success() {
         bail!("{name} failed: {}", String::from_utf8_lossy(&output.stderr));
     }
@@ -160,11 +170,12 @@ fn percentile(mut v: Vec<f64>, p: f64) -> f64 {
     v[((v.len() - 1) as f64 * p).round() as usize]
 }
 
-pub async fn run(mut args: crate::Args) -> Result<()> {
+/// `floe bench`: a child mode (internal), one of the mode flags, or the ingest benchmark.
+pub async fn run(args: BenchArgs) -> Result<()> {
     // Child modes (internal).
-    if let Some(mode) = args.value("--child") {
-        let input = PathBuf::from(args.value("--input").context("--input")?);
-        let work = PathBuf::from(args.value("--work").context("--work")?);
+    if let Some(mode) = &args.child {
+        let input = args.input.clone().context("--input")?;
+        let work = args.work.clone().context("--work")?;
         let out = match mode.as_str() {
             "plain" => child_plain(&input, &work)?,
             "floe-big" => {
@@ -200,68 +211,21 @@ pub async fn run(mut args: crate::Args) -> Result<()> {
         return Ok(());
     }
 
-    if args.flag("--planning") {
-        let dir = PathBuf::from(
-            args.value("--dir")
-                .unwrap_or_else(|| "target/floe-bench-plan".into()),
-        );
-        return crate::bench_plan::run(&dir).await;
+    if args.planning {
+        return crate::bench_plan::run(&args.dir_or("target/floe-bench-plan")).await;
     }
-    if args.flag("--latency") {
-        let commits: usize = args
-            .value("--commits")
-            .map(|v| v.parse())
-            .transpose()?
-            .unwrap_or(120);
-        let rows: usize = args
-            .value("--rows")
-            .map(|v| v.parse())
-            .transpose()?
-            .unwrap_or(200);
-        let dir = PathBuf::from(
-            args.value("--dir")
-                .unwrap_or_else(|| "target/floe-bench-latency".into()),
-        );
-        return crate::bench_latency::run(&dir, commits, rows).await;
+    if args.latency {
+        let dir = args.dir_or("target/floe-bench-latency");
+        return crate::bench_latency::run(&dir, args.commits.get(), args.rows).await;
     }
-    if args.flag("--maintenance") {
-        let n: usize = args
-            .value("--appends")
-            .map(|v| v.parse())
-            .transpose()?
-            .unwrap_or(5000);
-        let every: usize = args
-            .value("--every")
-            .map(|v| v.parse())
-            .transpose()?
-            .unwrap_or(100);
-        let dir = PathBuf::from(
-            args.value("--dir")
-                .unwrap_or_else(|| "target/floe-bench-maintain".into()),
-        );
-        return crate::bench_maintain::run(n, every, &dir).await;
+    if args.maintenance {
+        let dir = args.dir_or("target/floe-bench-maintain");
+        return crate::bench_maintain::run(args.appends, args.every.get(), &dir).await;
     }
-    let big_mb: usize = args
-        .value("--big-mb")
-        .map(|v| v.parse())
-        .transpose()?
-        .unwrap_or(200);
-    let small: usize = args
-        .value("--small")
-        .map(|v| v.parse())
-        .transpose()?
-        .unwrap_or(300);
-    let huge_mb: usize = args
-        .value("--huge-mb")
-        .map(|v| v.parse())
-        .transpose()?
-        .unwrap_or(0);
-    let skip_py = args.flag("--skip-pyiceberg");
-    let dir = PathBuf::from(
-        args.value("--dir")
-            .unwrap_or_else(|| "target/floe-bench".into()),
-    );
-    let python = match args.value("--python") {
+    let (big_mb, small, huge_mb) = (args.big_mb, args.small, args.huge_mb);
+    let skip_py = args.skip_pyiceberg;
+    let dir = args.dir_or("target/floe-bench");
+    let python = match args.python {
         Some(p) => p,
         None if skip_py => String::new(),
         None => {
@@ -279,16 +243,21 @@ pub async fn run(mut args: crate::Args) -> Result<()> {
     let dir = std::fs::canonicalize(&dir)?;
     let bucket = std::fs::canonicalize(&bucket)?;
 
-    eprintln!("generating {big_mb} MiB of JSON lines (gzip) and {small} objects of 500 lines…");
+    progress::note(format!(
+        "generating {big_mb} MiB of JSON lines (gzip) and {small} objects of 500 lines…"
+    ));
     let big = bucket.join("big.jsonl.gz");
     let big_rows = generate_big(&big, big_mb)?;
     let now = Utc::now();
+    let bar = progress::bar(small as u64, "generating small objects");
     for i in 0..small {
         std::fs::write(
             bucket.join(format!("small/{i:05}.jsonl")),
             sample::orders_jsonl(500, 1000 + i as u64, now),
         )?;
+        bar.inc(1);
     }
+    bar.finish_and_clear();
     let exe = std::env::current_exe()?;
     let child = |mode: &str, input: &Path, work: &str| {
         let mut c = Command::new(&exe);
@@ -351,7 +320,7 @@ pub async fn run(mut args: crate::Args) -> Result<()> {
 
     if huge_mb > 0 {
         let huge = bucket.join("huge.jsonl.gz");
-        eprintln!("generating {huge_mb} MiB for the memory check…");
+        progress::note(format!("generating {huge_mb} MiB for the memory check…"));
         generate_big(&huge, huge_mb)?;
         let r = run_child("floe (huge)", &mut child("floe-big", &huge, "floe-huge"))?;
         std::fs::remove_file(&huge)?;

@@ -13,6 +13,9 @@ use floe::pipeline::Processor;
 use floe::sample;
 
 fn pct(v: &mut [f64], p: f64) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
     v.sort_by(|a, b| a.total_cmp(b));
     v[((v.len() - 1) as f64 * p).round() as usize]
 }
@@ -33,6 +36,7 @@ pub async fn run(dir: &Path, commits: usize, rows: usize) -> Result<()> {
     let mut latency: Vec<Vec<f64>> = vec![Vec::new(); names.len()];
     let mut run_ms: Vec<Vec<f64>> = vec![Vec::new(); names.len()];
     let deadline = || Instant::now() + Duration::from_secs(600);
+    let bar = crate::progress::bar(commits as u64, "commits + pipeline runs");
     for i in 0..commits {
         let key = format!("{i:05}.jsonl");
         // Every tenth object carries late events (10–70 minutes old).
@@ -53,10 +57,11 @@ pub async fn run(dir: &Path, commits: usize, rows: usize) -> Result<()> {
                 latency[j].push(ms as f64);
             }
         }
+        bar.inc(1);
     }
-    println!("\n## Source commit → derived commit ({commits} commits of {rows} rows, pipelines run in turn after each commit)\n");
-    println!("| pipeline | commits | p50 latency (ms) | p99 latency (ms) | p50 run (ms) | batch refresh over the table (ms) | batch / incremental p50 | reconcile |");
-    println!("|---|---:|---:|---:|---:|---:|---:|---|");
+    bar.finish_and_clear();
+    let spinner = crate::progress::spinner("batch refresh + reconcile");
+    let mut rows_out = Vec::new();
     for (j, name) in names.iter().enumerate() {
         let t = Instant::now();
         processor.refresh(name, deadline()).await?;
@@ -66,11 +71,18 @@ pub async fn run(dir: &Path, commits: usize, rows: usize) -> Result<()> {
         let p50 = pct(&mut latency[j], 0.5);
         let p99 = pct(&mut latency[j], 0.99);
         let r50 = pct(&mut run_ms[j], 0.5);
-        println!(
+        rows_out.push(format!(
             "| {name} | {n} | {p50:.0} | {p99:.0} | {r50:.0} | {batch_ms:.0} | {:.1}× | {} |",
             batch_ms / r50.max(0.001),
             if rec.matches() { "match" } else { "DIFFERENT" }
-        );
+        ));
+    }
+    spinner.finish_and_clear();
+    println!("\n## Source commit → derived commit ({commits} commits of {rows} rows, pipelines run in turn after each commit)\n");
+    println!("| pipeline | commits | p50 latency (ms) | p99 latency (ms) | p50 run (ms) | batch refresh over the table (ms) | batch / incremental p50 | reconcile |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---|");
+    for row in &rows_out {
+        println!("{row}");
     }
     println!(
         "\nReference: Flink's Iceberg source polls every 60 s by default (monitor-interval), so its \

@@ -17,6 +17,8 @@ use floe::ingest::Ingestor;
 use floe::maintain::{Maintainer, Options};
 use floe::sample;
 
+use crate::progress;
+
 fn config(work: &Path) -> String {
     crate::bench::bench_config(work, &work.join("inputs"))
 }
@@ -35,6 +37,13 @@ async fn appends(work: &Path, n: usize, every: Option<usize>) -> Result<(f64, f6
     let now = Utc::now();
     let mut lat = Vec::with_capacity(n);
     let mut maint_secs = 0.0;
+    let bar = progress::bar(
+        n as u64,
+        match every {
+            Some(k) => format!("appends, maintain every {k}"),
+            None => "appends".to_string(),
+        },
+    );
     for i in 0..n {
         let key = format!("{i:06}.jsonl");
         std::fs::write(
@@ -63,7 +72,9 @@ async fn appends(work: &Path, n: usize, every: Option<usize>) -> Result<(f64, f6
                 maint_secs += t.elapsed().as_secs_f64();
             }
         }
+        bar.inc(1);
     }
+    bar.finish_and_clear();
     let head = median(lat[..50.min(n)].to_vec());
     let tail = median(lat[n.saturating_sub(50)..].to_vec());
     let ident = floe::catalog::table_ident(&cfg, "orders")?;
@@ -87,6 +98,7 @@ async fn compaction_throughput(
     let cfg = Config::parse(&config(work), "bench")?;
     let ingestor = Ingestor::new(cfg.clone()).await?;
     let now = Utc::now();
+    let bar = progress::bar(files as u64, "small files to compact");
     for i in 0..files {
         let key = format!("{i:06}.jsonl");
         std::fs::write(
@@ -97,7 +109,10 @@ async fn compaction_throughput(
         ingestor
             .ingest(&obj, Instant::now() + Duration::from_secs(600))
             .await?;
+        bar.inc(1);
     }
+    bar.finish_and_clear();
+    let spinner = progress::spinner("plain arrow-rs rewrite, then floe compaction");
     let ident = floe::catalog::table_ident(&cfg, "orders")?;
     let maintainer = Maintainer::new(cfg).await?;
     let table = maintainer.committer().load(&ident).await?;
@@ -146,6 +161,7 @@ async fn compaction_throughput(
     };
     let r = maintainer.run("orders", &opts).await?;
     let floe = t.elapsed().as_secs_f64();
+    spinner.finish_and_clear();
     anyhow::ensure!(
         r.groups_compacted == 1 && r.files_after == 1,
         "compaction did not run as expected: {r:?}"
@@ -155,9 +171,11 @@ async fn compaction_throughput(
 
 pub async fn run(appends_n: usize, every: usize, dir: &Path) -> Result<()> {
     std::fs::create_dir_all(dir)?;
-    eprintln!("{appends_n} appends without maintenance…");
+    progress::note(format!("{appends_n} appends without maintenance…"));
     let (h0, t0, _, s0) = appends(&dir.join("plain"), appends_n, None).await?;
-    eprintln!("{appends_n} appends with maintenance every {every}…");
+    progress::note(format!(
+        "{appends_n} appends with maintenance every {every}…"
+    ));
     let (h1, t1, m1, s1) = appends(&dir.join("maintained"), appends_n, Some(every)).await?;
     println!("\n## Commit latency, 1st vs {appends_n}th append (10-row objects; medians of the first and last 50)\n");
     println!("| mode | first 50 (ms) | last 50 (ms) | last/first | snapshots at end | maintenance time (s) |");
@@ -171,7 +189,7 @@ pub async fn run(appends_n: usize, every: usize, dir: &Path) -> Result<()> {
         t1 / h1
     );
     println!("\ntarget: with maintenance ≤ 1.5× the first");
-    eprintln!("compaction throughput…");
+    progress::note("compaction throughput…");
     let (mb, floe, plain) = compaction_throughput(&dir.join("compact"), 200, 5_000).await?;
     println!("\n## Compaction of 200 small files ({mb:.0} MiB of Parquet) into one\n");
     println!("| contender | MB/s of input |");

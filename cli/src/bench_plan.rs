@@ -97,8 +97,11 @@ async fn plan_time(work: &Path, history: usize) -> Result<(f64, usize)> {
 }
 
 pub async fn run(dir: &Path) -> Result<()> {
+    let spinner = crate::progress::spinner("planning on a 1,000-snapshot table");
     let (small, n_small) = plan_time(&dir.join("h1000"), 1_000).await?;
+    spinner.set_message("planning on a 10,000-snapshot table");
     let (large, n_large) = plan_time(&dir.join("h10000"), 10_000).await?;
+    spinner.finish_and_clear();
     println!("\n## Planning a one-snapshot delta (median of 21)\n");
     println!("| table history | planning time (ms) |");
     println!("|---:|---:|");

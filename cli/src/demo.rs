@@ -136,7 +136,7 @@ pub async fn run(dir: String) -> Result<()> {
     let result = ingestor
         .handle_payload(&payload, Instant::now() + Duration::from_secs(300))
         .await;
-    crate::print_reports(&result.reports);
+    crate::ingest_cmd::print_reports(&result.reports);
     let response = floe::lambda::ingest_response(&result).map_err(anyhow::Error::msg)?;
     println!("\nLambda response (SQS partial batch): {response}");
 

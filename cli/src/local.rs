@@ -232,7 +232,7 @@ pub async fn run(
                 )
                 .await;
             if !result.reports.is_empty() {
-                crate::print_reports(&result.reports);
+                crate::ingest_cmd::print_reports(&result.reports);
             }
             // Like Lambda with ReportBatchItemFailures: delete what succeeded, leave failures.
             for m in messages {
@@ -305,7 +305,7 @@ pub async fn run(
                     Instant::now() + Duration::from_secs(120),
                 )
                 .await?;
-            crate::print_maintenance(&reports);
+            crate::maintain_cmd::print_maintenance(&reports);
         }
     }
 }

@@ -10,308 +10,220 @@
 //! floe process run|refresh|reconcile --config F [--pipeline P] [--json]   incremental run, batch refresh, batch-vs-sink check (exit 1 on difference)
 //! floe local [--port 5000] [--dir D]        the deployed topology on moto_server: S3 → SQS → ingest, schedule → maintain
 //! floe bench [--big-mb N] [--small N] ...   ingest benchmark vs PyIceberg and plain arrow-rs
+//! floe completions bash|zsh|fish|...        a shell completion script
 //! ```
+//!
+//! `floe --help` and `floe COMMAND --help` describe every flag; [`args`] defines them.
 
-use std::time::{Duration, Instant};
+use std::process::ExitCode;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
+use clap::CommandFactory;
 use floe::config::Config;
-use floe::ingest::{Ingestor, ObjectReport};
 
+mod args;
 mod bench;
 mod bench_latency;
 mod bench_maintain;
 mod bench_plan;
 mod demo;
+mod ingest_cmd;
 mod local;
+mod maintain_cmd;
 mod process_cmd;
+mod progress;
 mod schema_diff;
 mod status;
 
-fn usage() -> &'static str {
-    "usage:\n  floe demo [--dir DIR]\n  floe ingest --config FILE s3://bucket/key [...]\n  floe status --config FILE [--json]\n  floe maintain --config FILE [--table T] [--only compact,expire,orphans,manifests] [--dry-run] [--older-than-hours H] [--retain-last N] [--orphan-older-than-hours H] [--json]\n  floe process run|refresh|reconcile --config FILE [--pipeline P] [--json]\n  floe local [--port 5000] [--dir DIR] [--maintain-every-seconds N]\n  floe schema-diff --config FILE --table T [--object s3://bucket/key] [--json]\n  floe bench [--big-mb N] [--small N] [--dir DIR] [--python PY] [--skip-pyiceberg]\n  floe bench --maintenance [--appends N] [--every N] | --planning | --latency [--commits N] [--rows N]"
+use args::{Cli, Command, ConfigArg};
+
+/// How a command that ran ended, beyond success or an error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    /// Exit 0.
+    Done,
+    /// `process reconcile` found a difference between batch and sink: exit 1.
+    Different,
+    /// `schema-diff` found a breaking change: exit 2.
+    Breaking,
 }
 
-/// Minimal flag parsing: `--name value` pairs, bare `--flag`s and positionals.
-pub struct Args {
-    items: Vec<String>,
-}
-
-impl Args {
-    fn value(&mut self, name: &str) -> Option<String> {
-        let i = self.items.iter().position(|a| a == name)?;
-        if i + 1 < self.items.len() {
-            let v = self.items.remove(i + 1);
-            self.items.remove(i);
-            Some(v)
-        } else {
-            None
+impl From<Outcome> for ExitCode {
+    fn from(o: Outcome) -> Self {
+        match o {
+            Outcome::Done => ExitCode::SUCCESS,
+            Outcome::Different => ExitCode::from(1),
+            Outcome::Breaking => ExitCode::from(2),
         }
-    }
-    fn flag(&mut self, name: &str) -> bool {
-        match self.items.iter().position(|a| a == name) {
-            Some(i) => {
-                self.items.remove(i);
-                true
-            }
-            None => false,
-        }
-    }
-    fn rest(self) -> Vec<String> {
-        self.items
     }
 }
 
-#[tokio::main]
-async fn main() -> Result<()> {
-    let mut argv: Vec<String> = std::env::args().skip(1).collect();
-    if argv.is_empty() {
-        bail!("{}", usage());
+fn main() -> ExitCode {
+    // Usage errors exit 2, --help and --version 0 (clap's codes).
+    let cli = args::parse_from(std::env::args_os()).unwrap_or_else(|e| e.exit());
+    init_tracing(matches!(cli.command, Command::Demo(_)));
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("Error: starting the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli.command)) {
+        Ok(outcome) => outcome.into(),
+        Err(e) => {
+            eprintln!("Error: {e:?}");
+            ExitCode::FAILURE
+        }
     }
-    let cmd = argv.remove(0);
-    if cmd == "demo" {
-        // The demo prints its own table; EMF lines and info logs would bury it.
-        if std::env::var_os("FLOE_METRICS").is_none() {
-            std::env::set_var("FLOE_METRICS", "off");
-        }
-        floe::lambda::init_tracing_with("warn");
-    } else {
-        floe::lambda::init_tracing();
+}
+
+/// Logs to stderr (`RUST_LOG`, default `info`), through the progress bars so they stay intact.
+fn init_tracing(demo: bool) {
+    // The demo prints its own tables; EMF lines and info logs would bury them. Set before the
+    // runtime starts any thread.
+    if demo && std::env::var_os("FLOE_METRICS").is_none() {
+        std::env::set_var("FLOE_METRICS", "off");
     }
-    let mut args = Args { items: argv };
-    match cmd.as_str() {
-        "demo" => {
-            demo::run(
-                args.value("--dir")
-                    .unwrap_or_else(|| "target/floe-demo".into()),
-            )
-            .await
+    let level = if demo { "warn" } else { "info" };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(|| progress::LogWriter)
+        .compact()
+        .try_init();
+}
+
+async fn run(command: Command) -> Result<Outcome> {
+    match command {
+        Command::Demo(a) => demo::run(a.dir).await?,
+        Command::Ingest(a) => {
+            let config = load_config(&a.config).await?;
+            ingest_cmd::run(config, &a.objects).await?;
         }
-        "ingest" => {
-            let config = load(&mut args).await?;
-            let objects = args.rest();
-            if objects.is_empty() {
-                bail!("name at least one s3://bucket/key\n{}", usage());
-            }
-            let ingestor = Ingestor::new(config).await?;
-            let mut reports = Vec::new();
-            for o in objects {
-                let rest = o
-                    .strip_prefix("s3://")
-                    .with_context(|| format!("`{o}`: expected s3://bucket/key"))?;
-                let (bucket, key) = rest
-                    .split_once('/')
-                    .with_context(|| format!("`{o}`: expected s3://bucket/key"))?;
-                let obj = floe::event::ObjectRef::new(bucket, key);
-                reports.push(
-                    ingestor
-                        .ingest(&obj, Instant::now() + Duration::from_secs(600))
-                        .await?,
-                );
-            }
-            print_reports(&reports);
-            Ok(())
+        Command::Status(a) => {
+            let config = load_config(&a.config).await?;
+            status::run(&config, a.json).await?;
         }
-        "status" => {
-            let json = args.flag("--json");
-            let config = load(&mut args).await?;
-            status::run(&config, json).await
+        Command::Maintain(a) => {
+            let config = load_config(&a.config).await?;
+            maintain_cmd::run(config, &a).await?;
         }
-        "maintain" => {
-            let json = args.flag("--json");
-            let dry_run = args.flag("--dry-run");
-            let table = args.value("--table");
-            let only = args.value("--only");
-            let hours = |v: Option<String>| -> Result<Option<Duration>> {
-                Ok(match v {
-                    Some(h) => Some(Duration::from_secs_f64(
-                        h.parse::<f64>()
-                            .with_context(|| format!("`{h}`: expected hours"))?
-                            * 3600.0,
-                    )),
-                    None => None,
-                })
-            };
-            let older = hours(args.value("--older-than-hours"))?;
-            let orphan = hours(args.value("--orphan-older-than-hours"))?;
-            let retain = args
-                .value("--retain-last")
-                .map(|v| v.parse::<usize>())
-                .transpose()?;
-            let config = load(&mut args).await?;
-            let defaults = floe::maintain::Options::from_config(
-                &config,
-                Instant::now() + Duration::from_secs(3600),
-            );
-            let mut opts = floe::maintain::Options {
-                dry_run,
-                expire_older_than: older.or(defaults.expire_older_than),
-                retain_last: retain.or(defaults.retain_last),
-                ..defaults
-            };
-            if let Some(o) = orphan {
-                opts.orphan_older_than = o;
-            }
-            if let Some(only) = only {
-                let set: Vec<&str> = only.split(',').map(str::trim).collect();
-                opts.compact = set.contains(&"compact");
-                opts.expire = set.contains(&"expire");
-                opts.orphans = set.contains(&"orphans");
-                opts.rewrite_manifests = set.contains(&"manifests");
-            }
-            let tables: Vec<String> = match table {
-                Some(t) => vec![t],
-                None => config.all_tables(),
-            };
-            let m = floe::maintain::Maintainer::new(config).await?;
-            let mut reports = Vec::new();
-            for t in tables {
-                reports.push(m.run(&t, &opts).await?);
-            }
-            if json {
-                println!("{}", serde_json::to_string_pretty(&reports)?);
-            } else {
-                print_maintenance(&reports);
-            }
-            Ok(())
-        }
-        "schema-diff" => {
-            let json = args.flag("--json");
-            let table = args.value("--table").context("--table is required")?;
-            let object = args.value("--object");
-            let config = load(&mut args).await?;
-            if schema_diff::run(&config, &table, object, json).await? {
+        Command::SchemaDiff(a) => {
+            let config = load_config(&a.config).await?;
+            if schema_diff::run(&config, &a.table, a.object, a.json).await? {
                 // Non-zero on breaking changes, so CI pipelines stop the rollout.
-                std::process::exit(2);
+                return Ok(Outcome::Breaking);
             }
-            Ok(())
         }
-        "process" => {
-            if args.items.is_empty() {
-                bail!("{}", usage());
-            }
-            let action = args.items.remove(0);
-            let json = args.flag("--json");
-            let pipeline = args.value("--pipeline");
-            let config = load(&mut args).await?;
-            if !process_cmd::run(config, &action, pipeline, json).await? {
+        Command::Process(p) => {
+            if !process_cmd::run(&p.action).await? {
                 // The two speeds disagree: fail the caller's job.
-                std::process::exit(1);
+                return Ok(Outcome::Different);
             }
-            Ok(())
         }
-        "local" => {
-            let port: u16 = args
-                .value("--port")
-                .map(|v| v.parse())
-                .transpose()?
-                .unwrap_or(5000);
-            let dir = args
-                .value("--dir")
-                .unwrap_or_else(|| "target/floe-local".into());
-            let every: u64 = args
-                .value("--maintain-every-seconds")
-                .map(|v| v.parse())
-                .transpose()?
-                .unwrap_or(600);
-            let exit_after = args
-                .value("--exit-after-seconds")
-                .map(|v| v.parse::<u64>())
-                .transpose()?
-                .map(Duration::from_secs);
-            local::run(port, dir, Duration::from_secs(every), exit_after).await
+        Command::Local(a) => {
+            local::run(
+                a.port,
+                a.dir,
+                std::time::Duration::from_secs(a.maintain_every_seconds),
+                a.exit_after_seconds.map(std::time::Duration::from_secs),
+            )
+            .await?
         }
-        "bench" => bench::run(args).await,
-        "help" | "--help" | "-h" => {
-            println!("{}", usage());
-            Ok(())
-        }
-        other => bail!("unknown command `{other}`\n{}", usage()),
-    }
-}
-
-async fn load(args: &mut Args) -> Result<Config> {
-    let path = args
-        .value("--config")
-        .or_else(|| std::env::var("FLOE_CONFIG").ok())
-        .unwrap_or_else(|| "floe.toml".into());
-    Ok(Config::load(&path).await?)
-}
-
-/// Prints ingest reports as a table.
-pub fn print_reports(reports: &[ObjectReport]) {
-    println!(
-        "{:<44} {:<15} {:>8} {:>9} {:>11} {:>6} {:>20}",
-        "object", "status", "in", "committed", "quarantined", "late", "snapshot"
-    );
-    for r in reports {
-        let name = if r.object.len() > 44 {
-            format!("…{}", &r.object[r.object.len() - 43..])
-        } else {
-            r.object.clone()
-        };
-        println!(
-            "{:<44} {:<15} {:>8} {:>9} {:>11} {:>6} {:>20}",
-            name,
-            format!("{:?}", r.status),
-            r.records_in,
-            r.records_committed,
-            r.records_quarantined,
-            r.late_records,
-            r.snapshot_id
-                .map(|s| s.to_string())
-                .unwrap_or_else(|| "-".into())
-        );
-        if let Some(reason) = &r.reason {
-            println!("    reason: {reason}");
-        }
-        if !r.unknown_fields.is_empty() {
-            println!(
-                "    unknown fields (ignored): {}",
-                r.unknown_fields.join(", ")
-            );
-        }
-        if let Some(q) = &r.quarantine {
-            println!("    quarantine: {q}");
+        Command::Bench(a) => bench::run(a).await?,
+        Command::Completions(a) => {
+            clap_complete::generate(a.shell, &mut Cli::command(), "floe", &mut std::io::stdout())
         }
     }
+    Ok(Outcome::Done)
 }
 
-/// Prints maintenance reports as a table.
-pub fn print_maintenance(reports: &[floe::maintain::Report]) {
-    println!(
-        "{:<20} {:>12} {:>16} {:>7} {:>8} {:>10} {:>9} {:>9}",
-        "table", "files", "MiB", "groups", "expired", "exp. files", "orphans", "manifests"
-    );
-    for r in reports {
-        println!(
-            "{:<20} {:>12} {:>16} {:>7} {:>8} {:>10} {:>9} {:>9}",
-            r.table,
-            format!("{} → {}", r.files_before, r.files_after),
-            format!(
-                "{:.1} → {:.1}",
-                r.bytes_before as f64 / 1048576.0,
-                r.bytes_after as f64 / 1048576.0
-            ),
-            r.groups_compacted,
-            r.snapshots_expired,
-            r.expired_files_deleted,
-            if r.dry_run {
-                format!("{} (dry)", r.orphans_found.len())
-            } else {
-                r.orphans_deleted.to_string()
-            },
-            format!("{} → {}", r.manifests_before, r.manifests_after),
-        );
-        for o in &r.orphans_found {
-            println!(
-                "    orphan{}: {o}",
-                if r.dry_run {
-                    " (would delete)"
-                } else {
-                    " deleted"
-                }
-            );
+/// Loads the floe.toml that `--config` names (else `$FLOE_CONFIG`, else `./floe.toml`). Errors
+/// name the file and where that name came from.
+pub(crate) async fn load_config(arg: &ConfigArg) -> Result<Config> {
+    let path = arg.path.as_str();
+    let what = || format!("config {path} ({})", arg.origin);
+    let text = match path.strip_prefix("s3://") {
+        Some(rest) => {
+            let (bucket, key) = rest
+                .split_once('/')
+                .filter(|(b, k)| !b.is_empty() && !k.is_empty())
+                .with_context(|| format!("{}: expected s3://bucket/key", what()))?;
+            read_s3(bucket, key)
+                .await
+                .with_context(|| format!("reading {}", what()))?
         }
+        None => std::fs::read_to_string(path).with_context(|| format!("reading {}", what()))?,
+    };
+    Config::parse(&text, path).with_context(|| format!("loading {}", what()))
+}
+
+/// One S3 object as UTF-8 text, with the default AWS configuration (as the Lambdas read theirs).
+async fn read_s3(bucket: &str, key: &str) -> Result<String> {
+    let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+    let out = aws_sdk_s3::Client::new(&sdk)
+        .get_object()
+        .bucket(bucket)
+        .key(key)
+        .send()
+        .await
+        .map_err(|e| anyhow::anyhow!("{}", aws_sdk_s3::error::DisplayErrorContext(e)))?;
+    let bytes = out.body.collect().await?.into_bytes();
+    Ok(String::from_utf8(bytes.to_vec())?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use args::ConfigOrigin;
+
+    fn arg(path: &str, origin: ConfigOrigin) -> ConfigArg {
+        ConfigArg {
+            path: path.into(),
+            origin,
+        }
+    }
+
+    async fn error_of(arg: ConfigArg) -> String {
+        match load_config(&arg).await {
+            Ok(_) => panic!("{arg:?} loaded"),
+            Err(e) => format!("{e:#}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn config_errors_name_the_file_and_its_source() {
+        let missing = "/nonexistent/floe-cli-test.toml";
+        let e = error_of(arg(missing, ConfigOrigin::Flag)).await;
+        assert!(e.contains(missing) && e.contains("--config"), "{e}");
+        assert!(!e.contains("FLOE_CONFIG"), "{e}");
+        let e = error_of(arg(missing, ConfigOrigin::Env)).await;
+        assert!(e.contains(missing) && e.contains("$FLOE_CONFIG"), "{e}");
+        let e = error_of(arg("floe-cli-test-missing.toml", ConfigOrigin::Default)).await;
+        assert!(e.contains("the default"), "{e}");
+        let e = error_of(arg("s3://just-a-bucket", ConfigOrigin::Flag)).await;
+        assert!(e.contains("expected s3://bucket/key"), "{e}");
+
+        // A file that exists but does not parse: the library's message with the file's line.
+        let dir = std::env::temp_dir().join(format!("floe-cli-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let bad = dir.join("bad.toml");
+        std::fs::write(&bad, "[catalog]\nkind = 42\n").expect("write");
+        let bad = bad.display().to_string();
+        let e = error_of(arg(&bad, ConfigOrigin::Flag)).await;
+        assert!(e.contains(&bad) && e.contains("--config"), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn outcomes_map_to_the_documented_exit_codes() {
+        assert_eq!(ExitCode::from(Outcome::Done), ExitCode::SUCCESS);
+        assert_eq!(ExitCode::from(Outcome::Different), ExitCode::from(1));
+        assert_eq!(ExitCode::from(Outcome::Breaking), ExitCode::from(2));
     }
 }

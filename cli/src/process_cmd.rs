@@ -3,18 +3,18 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
-use floe::config::Config;
 use floe::pipeline::{Processor, Reconciliation, RunReport};
 
-/// Runs `floe process <action> [--pipeline P] [--json]`; returns false when reconcile differs.
-pub async fn run(
-    config: Config,
-    action: &str,
-    pipeline: Option<String>,
-    json: bool,
-) -> Result<bool> {
-    let names: Vec<String> = match pipeline {
-        Some(p) => vec![p],
+use crate::args::ProcessAction;
+use crate::progress;
+
+/// Runs `floe process run|refresh|reconcile [--pipeline P] [--json]`; returns false when
+/// reconcile found a difference.
+pub async fn run(action: &ProcessAction) -> Result<bool> {
+    let (verb, opts) = action.parts();
+    let config = crate::load_config(&opts.config).await?;
+    let names: Vec<String> = match &opts.pipeline {
+        Some(p) => vec![p.clone()],
         None => config.pipelines.iter().map(|p| p.name.clone()).collect(),
     };
     if names.is_empty() {
@@ -22,37 +22,43 @@ pub async fn run(
     }
     let processor = Processor::new(config).await?;
     let deadline = Instant::now() + Duration::from_secs(900);
+    let bar = progress::bar(names.len() as u64, format!("process {verb}"));
     match action {
-        "run" | "refresh" => {
+        ProcessAction::Run(_) | ProcessAction::Refresh(_) => {
             let mut reports = Vec::new();
             for name in &names {
-                let r = if action == "run" {
+                bar.set_message(format!("{verb} {name}"));
+                let r = if matches!(action, ProcessAction::Run(_)) {
                     processor.run(name, deadline).await?
                 } else {
                     processor.refresh(name, deadline).await?
                 };
                 reports.push(r);
+                bar.inc(1);
             }
-            if json {
+            bar.finish_and_clear();
+            if opts.json {
                 println!("{}", serde_json::to_string_pretty(&reports)?);
             } else {
                 print_runs(&reports);
             }
             Ok(true)
         }
-        "reconcile" => {
+        ProcessAction::Reconcile(_) => {
             let mut all = Vec::new();
             for name in &names {
+                bar.set_message(format!("{verb} {name}"));
                 all.push(processor.reconcile(name).await?);
+                bar.inc(1);
             }
-            if json {
+            bar.finish_and_clear();
+            if opts.json {
                 println!("{}", serde_json::to_string_pretty(&all)?);
             } else {
                 print_reconciliations(&all);
             }
             Ok(all.iter().all(Reconciliation::matches))
         }
-        other => bail!("unknown process action `{other}` (run, refresh, reconcile)"),
     }
 }
 
