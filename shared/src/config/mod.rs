@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::Deserialize;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 
 pub(crate) mod types;
 mod validate;
@@ -489,37 +489,29 @@ impl Config {
         Ok(config)
     }
 
-    /// Loads the config from a local path, or from S3 for `s3://bucket/key`.
+    /// Loads the config from a local path, or from S3 for `s3://bucket/key`. A file that cannot
+    /// be read is a `Config` error naming it.
     pub async fn load(location: &str) -> Result<Self> {
+        let unreadable = |e: &dyn std::fmt::Display| {
+            Error::new(ErrorKind::Config, format!("cannot read {location}: {e}"))
+        };
         let text = if let Some(rest) = location.strip_prefix("s3://") {
-            let (bucket, key) = rest.split_once('/').ok_or_else(|| {
-                Error::config(location, "FLOE_CONFIG", "expected s3://bucket/key")
-            })?;
+            let (bucket, key) = rest
+                .split_once('/')
+                .filter(|(b, k)| !b.is_empty() && !k.is_empty())
+                .ok_or_else(|| unreadable(&"expected s3://bucket/key"))?;
             let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
-            let client = aws_sdk_s3::Client::new(&sdk);
-            let out = client
+            let out = aws_sdk_s3::Client::new(&sdk)
                 .get_object()
                 .bucket(bucket)
                 .key(key)
                 .send()
                 .await
-                .map_err(|e| {
-                    Error::config(
-                        location,
-                        "FLOE_CONFIG",
-                        aws_sdk_s3::error::DisplayErrorContext(e),
-                    )
-                })?;
-            let bytes = out
-                .body
-                .collect()
-                .await
-                .map_err(|e| Error::config(location, "FLOE_CONFIG", e))?;
-            String::from_utf8(bytes.to_vec())
-                .map_err(|e| Error::config(location, "FLOE_CONFIG", e))?
+                .map_err(|e| unreadable(&aws_sdk_s3::error::DisplayErrorContext(e)))?;
+            let bytes = out.body.collect().await.map_err(|e| unreadable(&e))?;
+            String::from_utf8(bytes.to_vec()).map_err(|e| unreadable(&e))?
         } else {
-            std::fs::read_to_string(location)
-                .map_err(|e| Error::config(location, "FLOE_CONFIG", e))?
+            std::fs::read_to_string(location).map_err(|e| unreadable(&e))?
         };
         Self::parse(&text, location)
     }
@@ -527,7 +519,12 @@ impl Config {
     /// Loads from `FLOE_CONFIG` (default `floe.toml`).
     pub async fn from_env() -> Result<Self> {
         let location = std::env::var("FLOE_CONFIG").unwrap_or_else(|_| "floe.toml".into());
-        let mut config = Self::load(&location).await?;
+        let mut config = Self::load(&location).await.map_err(|e| {
+            Error::new(
+                e.kind(),
+                format!("{e} (named by FLOE_CONFIG or the default)"),
+            )
+        })?;
         // Names the deployment creates (template.yaml) win over the file's.
         if let Ok(bus) = std::env::var("FLOE_EVENT_BUS") {
             config.events.bus = Some(bus).filter(|b| !b.is_empty());

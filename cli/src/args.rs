@@ -1,0 +1,962 @@
+//! The command line: clap derive structs (their doc comments are the help text).
+//!
+//! Every command and flag of the hand-written parser this replaced keeps its spelling, default
+//! and meaning; scripts depend on them.
+
+use std::num::NonZeroUsize;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::parser::ValueSource;
+use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand};
+
+/// Exit codes, shown under the top-level `--help` (README.md says the same).
+const EXIT_CODES: &str = "\
+Exit codes:
+  0  success
+  1  failure, or `process reconcile` found a difference between batch and sink
+  2  usage error (bad flag or value), or `schema-diff` found a breaking change
+
+The config (--config) falls back to $FLOE_CONFIG, then ./floe.toml.";
+
+/// floe: one transactional Apache Iceberg table on S3 as the system of record for batch and
+/// streaming.
+///
+/// The command line over the same library the Lambdas use: a local demo, ingest by hand, table
+/// status, maintenance, schema checks for CI, the SQL pipelines (incremental run, batch refresh,
+/// batch-vs-sink reconcile), a local stack on moto_server and the benchmarks.
+#[derive(Debug, Parser)]
+#[command(
+    name = "floe",
+    version,
+    after_help = EXIT_CODES,
+    arg_required_else_help = true,
+    propagate_version = true
+)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Local demo: SQLite catalog + local warehouse, nothing but cargo.
+    ///
+    /// Writes DIR/floe.toml, lands sample objects in a local "bucket" (good, bad records, late
+    /// events, an unknown field, a CSV with a bad row, a corrupt gzip object, an unrouted object,
+    /// a duplicate delivery), hands them to the function the ingest Lambda calls, runs both sample
+    /// pipelines (also over late events), reconciles them against a batch run and prints the
+    /// table status. DIR is deleted first.
+    Demo(DemoArgs),
+    /// Ingest objects by hand through the Lambda's code path.
+    ///
+    /// Each s3://bucket/key is routed by the config's `routes`, ingested exactly once (a
+    /// duplicate is recognised and skipped) and reported: records in, committed, quarantined,
+    /// late, and the snapshot.
+    Ingest(IngestArgs),
+    /// Per table: snapshots, files, records, freshness, quarantine, consumers' lag.
+    ///
+    /// For every configured table (sources and pipeline sinks): snapshots, records, data files
+    /// and the small-file share, quarantined records, last commit, freshness lag (commit time −
+    /// newest event time) and how far each consumer's checkpoint is behind.
+    Status(StatusArgs),
+    /// Compaction, snapshot expiration, orphan cleanup, manifest rewrite.
+    ///
+    /// Runs the maintain Lambda's operations by hand over one table or all configured ones.
+    /// Defaults come from `[maintain]` in the config; table properties win; the flags below win
+    /// over both.
+    Maintain(MaintainArgs),
+    /// Classify schema changes as additive, compatible or breaking (exit 2 if breaking).
+    ///
+    /// Compares the table's current schema with the config's (or with what an input object
+    /// carries, with --object), prints every change with its class, and exits 2 when any change
+    /// is breaking, so that CI stops the rollout.
+    SchemaDiff(SchemaDiffArgs),
+    /// SQL pipelines: incremental run, batch refresh, batch-vs-sink reconcile.
+    ///
+    /// The process function's work by hand, and the batch side of it.
+    Process(ProcessArgs),
+    /// The deployed topology on moto_server: S3 → SQS → ingest, events → process, schedule →
+    /// maintain.
+    ///
+    /// Starts moto_server (infra/venv.sh, infra/moto_server.py) on 127.0.0.1, creates bucket
+    /// floe-local, the queue and the notification, writes DIR/floe.toml, then loops: landing/
+    /// objects → SQS → the ingest code path (partial-batch semantics), floe.commit events →
+    /// EventBridge → SQS → the process code path (plus a 60 s poll), maintenance on a timer.
+    Local(LocalArgs),
+    /// Benchmarks: ingest vs PyIceberg and plain arrow-rs; --maintenance, --planning, --latency.
+    ///
+    /// Without a mode flag: generates order events and runs floe, PyIceberg and a plain arrow-rs
+    /// JSON → Parquet conversion side by side, each in its own process, and prints wall time,
+    /// rows/s and peak RSS. Run with --release. Tables go to stdout, progress to stderr.
+    Bench(BenchArgs),
+    /// Print a shell completion script to stdout.
+    ///
+    /// For example: `floe completions bash > /etc/bash_completion.d/floe`, or
+    /// `floe completions zsh > "${fpath[1]}/_floe"`.
+    Completions(CompletionsArgs),
+}
+
+/// Where the config path came from, for error messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ConfigOrigin {
+    /// `--config FILE`.
+    Flag,
+    /// `$FLOE_CONFIG`.
+    Env,
+    /// Neither: `floe.toml` in the working directory.
+    #[default]
+    Default,
+}
+
+impl std::fmt::Display for ConfigOrigin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ConfigOrigin::Flag => "given by --config",
+            ConfigOrigin::Env => "given by $FLOE_CONFIG",
+            ConfigOrigin::Default => "the default; pass --config FILE or set $FLOE_CONFIG",
+        })
+    }
+}
+
+/// `--config FILE`, shared by the commands that read a floe.toml.
+#[derive(Debug, Clone, Args)]
+pub struct ConfigArg {
+    /// The floe.toml: a local path or s3://bucket/key.
+    #[arg(
+        id = "config",
+        long = "config",
+        value_name = "FILE",
+        env = "FLOE_CONFIG",
+        default_value = "floe.toml"
+    )]
+    pub path: String,
+    /// Where `path` came from (filled in by [`parse_from`]).
+    #[arg(skip)]
+    pub origin: ConfigOrigin,
+}
+
+/// `floe demo`.
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Working directory (deleted and recreated).
+    #[arg(long, value_name = "DIR", default_value = "target/floe-demo")]
+    pub dir: String,
+}
+
+/// `floe ingest`.
+#[derive(Debug, Args)]
+pub struct IngestArgs {
+    #[command(flatten)]
+    pub config: ConfigArg,
+    /// Objects to ingest, as s3://bucket/key.
+    #[arg(value_name = "s3://BUCKET/KEY", required = true, value_parser = parse_s3_url)]
+    pub objects: Vec<S3Url>,
+}
+
+/// An object named as `s3://bucket/key`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct S3Url {
+    /// The bucket.
+    pub bucket: String,
+    /// The key (may contain `/`).
+    pub key: String,
+}
+
+fn parse_s3_url(s: &str) -> Result<S3Url, String> {
+    s.strip_prefix("s3://")
+        .and_then(|rest| rest.split_once('/'))
+        .filter(|(bucket, key)| !bucket.is_empty() && !key.is_empty())
+        .map(|(bucket, key)| S3Url {
+            bucket: bucket.into(),
+            key: key.into(),
+        })
+        .ok_or_else(|| format!("`{s}`: expected s3://bucket/key"))
+}
+
+/// `floe status`.
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    pub config: ConfigArg,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `floe maintain`.
+#[derive(Debug, Args)]
+pub struct MaintainArgs {
+    #[command(flatten)]
+    pub config: ConfigArg,
+    /// One table (default: every configured table).
+    #[arg(long, value_name = "T")]
+    pub table: Option<String>,
+    /// Only these operations, comma-separated: compact, expire, orphans, manifests.
+    #[arg(long, value_name = "LIST", value_parser = parse_only)]
+    pub only: Option<Only>,
+    /// Report what would be done; orphans are listed, not deleted.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Expire snapshots older than H hours (fractions allowed).
+    #[arg(long = "older-than-hours", value_name = "H", value_parser = parse_hours)]
+    pub older_than: Option<Duration>,
+    /// Keep at least the last N snapshots.
+    #[arg(long, value_name = "N")]
+    pub retain_last: Option<usize>,
+    /// Delete only orphan files older than H hours (fractions allowed).
+    #[arg(long = "orphan-older-than-hours", value_name = "H", value_parser = parse_hours)]
+    pub orphan_older_than: Option<Duration>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Which maintenance operations `--only` selects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Only {
+    /// Compaction.
+    pub compact: bool,
+    /// Snapshot expiration.
+    pub expire: bool,
+    /// Orphan-file cleanup.
+    pub orphans: bool,
+    /// Manifest rewrite.
+    pub manifests: bool,
+}
+
+impl Only {
+    const NONE: Only = Only {
+        compact: false,
+        expire: false,
+        orphans: false,
+        manifests: false,
+    };
+}
+
+/// `--only`: comma-separated, spaces allowed; unknown names are an error (a typo must not
+/// silently turn an operation off).
+fn parse_only(s: &str) -> Result<Only, String> {
+    let mut only = Only::NONE;
+    for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+        match item {
+            "compact" => only.compact = true,
+            "expire" => only.expire = true,
+            "orphans" => only.orphans = true,
+            "manifests" => only.manifests = true,
+            other => {
+                return Err(format!(
+                    "unknown operation `{other}` (compact, expire, orphans, manifests)"
+                ))
+            }
+        }
+    }
+    if only == Only::NONE {
+        return Err("name at least one of compact, expire, orphans, manifests".into());
+    }
+    Ok(only)
+}
+
+/// Hours as a non-negative decimal number.
+fn parse_hours(s: &str) -> Result<Duration, String> {
+    let hours: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{s}`: expected hours"))?;
+    Duration::try_from_secs_f64(hours * 3600.0)
+        .map_err(|_| format!("`{s}`: expected a non-negative number of hours"))
+}
+
+/// `floe schema-diff`.
+#[derive(Debug, Args)]
+pub struct SchemaDiffArgs {
+    #[command(flatten)]
+    pub config: ConfigArg,
+    /// The table to compare.
+    #[arg(long, value_name = "T", required = true)]
+    pub table: String,
+    /// Compare with the schema this object carries instead of the config's.
+    #[arg(long, value_name = "s3://BUCKET/KEY")]
+    pub object: Option<String>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `floe process`.
+#[derive(Debug, Args)]
+#[command(arg_required_else_help = true)]
+pub struct ProcessArgs {
+    /// run, refresh or reconcile.
+    #[command(subcommand)]
+    pub action: ProcessAction,
+}
+
+/// `floe process run|refresh|reconcile`.
+#[derive(Debug, Subcommand)]
+pub enum ProcessAction {
+    /// Incremental run from each sink's checkpoint (what the process Lambda does).
+    ///
+    /// Plans only the data files the source's commits added since the checkpoint, runs the SQL
+    /// and commits the output together with the new checkpoint.
+    Run(ProcessOpts),
+    /// Batch / backfill: the whole source table → sink.
+    ///
+    /// Recomputes the sink from the whole source table and replaces its rows; the recovery for a
+    /// changed SQL, an expired checkpoint or a source overwrite/delete.
+    Refresh(ProcessOpts),
+    /// Batch vs sink check (exit 1 on any difference).
+    ///
+    /// Runs the same SQL as a batch over the whole table at the sink's checkpoint and compares
+    /// rows, keys and per-column totals with the incrementally maintained sink.
+    Reconcile(ProcessOpts),
+}
+
+impl ProcessAction {
+    /// The action's name and options.
+    pub fn parts(&self) -> (&'static str, &ProcessOpts) {
+        match self {
+            ProcessAction::Run(o) => ("run", o),
+            ProcessAction::Refresh(o) => ("refresh", o),
+            ProcessAction::Reconcile(o) => ("reconcile", o),
+        }
+    }
+}
+
+/// The options of every `floe process` action.
+#[derive(Debug, Args)]
+pub struct ProcessOpts {
+    #[command(flatten)]
+    pub config: ConfigArg,
+    /// One pipeline (default: every configured pipeline).
+    #[arg(long, value_name = "P")]
+    pub pipeline: Option<String>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `floe local`.
+#[derive(Debug, Args)]
+pub struct LocalArgs {
+    /// moto_server's port on 127.0.0.1 (0: any free port).
+    #[arg(long, default_value_t = 5000)]
+    pub port: u16,
+    /// Working directory: floe.toml, the SQLite catalog, moto.log.
+    #[arg(long, value_name = "DIR", default_value = "target/floe-local")]
+    pub dir: String,
+    /// Run maintenance (the schedule) every N seconds.
+    #[arg(long, value_name = "N", default_value_t = 600)]
+    pub maintain_every_seconds: u64,
+    /// Stop after N seconds (for scripts and tests; default: run until interrupted).
+    #[arg(long, value_name = "N")]
+    pub exit_after_seconds: Option<u64>,
+}
+
+/// `floe bench`.
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("mode").args(["maintenance", "planning", "latency"])))]
+pub struct BenchArgs {
+    /// Maintenance benchmark: commit latency of the 1st vs the Nth append with and without
+    /// periodic maintenance, and compaction throughput vs plain arrow-rs.
+    #[arg(long)]
+    pub maintenance: bool,
+    /// Appends per run (--maintenance).
+    #[arg(
+        long,
+        value_name = "N",
+        default_value = "5000",
+        requires = "maintenance"
+    )]
+    pub appends: usize,
+    /// Maintain every N appends (--maintenance).
+    #[arg(
+        long,
+        value_name = "N",
+        default_value = "100",
+        requires = "maintenance"
+    )]
+    pub every: NonZeroUsize,
+    /// Planning benchmark: a one-snapshot delta on tables with 1,000 and 10,000 snapshots.
+    #[arg(long)]
+    pub planning: bool,
+    /// Pipeline benchmark: source commit → derived commit latency of both sample pipelines,
+    /// beside the batch alternative.
+    #[arg(long)]
+    pub latency: bool,
+    /// Ingest commits (--latency).
+    #[arg(long, value_name = "N", default_value = "120", requires = "latency")]
+    pub commits: NonZeroUsize,
+    /// Rows per commit (--latency).
+    #[arg(long, value_name = "N", default_value = "200", requires = "latency")]
+    pub rows: usize,
+    /// MiB of JSON lines in the big object (ingest benchmark).
+    #[arg(long, value_name = "N", default_value = "200", conflicts_with = "mode")]
+    pub big_mb: usize,
+    /// Number of small objects of 500 lines (ingest benchmark).
+    #[arg(long, value_name = "N", default_value = "300", conflicts_with = "mode")]
+    pub small: usize,
+    /// Also ingest an object of N MiB to check memory stays flat (ingest benchmark; 0: skip).
+    #[arg(long, value_name = "N", default_value = "0", conflicts_with = "mode")]
+    pub huge_mb: usize,
+    /// Python with PyIceberg (default: the one infra/venv.sh prepares).
+    #[arg(long, value_name = "PY", conflicts_with = "mode")]
+    pub python: Option<String>,
+    /// Run floe and plain arrow-rs only.
+    #[arg(long, conflicts_with = "mode")]
+    pub skip_pyiceberg: bool,
+    /// Working directory, deleted first [default: target/floe-bench, target/floe-bench-maintain,
+    /// target/floe-bench-plan or target/floe-bench-latency by mode].
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+    /// Internal: the benchmark's child process (plain, floe-big, floe-small).
+    #[arg(long, hide = true, value_name = "MODE", requires_all = ["input", "work"], conflicts_with = "mode")]
+    pub child: Option<String>,
+    /// Internal: the child's input.
+    #[arg(long, hide = true, requires = "child")]
+    pub input: Option<PathBuf>,
+    /// Internal: the child's working directory.
+    #[arg(long, hide = true, requires = "child")]
+    pub work: Option<PathBuf>,
+}
+
+impl BenchArgs {
+    /// `--dir`, or the mode's default.
+    pub fn dir_or(&self, default: &str) -> PathBuf {
+        self.dir.clone().unwrap_or_else(|| PathBuf::from(default))
+    }
+}
+
+/// `floe completions`.
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
+}
+
+impl Command {
+    /// The `--config` of the commands that read one.
+    pub fn config_mut(&mut self) -> Option<&mut ConfigArg> {
+        match self {
+            Command::Ingest(a) => Some(&mut a.config),
+            Command::Status(a) => Some(&mut a.config),
+            Command::Maintain(a) => Some(&mut a.config),
+            Command::SchemaDiff(a) => Some(&mut a.config),
+            Command::Process(p) => Some(match &mut p.action {
+                ProcessAction::Run(o) | ProcessAction::Refresh(o) | ProcessAction::Reconcile(o) => {
+                    &mut o.config
+                }
+            }),
+            Command::Demo(_) | Command::Local(_) | Command::Bench(_) | Command::Completions(_) => {
+                None
+            }
+        }
+    }
+}
+
+/// Parses the command line (argv\[0\] first) and records where `--config` came from.
+pub fn parse_from<I, T>(argv: I) -> Result<Cli, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let matches = Cli::command().try_get_matches_from(argv)?;
+    let mut cli = Cli::from_arg_matches(&matches)?;
+    if let Some(config) = cli.command.config_mut() {
+        config.origin = match config_source(&matches) {
+            Some(ValueSource::CommandLine) => ConfigOrigin::Flag,
+            Some(ValueSource::EnvVariable) => ConfigOrigin::Env,
+            _ => ConfigOrigin::Default,
+        };
+    }
+    Ok(cli)
+}
+
+/// The value source of the innermost subcommand's `--config`.
+fn config_source(matches: &ArgMatches) -> Option<ValueSource> {
+    if matches.ids().any(|id| id.as_str() == "config") {
+        return matches.value_source("config");
+    }
+    matches.subcommand().and_then(|(_, sub)| config_source(sub))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(argv: &[&str]) -> Cli {
+        match parse_from(argv.iter().copied()) {
+            Ok(cli) => cli,
+            Err(e) => panic!("{argv:?} did not parse: {e}"),
+        }
+    }
+
+    fn parse_err(argv: &[&str]) -> clap::Error {
+        match parse_from(argv.iter().copied()) {
+            Ok(cli) => panic!("{argv:?} parsed, expected an error: {cli:?}"),
+            Err(e) => e,
+        }
+    }
+
+    #[test]
+    fn command_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn every_help_renders() {
+        fn walk(cmd: &mut clap::Command, path: &str, seen: &mut Vec<String>) {
+            let name = format!("{path} {}", cmd.get_name()).trim().to_string();
+            let long = cmd.render_long_help().to_string();
+            let short = cmd.render_help().to_string();
+            assert!(long.contains("Usage:"), "{name}: {long}");
+            assert!(!short.is_empty(), "{name}");
+            // clap's generated `help` subcommands are exempt.
+            if name != "floe" && !name.split(' ').any(|w| w == "help") {
+                assert!(
+                    cmd.get_about().is_some(),
+                    "{name} has no one-line description"
+                );
+            }
+            seen.push(name.clone());
+            for sub in cmd.get_subcommands_mut() {
+                walk(sub, &name, seen);
+            }
+        }
+        let mut cmd = Cli::command();
+        cmd.build();
+        let mut seen = Vec::new();
+        walk(&mut cmd, "", &mut seen);
+        for expected in [
+            "floe demo",
+            "floe ingest",
+            "floe status",
+            "floe maintain",
+            "floe schema-diff",
+            "floe process run",
+            "floe process refresh",
+            "floe process reconcile",
+            "floe local",
+            "floe bench",
+            "floe completions",
+        ] {
+            assert!(
+                seen.iter().any(|s| s == expected),
+                "{expected} missing: {seen:?}"
+            );
+        }
+        let top = Cli::command().render_long_help().to_string();
+        assert!(top.contains("Exit codes:"), "{top}");
+    }
+
+    #[test]
+    fn process_reconcile_legacy_form() {
+        let cli = parse(&[
+            "floe",
+            "process",
+            "reconcile",
+            "--config",
+            "f.toml",
+            "--pipeline",
+            "p",
+            "--json",
+        ]);
+        let Command::Process(p) = cli.command else {
+            panic!("{cli:?}")
+        };
+        let (action, o) = p.action.parts();
+        assert_eq!(action, "reconcile");
+        assert_eq!(o.config.path, "f.toml");
+        assert_eq!(o.config.origin, ConfigOrigin::Flag);
+        assert_eq!(o.pipeline.as_deref(), Some("p"));
+        assert!(o.json);
+        // Flags in any order after the action, as before.
+        let cli = parse(&["floe", "process", "run", "--json", "--config", "g.toml"]);
+        let Command::Process(p) = cli.command else {
+            panic!("{cli:?}")
+        };
+        let (action, o) = p.action.parts();
+        assert_eq!(
+            (action, o.config.path.as_str(), o.json),
+            ("run", "g.toml", true)
+        );
+        assert_eq!(o.pipeline, None);
+        let Command::Process(p) = parse(&["floe", "process", "refresh", "--config", "f"]).command
+        else {
+            panic!()
+        };
+        assert_eq!(p.action.parts().0, "refresh");
+        parse_err(&["floe", "process", "rerun", "--config", "f"]);
+    }
+
+    #[test]
+    fn maintain_legacy_form() {
+        let cli = parse(&[
+            "floe",
+            "maintain",
+            "--config",
+            "f",
+            "--table",
+            "t",
+            "--only",
+            "compact,expire",
+            "--dry-run",
+            "--older-than-hours",
+            "2",
+            "--retain-last",
+            "3",
+            "--orphan-older-than-hours",
+            "4",
+            "--json",
+        ]);
+        let Command::Maintain(m) = cli.command else {
+            panic!("{cli:?}")
+        };
+        assert_eq!(m.config.path, "f");
+        assert_eq!(m.table.as_deref(), Some("t"));
+        assert_eq!(
+            m.only,
+            Some(Only {
+                compact: true,
+                expire: true,
+                orphans: false,
+                manifests: false
+            })
+        );
+        assert!(m.dry_run && m.json);
+        assert_eq!(m.older_than, Some(Duration::from_secs(7200)));
+        assert_eq!(m.retain_last, Some(3));
+        assert_eq!(m.orphan_older_than, Some(Duration::from_secs(4 * 3600)));
+
+        let Command::Maintain(m) = parse(&["floe", "maintain", "--config", "f"]).command else {
+            panic!()
+        };
+        assert_eq!(
+            (m.table, m.only, m.dry_run, m.json),
+            (None, None, false, false)
+        );
+        assert_eq!(
+            (m.older_than, m.retain_last, m.orphan_older_than),
+            (None, None, None)
+        );
+
+        // Fractional hours and spaces in --only, as the old parser accepted.
+        let Command::Maintain(m) = parse(&[
+            "floe",
+            "maintain",
+            "--config",
+            "f",
+            "--only",
+            "orphans, manifests",
+            "--older-than-hours",
+            "0.5",
+        ])
+        .command
+        else {
+            panic!()
+        };
+        assert_eq!(m.older_than, Some(Duration::from_secs(1800)));
+        let only = m
+            .only
+            .map(|o| (o.compact, o.expire, o.orphans, o.manifests));
+        assert_eq!(only, Some((false, false, true, true)));
+
+        for bad in [
+            ["--only", "compact,oprhans"],
+            ["--older-than-hours", "soon"],
+            ["--older-than-hours", "-1"],
+            ["--retain-last", "x"],
+        ] {
+            let mut argv = vec!["floe", "maintain", "--config", "f"];
+            argv.extend(bad);
+            let e = parse_err(&argv);
+            assert_eq!(e.exit_code(), 2, "{bad:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn ingest_legacy_form() {
+        let cli = parse(&["floe", "ingest", "--config", "f", "s3://b/k1", "s3://b/k2"]);
+        let Command::Ingest(i) = cli.command else {
+            panic!("{cli:?}")
+        };
+        assert_eq!(i.config.path, "f");
+        let names: Vec<_> = i
+            .objects
+            .iter()
+            .map(|o| (o.bucket.as_str(), o.key.as_str()))
+            .collect();
+        assert_eq!(names, [("b", "k1"), ("b", "k2")]);
+        // --config between or after the objects, as before.
+        let Command::Ingest(i) =
+            parse(&["floe", "ingest", "s3://b/k1", "--config", "f", "s3://b/k2"]).command
+        else {
+            panic!()
+        };
+        assert_eq!((i.config.path.as_str(), i.objects.len()), ("f", 2));
+        let Command::Ingest(i) =
+            parse(&["floe", "ingest", "--config", "f", "s3://b/a/b/c.jsonl.gz"]).command
+        else {
+            panic!()
+        };
+        assert_eq!(i.objects[0].key, "a/b/c.jsonl.gz");
+        // No object, or not an s3:// URL: a usage error.
+        assert_eq!(
+            parse_err(&["floe", "ingest", "--config", "f"]).exit_code(),
+            2
+        );
+        for bad in ["b/k", "s3://b", "s3:///k", "s3://b/"] {
+            let e = parse_err(&["floe", "ingest", "--config", "f", bad]);
+            assert!(e.to_string().contains("expected s3://bucket/key"), "{e}");
+        }
+    }
+
+    #[test]
+    fn bench_legacy_forms() {
+        let Command::Bench(b) = parse(&[
+            "floe",
+            "bench",
+            "--maintenance",
+            "--appends",
+            "10",
+            "--every",
+            "5",
+        ])
+        .command
+        else {
+            panic!()
+        };
+        assert!(b.maintenance && !b.planning && !b.latency);
+        assert_eq!((b.appends, b.every.get()), (10, 5));
+        assert_eq!(
+            b.dir_or("target/floe-bench-maintain"),
+            PathBuf::from("target/floe-bench-maintain")
+        );
+
+        let Command::Bench(b) = parse(&["floe", "bench"]).command else {
+            panic!()
+        };
+        assert_eq!((b.big_mb, b.small, b.huge_mb), (200, 300, 0));
+        assert_eq!(
+            (b.appends, b.every.get(), b.commits.get(), b.rows),
+            (5000, 100, 120, 200)
+        );
+        assert!(!b.skip_pyiceberg && b.python.is_none() && b.dir.is_none() && b.child.is_none());
+
+        let Command::Bench(b) = parse(&[
+            "floe",
+            "bench",
+            "--big-mb",
+            "20",
+            "--small",
+            "30",
+            "--huge-mb",
+            "64",
+            "--dir",
+            "d",
+            "--python",
+            "py",
+            "--skip-pyiceberg",
+        ])
+        .command
+        else {
+            panic!()
+        };
+        assert_eq!((b.big_mb, b.small, b.huge_mb), (20, 30, 64));
+        assert_eq!(b.dir, Some(PathBuf::from("d")));
+        assert_eq!(b.python.as_deref(), Some("py"));
+        assert!(b.skip_pyiceberg);
+
+        let Command::Bench(b) = parse(&[
+            "floe",
+            "bench",
+            "--latency",
+            "--commits",
+            "7",
+            "--rows",
+            "9",
+            "--dir",
+            "l",
+        ])
+        .command
+        else {
+            panic!()
+        };
+        assert!(b.latency);
+        assert_eq!((b.commits.get(), b.rows), (7, 9));
+        let Command::Bench(b) = parse(&["floe", "bench", "--planning"]).command else {
+            panic!()
+        };
+        assert!(b.planning);
+
+        // The child form the benchmark spawns itself with.
+        let Command::Bench(b) = parse(&[
+            "floe", "bench", "--child", "floe-big", "--input", "i", "--work", "w",
+        ])
+        .command
+        else {
+            panic!()
+        };
+        assert_eq!(b.child.as_deref(), Some("floe-big"));
+        assert_eq!((b.input, b.work), (Some("i".into()), Some("w".into())));
+
+        // Nonsense combinations are usage errors now (they were silently ignored).
+        parse_err(&["floe", "bench", "--planning", "--latency"]);
+        parse_err(&["floe", "bench", "--appends", "10"]);
+        parse_err(&["floe", "bench", "--maintenance", "--every", "0"]);
+        parse_err(&["floe", "bench", "--latency", "--commits", "0"]);
+    }
+
+    #[test]
+    fn local_and_demo_legacy_forms() {
+        let Command::Local(l) = parse(&[
+            "floe",
+            "local",
+            "--port",
+            "5001",
+            "--dir",
+            "d",
+            "--maintain-every-seconds",
+            "9",
+            "--exit-after-seconds",
+            "3",
+        ])
+        .command
+        else {
+            panic!()
+        };
+        assert_eq!(
+            (
+                l.port,
+                l.dir.as_str(),
+                l.maintain_every_seconds,
+                l.exit_after_seconds
+            ),
+            (5001, "d", 9, Some(3))
+        );
+        let Command::Local(l) = parse(&["floe", "local"]).command else {
+            panic!()
+        };
+        assert_eq!(
+            (
+                l.port,
+                l.dir.as_str(),
+                l.maintain_every_seconds,
+                l.exit_after_seconds
+            ),
+            (5000, "target/floe-local", 600, None)
+        );
+        assert_eq!(
+            parse_err(&["floe", "local", "--port", "70000"]).exit_code(),
+            2
+        );
+
+        let Command::Demo(d) = parse(&["floe", "demo"]).command else {
+            panic!()
+        };
+        assert_eq!(d.dir, "target/floe-demo");
+        let Command::Demo(d) = parse(&["floe", "demo", "--dir", "/tmp/x"]).command else {
+            panic!()
+        };
+        assert_eq!(d.dir, "/tmp/x");
+    }
+
+    #[test]
+    fn schema_diff_and_status_legacy_forms() {
+        let cli = parse(&[
+            "floe",
+            "schema-diff",
+            "--config",
+            "f",
+            "--table",
+            "t",
+            "--object",
+            "s3://b/k",
+            "--json",
+        ]);
+        let Command::SchemaDiff(s) = cli.command else {
+            panic!("{cli:?}")
+        };
+        assert_eq!(
+            (
+                s.config.path.as_str(),
+                s.table.as_str(),
+                s.object.as_deref(),
+                s.json
+            ),
+            ("f", "t", Some("s3://b/k"), true)
+        );
+        let e = parse_err(&["floe", "schema-diff", "--config", "f"]);
+        assert_eq!(e.exit_code(), 2);
+        assert!(e.to_string().contains("--table"), "{e}");
+
+        let Command::Status(s) = parse(&["floe", "status", "--json", "--config", "f"]).command
+        else {
+            panic!()
+        };
+        assert_eq!((s.config.path.as_str(), s.json), ("f", true));
+    }
+
+    #[test]
+    fn completions_and_usage_errors() {
+        let Command::Completions(c) = parse(&["floe", "completions", "bash"]).command else {
+            panic!()
+        };
+        assert_eq!(c.shell, clap_complete::Shell::Bash);
+        parse(&["floe", "completions", "zsh"]);
+        parse(&["floe", "completions", "fish"]);
+        assert_eq!(
+            parse_err(&["floe", "completions", "cmd.exe"]).exit_code(),
+            2
+        );
+        assert_eq!(parse_err(&["floe", "frobnicate"]).exit_code(), 2);
+        assert_eq!(parse_err(&["floe", "status", "--jsn"]).exit_code(), 2);
+        // --help and --version exit 0 (clap prints them).
+        assert_eq!(parse_err(&["floe", "--help"]).exit_code(), 0);
+        assert_eq!(parse_err(&["floe", "--version"]).exit_code(), 0);
+        assert_eq!(
+            parse_err(&["floe", "process", "reconcile", "--help"]).exit_code(),
+            0
+        );
+    }
+
+    /// The only test that touches FLOE_CONFIG (tests run in parallel threads); every other
+    /// test passes --config or does not read it.
+    #[test]
+    fn config_falls_back_to_env_then_default() {
+        fn status_config(argv: &[&str]) -> ConfigArg {
+            match parse(argv).command {
+                Command::Status(s) => s.config,
+                other => panic!("{other:?}"),
+            }
+        }
+        std::env::set_var("FLOE_CONFIG", "from-env.toml");
+        let env = status_config(&["floe", "status"]);
+        let flag = status_config(&["floe", "status", "--config", "flag.toml"]);
+        let Command::Process(p) = parse(&["floe", "process", "reconcile"]).command else {
+            panic!()
+        };
+        std::env::remove_var("FLOE_CONFIG");
+        let default = status_config(&["floe", "status"]);
+        assert_eq!(
+            (env.path.as_str(), env.origin),
+            ("from-env.toml", ConfigOrigin::Env)
+        );
+        assert_eq!(
+            (flag.path.as_str(), flag.origin),
+            ("flag.toml", ConfigOrigin::Flag)
+        );
+        let (_, o) = p.action.parts();
+        assert_eq!(
+            (o.config.path.as_str(), o.config.origin),
+            ("from-env.toml", ConfigOrigin::Env)
+        );
+        assert_eq!(
+            (default.path.as_str(), default.origin),
+            ("floe.toml", ConfigOrigin::Default)
+        );
+    }
+}

@@ -1,0 +1,370 @@
+//! `floe bench`: ingest benchmark, floe vs PyIceberg vs a plain arrow-rs conversion, in one run.
+//!
+//! Each contender runs in its own child process so that peak RSS (VmHWM / ru_maxrss) is its own.
+//! Prints a table of wall time, rows/s, peak RSS and the ratios.
+
+use std::io::{BufReader, Write};
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use chrono::Utc;
+use floe::config::Config;
+use floe::sample;
+use serde_json::{json, Value};
+
+use crate::args::BenchArgs;
+use crate::progress;
+
+pub(crate) fn peak_rss_mb() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| {
+                l.split_whitespace()
+                    .nth(1)
+                    .and_then(|v| v.parse::<f64>().ok())
+            })
+        })
+        .map(|kb| kb / 1024.0)
+        .unwrap_or(0.0)
+}
+
+/// Writes ~`mb` MiB of order JSON lines, gzip-compressed, streaming (bounded memory).
+fn generate_big(path: &Path, mb: usize) -> Result<u64> {
+    let bar = progress::bar(mb as u64, "generating big object (MiB)");
+    let file = std::fs::File::create(path)?;
+    let mut gz =
+        flate2::write::GzEncoder::new(std::io::BufWriter::new(file), flate2::Compression::fast());
+    let mut rng = sample::Rng::new(42);
+    let now = Utc::now();
+    let mut written = 0usize;
+    let mut rows = 0u64;
+    let mut buf = String::with_capacity(1 << 20);
+    while written < mb << 20 {
+        buf.clear();
+        while buf.len() < 1 << 20 {
+            // ~2% late events (one to six hours late)
+            let late = if rng.below(50) == 0 {
+                3600 * (1 + rng.below(6) as i64)
+            } else {
+                0
+            };
+            sample::order_line(&mut buf, &mut rng, now, late);
+            rows += 1;
+        }
+        gz.write_all(buf.as_bytes())?;
+        written += buf.len();
+        bar.set_position((written >> 20) as u64);
+    }
+    gz.finish()?.flush()?;
+    bar.finish_and_clear();
+    Ok(rows)
+}
+
+/// The benchmarks' floe.toml: SQLite catalog and file warehouse under `work`, buckets under `inputs`.
+pub(crate) fn bench_config(work: &Path, inputs: &Path) -> String {
+    let chunk = std::env::var("FLOE_BENCH_CHUNK").unwrap_or_else(|_| "4096".into());
+    format!(
+        "[catalog]\nkind = \"sqlite\"\nuri = \"{w}/catalog.db\"\nwarehouse = \"{w}/warehouse\"\nnamespace = \"bench\"\n\n[storage]\nlocal_root = \"{i}\"\n\n[ingest]\nchunk_records = {chunk}\n\n[[routes]]\nbucket = \"input\"\nprefix = \"\"\ntable = \"orders\"\nformat = \"jsonl\"\n{t}",
+        w = work.display(),
+        i = inputs.display(),
+        t = sample::ORDERS_TABLE_TOML
+    )
+}
+
+/// Child: floe ingest of one or many objects from a local "bucket".
+async fn child_floe(inputs: &Path, work: &Path, keys: Vec<String>) -> Result<Value> {
+    std::fs::create_dir_all(work)?;
+    let config = Config::parse(&bench_config(work, inputs), "bench")?;
+    let ingestor = floe::ingest::Ingestor::new(config).await?;
+    let mut lat = Vec::new();
+    let mut rows = 0;
+    let t0 = Instant::now();
+    for key in keys {
+        let obj = floe::event::ObjectRef::new("input", key);
+        let s = Instant::now();
+        let r = ingestor
+            .ingest(&obj, Instant::now() + Duration::from_secs(3600))
+            .await?;
+        lat.push(s.elapsed().as_secs_f64() * 1000.0);
+        rows += r.records_committed;
+    }
+    Ok(
+        json!({"secs": t0.elapsed().as_secs_f64(), "rows": rows, "latencies_ms": lat, "rss_mb": peak_rss_mb()}),
+    )
+}
+
+/// Child: plain arrow-rs gzip JSON → Parquet, no Iceberg, single-threaded.
+fn child_plain(input: &Path, out: &Path) -> Result<Value> {
+    let t0 = Instant::now();
+    let config = Config::parse(&bench_config(out, out), "bench")?;
+    let table = config.table("orders").context("orders table")?;
+    let schema = floe::schema::table_schema(table)?;
+    let arrow = iceberg::arrow::schema_to_arrow_schema(&schema)?;
+    let decode = floe::schema::decode_schema(&arrow);
+    let reader = BufReader::with_capacity(
+        1 << 20,
+        flate2::read::MultiGzDecoder::new(std::fs::File::open(input)?),
+    );
+    let json = arrow::json::ReaderBuilder::new(decode.clone())
+        .with_batch_size(16_384)
+        .build(reader)?;
+    std::fs::create_dir_all(out)?;
+    let file = std::fs::File::create(out.join("plain.parquet"))?;
+    let mut w = parquet::arrow::ArrowWriter::try_new(
+        file,
+        decode,
+        Some(floe::ingest::writer_properties()),
+    )?;
+    let mut rows = 0;
+    for b in json {
+        let b = b?;
+        rows += b.num_rows();
+        w.write(&b)?;
+    }
+    w.close()?;
+    Ok(json!({"secs": t0.elapsed().as_secs_f64(), "rows": rows, "rss_mb": peak_rss_mb()}))
+}
+
+struct Run {
+    name: String,
+    wall: f64,
+    out: Value,
+}
+
+/// Runs one contender in its own process (a spinner meanwhile) and reads its result line.
+fn run_child(name: &str, cmd: &mut Command) -> Result<Run> {
+    let spinner = progress::spinner(format!("running {name}"));
+    let t0 = Instant::now();
+    let output = cmd.output().with_context(|| format!("starting {name}"));
+    let wall = t0.elapsed().as_secs_f64();
+    spinner.finish_and_clear();
+    let output = output?;
+    if !output.status.success() {
+        bail!("{name} failed: {}", String::from_utf8_lossy(&output.stderr));
+    }
+    let line = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .rev()
+        .find(|l| l.starts_with('{') && l.contains("\"secs\""))
+        .map(str::to_string)
+        .with_context(|| format!("{name} printed no result"))?;
+    Ok(Run {
+        name: name.into(),
+        wall,
+        out: serde_json::from_str(&line)?,
+    })
+}
+
+fn f(v: &Value, k: &str) -> f64 {
+    v.get(k).and_then(Value::as_f64).unwrap_or(0.0)
+}
+
+fn percentile(mut v: Vec<f64>, p: f64) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[((v.len() - 1) as f64 * p).round() as usize]
+}
+
+/// `floe bench`: a child mode (internal), one of the mode flags, or the ingest benchmark.
+pub async fn run(args: BenchArgs) -> Result<()> {
+    // Child modes (internal).
+    if let Some(mode) = &args.child {
+        let input = args.input.clone().context("--input")?;
+        let work = args.work.clone().context("--work")?;
+        let out = match mode.as_str() {
+            "plain" => child_plain(&input, &work)?,
+            "floe-big" => {
+                let key = input
+                    .file_name()
+                    .context("file name")?
+                    .to_string_lossy()
+                    .to_string();
+                let dir = input
+                    .parent()
+                    .context("parent")?
+                    .parent()
+                    .context("bucket root")?
+                    .to_path_buf();
+                child_floe(&dir, &work, vec![key]).await?
+            }
+            "floe-small" => {
+                let mut keys: Vec<String> = std::fs::read_dir(&input)?
+                    .filter_map(|e| e.ok())
+                    .map(|e| format!("small/{}", e.file_name().to_string_lossy()))
+                    .collect();
+                keys.sort();
+                let root = input
+                    .parent()
+                    .and_then(Path::parent)
+                    .context("bucket root")?
+                    .to_path_buf();
+                child_floe(&root, &work, keys).await?
+            }
+            other => bail!("unknown child mode {other}"),
+        };
+        println!("{out}");
+        return Ok(());
+    }
+
+    if args.planning {
+        return crate::bench_plan::run(&args.dir_or("target/floe-bench-plan")).await;
+    }
+    if args.latency {
+        let dir = args.dir_or("target/floe-bench-latency");
+        return crate::bench_latency::run(&dir, args.commits.get(), args.rows).await;
+    }
+    if args.maintenance {
+        let dir = args.dir_or("target/floe-bench-maintain");
+        return crate::bench_maintain::run(args.appends, args.every.get(), &dir).await;
+    }
+    let (big_mb, small, huge_mb) = (args.big_mb, args.small, args.huge_mb);
+    let skip_py = args.skip_pyiceberg;
+    let dir = args.dir_or("target/floe-bench");
+    let python = match args.python {
+        Some(p) => p,
+        None if skip_py => String::new(),
+        None => {
+            let out = Command::new("bash")
+                .arg("infra/venv.sh")
+                .output()
+                .context("infra/venv.sh")?;
+            String::from_utf8_lossy(&out.stdout).trim().to_string()
+        }
+    };
+    let _ = std::fs::remove_dir_all(&dir);
+    let inputs = dir.join("inputs");
+    let bucket = inputs.join("input");
+    std::fs::create_dir_all(bucket.join("small"))?;
+    let dir = std::fs::canonicalize(&dir)?;
+    let bucket = std::fs::canonicalize(&bucket)?;
+
+    progress::note(format!(
+        "generating {big_mb} MiB of JSON lines (gzip) and {small} objects of 500 lines…"
+    ));
+    let big = bucket.join("big.jsonl.gz");
+    let big_rows = generate_big(&big, big_mb)?;
+    let now = Utc::now();
+    let bar = progress::bar(small as u64, "generating small objects");
+    for i in 0..small {
+        std::fs::write(
+            bucket.join(format!("small/{i:05}.jsonl")),
+            sample::orders_jsonl(500, 1000 + i as u64, now),
+        )?;
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    let exe = std::env::current_exe()?;
+    let child = |mode: &str, input: &Path, work: &str| {
+        let mut c = Command::new(&exe);
+        c.args(["bench", "--child", mode, "--input"])
+            .arg(input)
+            .arg("--work")
+            .arg(dir.join(work));
+        c.env("FLOE_METRICS", "off").env("RUST_LOG", "warn");
+        c
+    };
+    let py = |mode: &str, input: &Path, work: &str| {
+        let mut c = Command::new(&python);
+        c.arg("infra/bench_pyiceberg.py")
+            .arg(mode)
+            .arg(input)
+            .arg(dir.join(work));
+        c
+    };
+
+    let mut big_runs = vec![
+        run_child(
+            "arrow-rs plain (no Iceberg)",
+            &mut child("plain", &big, "plain"),
+        )?,
+        run_child("floe", &mut child("floe-big", &big, "floe-big"))?,
+    ];
+    if !skip_py {
+        big_runs.push(run_child("PyIceberg", &mut py("big", &big, "py-big"))?);
+    }
+    let big_gz = std::fs::metadata(&big)?.len() as f64 / 1048576.0;
+    println!("\n## Big object: {big_mb} MiB JSON lines ({big_gz:.0} MiB gzip, {big_rows} rows), 2 cores\n");
+    println!("| contender | work time (s) | process wall (s) | rows/s | peak RSS (MiB) |");
+    println!("|---|---:|---:|---:|---:|");
+    for r in &big_runs {
+        let secs = f(&r.out, "secs");
+        println!(
+            "| {} | {:.2} | {:.2} | {:.0} | {:.0} |",
+            r.name,
+            secs,
+            r.wall,
+            f(&r.out, "rows") / secs.max(1e-9),
+            f(&r.out, "rss_mb")
+        );
+    }
+    let floe_secs = f(&big_runs[1].out, "secs");
+    let plain_secs = f(&big_runs[0].out, "secs");
+    println!(
+        "\nfloe / plain arrow-rs time: {:.2}× (target ≤ 1.25×)",
+        floe_secs / plain_secs
+    );
+    if let Some(py) = big_runs.get(2) {
+        println!(
+            "PyIceberg / floe time: {:.2}× work, {:.2}× process (target ≥ 1.5×); RSS floe {:.0} MiB vs PyIceberg {:.0} MiB",
+            f(&py.out, "secs") / floe_secs,
+            py.wall / big_runs[1].wall,
+            f(&big_runs[1].out, "rss_mb"),
+            f(&py.out, "rss_mb")
+        );
+    }
+
+    if huge_mb > 0 {
+        let huge = bucket.join("huge.jsonl.gz");
+        progress::note(format!("generating {huge_mb} MiB for the memory check…"));
+        generate_big(&huge, huge_mb)?;
+        let r = run_child("floe (huge)", &mut child("floe-big", &huge, "floe-huge"))?;
+        std::fs::remove_file(&huge)?;
+        println!(
+            "\nfloe on {huge_mb} MiB: {:.2} s, {:.0} rows/s, peak RSS {:.0} MiB (vs {:.0} MiB on {big_mb} MiB)",
+            f(&r.out, "secs"),
+            f(&r.out, "rows") / f(&r.out, "secs").max(1e-9),
+            f(&r.out, "rss_mb"),
+            f(&big_runs[1].out, "rss_mb")
+        );
+    }
+
+    let small_dir = bucket.join("small");
+    let mut small_runs = vec![run_child(
+        "floe",
+        &mut child("floe-small", &small_dir, "floe-small"),
+    )?];
+    if !skip_py {
+        small_runs.push(run_child(
+            "PyIceberg",
+            &mut py("small", &small_dir, "py-small"),
+        )?);
+    }
+    println!("\n## {small} small objects of 500 lines, one commit each\n");
+    println!("| contender | total (s) | p50 (ms) | p99 (ms) | first 30 median (ms) | last 30 median (ms) | last/first | peak RSS (MiB) |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    for r in &small_runs {
+        let lat: Vec<f64> = r.out["latencies_ms"]
+            .as_array()
+            .map(|a| a.iter().filter_map(Value::as_f64).collect())
+            .unwrap_or_default();
+        let first = percentile(lat[..lat.len().min(30)].to_vec(), 0.5);
+        let last = percentile(lat[lat.len().saturating_sub(30)..].to_vec(), 0.5);
+        println!(
+            "| {} | {:.2} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2}× | {:.0} |",
+            r.name,
+            f(&r.out, "secs"),
+            percentile(lat.clone(), 0.5),
+            percentile(lat.clone(), 0.99),
+            first,
+            last,
+            last / first.max(1e-9),
+            f(&r.out, "rss_mb")
+        );
+    }
+    Ok(())
+}

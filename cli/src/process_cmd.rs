@@ -1,0 +1,118 @@
+//! `floe process run|refresh|reconcile`: the process function's work by hand, and the batch side.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Result};
+use floe::process::{Processor, Reconciliation, RunReport};
+
+use crate::args::ProcessAction;
+use crate::progress;
+
+/// Runs `floe process run|refresh|reconcile [--pipeline P] [--json]`; returns false when
+/// reconcile found a difference.
+pub async fn run(action: &ProcessAction) -> Result<bool> {
+    let (verb, opts) = action.parts();
+    let config = crate::load_config(&opts.config).await?;
+    let names: Vec<String> = match &opts.pipeline {
+        Some(p) => vec![p.clone()],
+        None => config.pipelines.iter().map(|p| p.name.clone()).collect(),
+    };
+    if names.is_empty() {
+        bail!("no pipelines configured (add [[pipelines]] to the config)");
+    }
+    let processor = Processor::new(config).await?;
+    let deadline = Instant::now() + Duration::from_secs(900);
+    let bar = progress::bar(names.len() as u64, format!("process {verb}"));
+    match action {
+        ProcessAction::Run(_) | ProcessAction::Refresh(_) => {
+            let mut reports = Vec::new();
+            for name in &names {
+                bar.set_message(format!("{verb} {name}"));
+                let r = if matches!(action, ProcessAction::Run(_)) {
+                    processor.run(name, deadline).await?
+                } else {
+                    processor.refresh(name, deadline).await?
+                };
+                reports.push(r);
+                bar.inc(1);
+            }
+            bar.finish_and_clear();
+            if opts.json {
+                println!("{}", serde_json::to_string_pretty(&reports)?);
+            } else {
+                print_runs(&reports);
+            }
+            Ok(true)
+        }
+        ProcessAction::Reconcile(_) => {
+            let mut all = Vec::new();
+            for name in &names {
+                bar.set_message(format!("{verb} {name}"));
+                all.push(processor.reconcile(name).await?);
+                bar.inc(1);
+            }
+            bar.finish_and_clear();
+            if opts.json {
+                println!("{}", serde_json::to_string_pretty(&all)?);
+            } else {
+                print_reconciliations(&all);
+            }
+            Ok(all.iter().all(Reconciliation::matches))
+        }
+    }
+}
+
+/// Prints pipeline runs as a table.
+pub fn print_runs(reports: &[RunReport]) {
+    println!(
+        "{:<26} {:>21} {:>9} {:>8} {:>8} {:>8} {:>8} {:>7}",
+        "pipeline", "source snapshot", "commits", "rows in", "rows out", "windows", "alerts", "ms"
+    );
+    for r in reports {
+        println!(
+            "{:<26} {:>21} {:>9} {:>8} {:>8} {:>8} {:>8} {:>7.0}",
+            r.pipeline,
+            r.to_snapshot
+                .map(|s| s.to_string())
+                .unwrap_or_else(|| "-".into()),
+            if r.refresh {
+                "refresh".to_string()
+            } else {
+                r.source_snapshots.to_string()
+            },
+            r.rows_in,
+            r.rows_out,
+            r.windows,
+            r.alerts,
+            r.seconds * 1e3
+        );
+    }
+}
+
+/// Prints reconcile results as a table, then the differences.
+pub fn print_reconciliations(all: &[Reconciliation]) {
+    println!(
+        "{:<26} {:>21} {:>10} {:>10} {:>7} {:>9}  result",
+        "pipeline", "at source snapshot", "batch rows", "sink rows", "keys", "differing"
+    );
+    for r in all {
+        println!(
+            "{:<26} {:>21} {:>10} {:>10} {:>7} {:>9}  {}",
+            r.pipeline,
+            r.at_snapshot
+                .map(|s| s.to_string())
+                .unwrap_or_else(|| "-".into()),
+            r.batch_rows,
+            r.sink_rows,
+            r.keys,
+            r.differing,
+            if r.matches() { "MATCH" } else { "DIFFERENT" }
+        );
+        for (col, b, s) in &r.totals {
+            println!("    total {col}: batch {b:.2} · sink {s:.2}");
+        }
+        for d in &r.differences {
+            println!("    {d}");
+        }
+    }
+}

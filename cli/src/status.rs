@@ -1,0 +1,159 @@
+//! `floe status`: what each table holds and how fresh it is.
+
+use anyhow::Result;
+use chrono::{DateTime, Utc};
+use floe::config::Config;
+use serde::Serialize;
+
+/// One table's status.
+#[derive(Debug, Default, Serialize)]
+pub struct TableStatus {
+    pub table: String,
+    pub snapshots: usize,
+    pub current_snapshot: Option<i64>,
+    pub records: u64,
+    pub data_files: u64,
+    /// Share of live data files under a quarter of the target size (compaction candidates).
+    pub small_file_share: Option<f64>,
+    pub last_commit: Option<String>,
+    /// Commit time − latest event time of the newest ingest commit.
+    pub freshness_lag_seconds: Option<f64>,
+    pub records_quarantined: u64,
+    /// Consumers of this table: (consumer table, snapshots behind, seconds behind).
+    pub processor_lag: Vec<(String, usize, f64)>,
+}
+
+pub async fn collect(config: &Config) -> Result<Vec<TableStatus>> {
+    let catalog = floe::catalog::connect(config).await?;
+    let mut loaded = Vec::new();
+    for name in config.all_tables() {
+        let ident = floe::catalog::table_ident(config, &name)?;
+        let target_mb = config
+            .table(&name)
+            .map(|t| t.target_file_size_mb)
+            .unwrap_or(128);
+        loaded.push((
+            target_mb,
+            ident.clone(),
+            catalog.load_table(&ident).await.ok(),
+        ));
+    }
+    let mut out = Vec::new();
+    for (target_mb, ident, table) in &loaded {
+        let Some(table) = table else {
+            out.push(TableStatus {
+                table: ident.to_string(),
+                ..Default::default()
+            });
+            continue;
+        };
+        let md = table.metadata();
+        let mut snaps: Vec<_> = md.snapshots().collect();
+        snaps.sort_by_key(|s| s.timestamp_ms());
+        let current = md.current_snapshot();
+        let prop =
+            |k: &str| current.and_then(|s| s.summary().additional_properties.get(k).cloned());
+        let num = |k: &str| prop(k).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        let live = floe::scan::live_files(table).await?;
+        let target = (target_mb << 20) as f64;
+        let small = live
+            .iter()
+            .filter(|f| (f.file.file_size_in_bytes() as f64) < target / 4.0)
+            .count();
+        let freshness = snaps.iter().rev().find_map(|s| {
+            let et = s
+                .summary()
+                .additional_properties
+                .get(floe::summary::EVENT_TIME_MAX)?;
+            let et = DateTime::parse_from_rfc3339(et).ok()?;
+            Some((s.timestamp_ms() - et.timestamp_millis()) as f64 / 1000.0)
+        });
+        // Consumers: configured tables whose summaries checkpoint this one.
+        let uuid = md.uuid().to_string();
+        let mut lag = Vec::new();
+        for (_, consumer, ct) in &loaded {
+            let Some(ct) = ct else { continue };
+            let Some(cp) = floe::summary::read_checkpoint(ct.metadata(), &uuid) else {
+                continue;
+            };
+            let mut behind = 0;
+            let mut cur = current;
+            while let Some(s) = cur {
+                if s.snapshot_id() == cp.snapshot_id {
+                    break;
+                }
+                behind += 1;
+                cur = s.parent_snapshot_id().and_then(|p| md.snapshot_by_id(p));
+            }
+            let cp_ts = md.snapshot_by_id(cp.snapshot_id).map(|s| s.timestamp_ms());
+            let secs = match (current, cp_ts) {
+                (Some(c), Some(t0)) => (c.timestamp_ms() - t0) as f64 / 1000.0,
+                _ => f64::NAN,
+            };
+            lag.push((consumer.to_string(), behind, secs));
+        }
+        out.push(TableStatus {
+            table: ident.to_string(),
+            snapshots: snaps.len(),
+            current_snapshot: current.map(|s| s.snapshot_id()),
+            records: num("total-records"),
+            data_files: num("total-data-files"),
+            small_file_share: (!live.is_empty()).then(|| small as f64 / live.len() as f64),
+            last_commit: current
+                .and_then(|s| DateTime::<Utc>::from_timestamp_millis(s.timestamp_ms()))
+                .map(|t| t.to_rfc3339()),
+            freshness_lag_seconds: freshness,
+            records_quarantined: snaps
+                .iter()
+                .filter_map(|s| s.summary().additional_properties.get("records-quarantined"))
+                .filter_map(|v| v.parse::<u64>().ok())
+                .sum(),
+            processor_lag: lag,
+        });
+    }
+    Ok(out)
+}
+
+pub async fn run(config: &Config, json: bool) -> Result<()> {
+    let rows = collect(config).await?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+        return Ok(());
+    }
+    print(&rows);
+    Ok(())
+}
+
+pub fn print(rows: &[TableStatus]) {
+    println!(
+        "{:<32} {:>9} {:>9} {:>6} {:>6} {:>11} {:>26} {:>9}",
+        "table",
+        "snapshots",
+        "records",
+        "files",
+        "small",
+        "quarantined",
+        "last commit",
+        "fresh (s)"
+    );
+    for r in rows {
+        println!(
+            "{:<32} {:>9} {:>9} {:>6} {:>6} {:>11} {:>26} {:>9}",
+            r.table,
+            r.snapshots,
+            r.records,
+            r.data_files,
+            r.small_file_share
+                .map(|s| format!("{:.0}%", s * 100.0))
+                .unwrap_or_else(|| "-".into()),
+            r.records_quarantined,
+            r.last_commit.clone().unwrap_or_else(|| "-".into()),
+            r.freshness_lag_seconds
+                .map(|f| format!("{f:.1}"))
+                .unwrap_or_else(|| "-".into())
+        );
+        for (consumer, behind, secs) in &r.processor_lag {
+            println!("    consumer {consumer}: {behind} snapshot(s), {secs:.1} s behind");
+        }
+    }
+}
