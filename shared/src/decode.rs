@@ -21,7 +21,7 @@ use crate::store::is_transient_io;
 
 /// Compression of an object, from its key suffix or its first bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Compression {
+pub(crate) enum Compression {
     /// Plain bytes.
     None,
     /// gzip (`.gz` or magic `1f 8b`).
@@ -31,7 +31,7 @@ pub enum Compression {
 }
 
 /// Detects compression from the magic bytes, falling back to the key suffix.
-pub fn detect_compression(key: &str, head: &[u8]) -> Compression {
+pub(crate) fn detect_compression(key: &str, head: &[u8]) -> Compression {
     if head.starts_with(&[0x1f, 0x8b]) {
         Compression::Gzip
     } else if head.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
@@ -47,7 +47,7 @@ pub fn detect_compression(key: &str, head: &[u8]) -> Compression {
 
 /// A record that cannot go into the table, with where it was and why.
 #[derive(Debug, Clone)]
-pub struct Rejected {
+pub(crate) struct Rejected {
     /// Line number (JSON lines, CSV) or row number (Parquet), 1-based.
     pub record: u64,
     /// The record's raw text (for Parquet, the row as JSON).
@@ -58,7 +58,7 @@ pub struct Rejected {
 
 /// One piece of decode output.
 #[derive(Debug)]
-pub enum Piece {
+pub(crate) enum Piece {
     /// Valid rows, typed by the decode schema.
     Batch(RecordBatch),
     /// Records that go to quarantine.
@@ -72,7 +72,7 @@ pub enum Piece {
 
 /// Why decoding stopped.
 #[derive(Debug, thiserror::Error)]
-pub enum DecodeFailure {
+pub(crate) enum DecodeFailure {
     /// The object cannot be read as a whole: quarantine it, do not retry.
     #[error("unreadable object: {0}")]
     Unreadable(String),
@@ -93,7 +93,7 @@ pub enum DecodeFailure {
 
 /// Bounds on what one object may make the decoder hold (see `[ingest]` in the config).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Limits {
+pub(crate) struct Limits {
     /// Longest JSON line or CSV record (bytes); longer ones are quarantined and skipped.
     pub max_line_bytes: u64,
     /// Longest CSV field (bytes); records with a longer one are quarantined.
@@ -181,7 +181,7 @@ fn usize_limit(v: u64) -> usize {
 
 /// What to decode and how.
 #[derive(Debug, Clone)]
-pub struct DecodeSpec {
+pub(crate) struct DecodeSpec {
     /// Input format.
     pub format: Format,
     /// Object key (for compression detection by suffix).
@@ -210,7 +210,7 @@ pub fn decode<'a, R: Read + 'a>(
 /// Decodes `input` per `spec` within `limits`, sending pieces to `sink` (which returns false when
 /// closed); `object_size` is the stored object's size when known (Content-Length), checked before
 /// spooling a Parquet object. Returns the number of records seen (valid + rejected).
-pub fn decode_within<'a, R: Read + 'a>(
+pub(crate) fn decode_within<'a, R: Read + 'a>(
     input: R,
     spec: &DecodeSpec,
     limits: &Limits,
@@ -509,7 +509,7 @@ fn json_type(v: &serde_json::Value) -> Option<PrimitiveType> {
 }
 
 /// The Iceberg type of an Arrow type, where one exists.
-pub fn arrow_to_primitive(t: &DataType) -> Option<PrimitiveType> {
+pub(crate) fn arrow_to_primitive(t: &DataType) -> Option<PrimitiveType> {
     Some(match t {
         DataType::Boolean => PrimitiveType::Boolean,
         DataType::Int8 | DataType::Int16 | DataType::Int32 | DataType::UInt8 | DataType::UInt16 => {

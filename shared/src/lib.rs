@@ -12,6 +12,7 @@
 //! 6. operations: [`ingest`], [`process`], [`maintain`], [`schema_diff`]
 //! 7. edge: [`lambda`]
 #![deny(missing_docs)]
+#![warn(unreachable_pub)]
 
 pub mod error;
 pub(crate) mod metrics;

@@ -4,11 +4,11 @@
 use serde_json::{json, Map, Value};
 
 /// Namespace of every floe metric.
-pub const NAMESPACE: &str = "floe";
+pub(crate) const NAMESPACE: &str = "floe";
 
 /// A metric value with its unit.
 #[derive(Debug, Clone, Copy)]
-pub struct Metric<'a> {
+pub(crate) struct Metric<'a> {
     /// Metric name.
     pub name: &'a str,
     /// Value.
@@ -19,7 +19,7 @@ pub struct Metric<'a> {
 
 impl<'a> Metric<'a> {
     /// A count.
-    pub fn count(name: &'a str, value: impl Into<f64>) -> Self {
+    pub(crate) fn count(name: &'a str, value: impl Into<f64>) -> Self {
         Self {
             name,
             value: value.into(),
@@ -27,7 +27,7 @@ impl<'a> Metric<'a> {
         }
     }
     /// A duration in seconds.
-    pub fn seconds(name: &'a str, value: f64) -> Self {
+    pub(crate) fn seconds(name: &'a str, value: f64) -> Self {
         Self {
             name,
             value,
@@ -37,7 +37,7 @@ impl<'a> Metric<'a> {
 }
 
 /// Builds an EMF document with the given dimensions (name, value) and metrics.
-pub fn emf(dimensions: &[(&str, &str)], metrics: &[Metric<'_>], now_ms: i64) -> Value {
+pub(crate) fn emf(dimensions: &[(&str, &str)], metrics: &[Metric<'_>], now_ms: i64) -> Value {
     let mut doc = Map::new();
     let dims: Vec<&str> = dimensions.iter().map(|(k, _)| *k).collect();
     let defs: Vec<Value> = metrics
@@ -58,7 +58,7 @@ pub fn emf(dimensions: &[(&str, &str)], metrics: &[Metric<'_>], now_ms: i64) -> 
 }
 
 /// Prints an EMF document on stdout, where Lambda ships it to CloudWatch Logs.
-pub fn emit(dimensions: &[(&str, &str)], metrics: &[Metric<'_>]) {
+pub(crate) fn emit(dimensions: &[(&str, &str)], metrics: &[Metric<'_>]) {
     if std::env::var("FLOE_METRICS").as_deref() == Ok("off") {
         return;
     }

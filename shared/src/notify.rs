@@ -10,14 +10,14 @@ use crate::event::{COMMIT_DETAIL_TYPE, EVENT_SOURCE};
 
 /// Publishes commit events to the configured bus.
 #[derive(Debug, Clone)]
-pub struct Notifier {
+pub(crate) struct Notifier {
     client: aws_sdk_eventbridge::Client,
     bus: String,
 }
 
 impl Notifier {
     /// A notifier when `events.bus` is configured.
-    pub async fn from_config(cfg: &Config) -> Option<Self> {
+    pub(crate) async fn from_config(cfg: &Config) -> Option<Self> {
         let bus = cfg.events.bus.clone()?;
         let sdk = crate::store::sdk_config(&cfg.storage, cfg.events.endpoint.as_deref()).await;
         Some(Self {
@@ -27,7 +27,7 @@ impl Notifier {
     }
 
     /// Publishes a commit event with `detail` (logs and moves on when EventBridge fails).
-    pub async fn commit(&self, detail: &Value) {
+    pub(crate) async fn commit(&self, detail: &Value) {
         let entry = aws_sdk_eventbridge::types::PutEventsRequestEntry::builder()
             .event_bus_name(&self.bus)
             .source(EVENT_SOURCE)

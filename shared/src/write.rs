@@ -23,7 +23,7 @@ type DataWriterBuilder =
     DataFileWriterBuilder<ParquetWriterBuilder, DefaultLocationGenerator, DefaultFileNameGenerator>;
 
 /// Where rows go: a partition fan-out or a single unpartitioned writer (both large: boxed).
-pub enum Sink {
+pub(crate) enum Sink {
     /// Partitioned: split each batch by partition, one rolling writer per partition.
     Fanout(
         Box<(
@@ -37,7 +37,7 @@ pub enum Sink {
 
 impl Sink {
     /// Writes a batch (any partitions).
-    pub async fn write(&mut self, batch: RecordBatch) -> iceberg::Result<()> {
+    pub(crate) async fn write(&mut self, batch: RecordBatch) -> iceberg::Result<()> {
         match self {
             Sink::Fanout(fan) => {
                 let (w, splitter) = &mut **fan;
@@ -50,7 +50,7 @@ impl Sink {
         }
     }
     /// Closes all files and returns them.
-    pub async fn close(self) -> iceberg::Result<Vec<DataFile>> {
+    pub(crate) async fn close(self) -> iceberg::Result<Vec<DataFile>> {
         match self {
             Sink::Fanout(fan) => fan.0.close().await,
             Sink::Plain(w) => w.close().await,
@@ -73,7 +73,11 @@ pub fn writer_properties() -> WriterProperties {
 }
 
 /// A writer for `table`'s current schema and spec; file names carry `writer_id`.
-pub fn build_sink(table: &Table, target_bytes: usize, writer_id: &str) -> iceberg::Result<Sink> {
+pub(crate) fn build_sink(
+    table: &Table,
+    target_bytes: usize,
+    writer_id: &str,
+) -> iceberg::Result<Sink> {
     let md = table.metadata();
     let schema = md.current_schema().clone();
     let pw = ParquetWriterBuilder::new(writer_properties(), schema.clone());

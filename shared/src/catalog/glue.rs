@@ -75,7 +75,7 @@ pub(crate) struct GlueHook {
 
 impl GlueHook {
     /// A Glue client honouring the config's endpoint override, region and static keys.
-    pub async fn new(cfg: &Config, warehouse: String) -> Self {
+    pub(super) async fn new(cfg: &Config, warehouse: String) -> Self {
         let file_io = iceberg::io::FileIOBuilder::new(std::sync::Arc::new(
             iceberg_storage_opendal::OpenDalResolvingStorageFactory::new(),
         ))
@@ -248,7 +248,7 @@ pub(crate) struct GlueSwap {
 
 impl GlueSwap {
     /// A Glue client from the config.
-    pub async fn new(cfg: &Config) -> Self {
+    pub(super) async fn new(cfg: &Config) -> Self {
         Self {
             client: client(cfg).await,
         }

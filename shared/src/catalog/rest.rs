@@ -42,7 +42,7 @@ pub(crate) struct RestSwap {
 
 impl RestSwap {
     /// A client for the configured REST URI (`prefix` catalog property honoured).
-    pub fn new(cfg: &Config) -> Result<Self> {
+    pub(super) fn new(cfg: &Config) -> Result<Self> {
         let uri = cfg.catalog.uri.clone().ok_or_else(|| {
             Error::config("floe.toml", "catalog.uri", "a REST catalog needs its URI")
         })?;

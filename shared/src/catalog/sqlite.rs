@@ -75,7 +75,7 @@ pub(crate) struct SqliteSwap {
 
 impl SqliteSwap {
     /// Connects to the same database as the SQLite catalog.
-    pub async fn connect(cfg: &Config) -> Result<Self> {
+    pub(super) async fn connect(cfg: &Config) -> Result<Self> {
         sqlx::any::install_default_drivers();
         let uri = sqlite_uri(cfg)?;
         let pool = AnyPoolOptions::new()

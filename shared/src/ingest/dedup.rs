@@ -21,7 +21,7 @@ use crate::summary::{SOURCE_OBJECTS as SUMMARY_SOURCE_OBJECTS, WRITER_ID as SUMM
 
 /// What the summary walk proved.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Walk {
+pub(crate) enum Walk {
     /// A retained snapshot names the object.
     Found(Found),
     /// No commit of the object can exist: the walk reached a snapshot older than the object, the
@@ -35,7 +35,7 @@ pub enum Walk {
 /// `not_before_ms`, or at `proven` (a snapshot id whose version was already shown not to hold the
 /// object, by this walk or by [`in_data`]): reaching it, or a snapshot whose parent it is, proves
 /// absence for everything older.
-pub fn walk(
+pub(crate) fn walk(
     metadata: &TableMetadata,
     object_id: &str,
     not_before_ms: i64,
@@ -73,7 +73,7 @@ pub fn walk(
 /// Whether any row of `table`'s current snapshot carries `object_id` in `_source`. The filter
 /// prunes data files by their `_source` lower/upper bounds (ingest files hold one object each, so
 /// bounds are exact) and row groups by their statistics; only `_source` is read.
-pub async fn in_data(table: &Table, object_id: &str) -> Result<bool> {
+pub(crate) async fn in_data(table: &Table, object_id: &str) -> Result<bool> {
     if table.metadata().current_snapshot().is_none()
         || table
             .metadata()
@@ -127,7 +127,7 @@ pub async fn in_data(table: &Table, object_id: &str) -> Result<bool> {
 /// The early check before reading: the summary walk, then (only at the edge of expired history)
 /// the rows. `Ok(Err(proven))` is "not committed", with the snapshot id the answer holds for
 /// (hand it to [`append_once_plan`]).
-pub async fn check(
+pub(crate) async fn check(
     table: &Table,
     object: &SourceObject,
     skew_ms: i64,
@@ -160,7 +160,7 @@ pub async fn check(
 /// `proven` and the new base (only possible when the ingest outlives the expiration's dedup
 /// window), the plan cannot decide synchronously and reports `Stale`: the ingest starts over and
 /// checks the rows again.
-pub fn append_once_plan(
+pub(crate) fn append_once_plan(
     object: &SourceObject,
     writer_id: &str,
     mut change: Change,

@@ -18,11 +18,11 @@ use crate::config::{PipelineConfig, PipelineMode};
 use crate::error::{Error, ErrorKind, Result};
 
 /// The column aggregate pipelines see in `source`: the event time floored to the window.
-pub const WINDOW_START: &str = "window_start";
+pub(crate) const WINDOW_START: &str = "window_start";
 
 /// The transform's version: a hash of everything that shapes its output (mode, SQL, window,
 /// time column). Recorded with every checkpoint; a different hash needs an explicit refresh.
-pub fn transform_hash(p: &PipelineConfig, time_column: &str) -> String {
+pub(crate) fn transform_hash(p: &PipelineConfig, time_column: &str) -> String {
     let mut h = Sha256::new();
     let mode = match p.mode {
         PipelineMode::Append => "append",
@@ -42,7 +42,7 @@ pub fn transform_hash(p: &PipelineConfig, time_column: &str) -> String {
 }
 
 /// Drops field metadata (Iceberg field ids) so batches from different files share one schema.
-pub fn plain_schema(schema: &ArrowSchema) -> SchemaRef {
+pub(crate) fn plain_schema(schema: &ArrowSchema) -> SchemaRef {
     Arc::new(ArrowSchema::new(
         schema
             .fields()
@@ -53,7 +53,7 @@ pub fn plain_schema(schema: &ArrowSchema) -> SchemaRef {
 }
 
 /// Appends `window_start` = `time_column` floored to `window_us` microseconds.
-pub fn with_window_start(
+pub(crate) fn with_window_start(
     batch: &RecordBatch,
     time_column: &str,
     window_us: i64,
@@ -109,7 +109,7 @@ pub fn with_window_start(
 }
 
 /// The window starts (µs) present in `batch`'s `window_start` column.
-pub fn window_starts(batch: &RecordBatch) -> Vec<i64> {
+pub(crate) fn window_starts(batch: &RecordBatch) -> Vec<i64> {
     let Some(col) = batch.column_by_name(WINDOW_START) else {
         return Vec::new();
     };
@@ -126,7 +126,7 @@ pub fn window_starts(batch: &RecordBatch) -> Vec<i64> {
 /// Runs `sql` over `source` (the given schema and batches) and returns the normalised output.
 /// `context` names the pipeline and source in errors; a SQL that no longer fits the source's
 /// schema is an error of kind `Transform` naming the field.
-pub async fn run_sql(
+pub(crate) async fn run_sql(
     sql: &str,
     schema: SchemaRef,
     batches: Vec<RecordBatch>,
@@ -234,7 +234,7 @@ fn normalised(schema: &ArrowSchema, context: &str) -> Result<SchemaRef> {
 }
 
 /// `batch` with `schema`'s columns, matched by name (missing ones null, types cast).
-pub fn conform(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch> {
+pub(crate) fn conform(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch> {
     let mut cols = Vec::with_capacity(schema.fields().len());
     for f in schema.fields() {
         let col = match batch.column_by_name(f.name()) {
@@ -251,7 +251,7 @@ pub fn conform(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch> {
 }
 
 /// The Arrow schema of `table`'s current schema, without field ids (what `source` holds).
-pub fn table_schema(table: &iceberg::table::Table) -> Result<SchemaRef> {
+pub(crate) fn table_schema(table: &iceberg::table::Table) -> Result<SchemaRef> {
     let arrow = iceberg::arrow::schema_to_arrow_schema(table.metadata().current_schema())
         .map_err(|e| Error::iceberg(format!("schema of {}", table.identifier()), e))?;
     Ok(plain_schema(&arrow))
@@ -259,7 +259,10 @@ pub fn table_schema(table: &iceberg::table::Table) -> Result<SchemaRef> {
 
 /// Rows of `batches` as canonical strings (floats to 10 significant digits), for comparing a
 /// batch result with a sink. Columns are taken in `columns` order; a missing column is NULL.
-pub fn canonical_rows(batches: &[RecordBatch], columns: &[String]) -> Result<Vec<Vec<String>>> {
+pub(crate) fn canonical_rows(
+    batches: &[RecordBatch],
+    columns: &[String],
+) -> Result<Vec<Vec<String>>> {
     use arrow::util::display::{ArrayFormatter, FormatOptions};
     let opts = FormatOptions::default().with_null("NULL");
     let mut rows = Vec::new();
