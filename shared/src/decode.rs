@@ -199,7 +199,7 @@ pub(crate) struct DecodeSpec {
 /// [`decode_within`] with the default [`Limits`] and no known size (the unit tests' shorthand; ingest
 /// and schema-diff always pass the configured limits).
 #[cfg(test)]
-pub fn decode<'a, R: Read + 'a>(
+pub(crate) fn decode<'a, R: Read + 'a>(
     input: R,
     spec: &DecodeSpec,
     sink: &mut dyn FnMut(Piece) -> bool,

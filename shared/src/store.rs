@@ -118,6 +118,8 @@ pub trait ObjectStore: Send + Sync {
     async fn open(&self, bucket: &str, key: &str, version: &Version) -> Result<OpenedObject>;
     /// Writes a whole object (quarantine files, demo inputs).
     async fn put(&self, bucket: &str, key: &str, body: Vec<u8>) -> Result<()>;
+    /// Writes a whole object from a local file, streamed (never held in memory).
+    async fn put_file(&self, bucket: &str, key: &str, path: &std::path::Path) -> Result<()>;
 }
 
 /// Builds the store the config asks for: a local directory when `storage.local_root` is set, else S3.
@@ -250,6 +252,21 @@ impl ObjectStore for S3Store {
             .map_err(|e| s3_error(format!("PutObject s3://{bucket}/{key}"), e))?;
         Ok(())
     }
+
+    async fn put_file(&self, bucket: &str, key: &str, path: &std::path::Path) -> Result<()> {
+        let body = ByteStream::from_path(path).await.map_err(|e| {
+            Error::new(ErrorKind::Storage, format!("reading {}", path.display())).with_source(e)
+        })?;
+        self.client
+            .put_object()
+            .bucket(bucket)
+            .key(key)
+            .body(body)
+            .send()
+            .await
+            .map_err(|e| s3_error(format!("PutObject s3://{bucket}/{key}"), e))?;
+        Ok(())
+    }
 }
 
 /// Marks every error of the inner reader as transient (network, not content).
@@ -357,6 +374,22 @@ impl ObjectStore for LocalStore {
         tokio::fs::write(&tmp, body)
             .await
             .map_err(|e| io_error(format!("write {}", tmp.display()), e))?;
+        tokio::fs::rename(&tmp, &path)
+            .await
+            .map_err(|e| io_error(format!("rename to {}", path.display()), e))
+    }
+
+    async fn put_file(&self, bucket: &str, key: &str, from: &std::path::Path) -> Result<()> {
+        let path = self.path(bucket, key)?;
+        if let Some(dir) = path.parent() {
+            tokio::fs::create_dir_all(dir)
+                .await
+                .map_err(|e| io_error(format!("mkdir {}", dir.display()), e))?;
+        }
+        let tmp = path.with_extension(format!("tmp-{}", uuid::Uuid::new_v4()));
+        tokio::fs::copy(from, &tmp)
+            .await
+            .map_err(|e| io_error(format!("copy {} to {}", from.display(), tmp.display()), e))?;
         tokio::fs::rename(&tmp, &path)
             .await
             .map_err(|e| io_error(format!("rename to {}", path.display()), e))

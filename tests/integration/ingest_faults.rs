@@ -192,6 +192,10 @@ impl ObjectStore for OverwriteOnReread {
     async fn put(&self, bucket: &str, key: &str, body: Vec<u8>) -> floe::Result<()> {
         self.inner.put(bucket, key, body).await
     }
+
+    async fn put_file(&self, bucket: &str, key: &str, path: &std::path::Path) -> floe::Result<()> {
+        self.inner.put_file(bucket, key, path).await
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -296,6 +300,10 @@ impl ObjectStore for SlowBody {
 
     async fn put(&self, bucket: &str, key: &str, body: Vec<u8>) -> floe::Result<()> {
         self.inner.put(bucket, key, body).await
+    }
+
+    async fn put_file(&self, bucket: &str, key: &str, path: &std::path::Path) -> floe::Result<()> {
+        self.inner.put_file(bucket, key, path).await
     }
 }
 

@@ -194,3 +194,51 @@ async fn parquet_over_the_spool_limit_is_a_failure_not_an_unreadable_object() {
     let r = env.ingest(&ingestor, "parquet/big.parquet").await.unwrap();
     assert_eq!((r.status, r.records_committed), (Status::Committed, 2000));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rejected_records_over_the_quarantine_limit_fail_the_object_whole() {
+    // Before the limit, the rejected records of any object were spooled to local disk without
+    // bound and read into memory whole for the upload: a mostly invalid object of a few GB
+    // filled /tmp or the Lambda's memory.
+    let mut env = TestEnv::new("sqlite").await;
+    env.config.ingest.max_quarantine_bytes = 4096;
+    env.config.ingest.chunk_records = 50;
+    let ingestor = env.ingestor().await;
+    let mut jsonl = orders(10, 1);
+    for i in 0..200 {
+        jsonl.push_str(&format!("not json at all, line {i}\n"));
+    }
+    env.put("orders/mostly-bad.jsonl", jsonl.clone()).await;
+    let e = env
+        .ingest(&ingestor, "orders/mostly-bad.jsonl")
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::UnreadableObject, "{e}");
+    assert!(!e.is_retryable(), "{e}");
+    assert!(e.to_string().contains("max_quarantine_bytes = 4096"), "{e}");
+    nothing_landed(&env, &ingestor).await;
+
+    // Within the limit the same object commits its good rows and quarantines the rest,
+    // uploaded from the spool file.
+    env.config.ingest.max_quarantine_bytes = 1 << 20;
+    let ingestor = env.ingestor().await;
+    let r = env
+        .ingest(&ingestor, "orders/mostly-bad.jsonl")
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            r.status,
+            r.records_in,
+            r.records_committed,
+            r.records_quarantined
+        ),
+        (Status::Committed, 210, 10, 200),
+        "{r:?}"
+    );
+    let q = quarantined(&env, &r).await;
+    assert_eq!(q.len(), 200);
+    assert!(q
+        .iter()
+        .all(|l| l["raw"].as_str().unwrap().starts_with("not json at all")));
+}

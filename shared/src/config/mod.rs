@@ -231,6 +231,11 @@ pub struct IngestConfig {
     /// Largest Parquet object spooled to local disk (`/tmp`), also bounded by that disk's size.
     #[serde(default = "default_max_spool")]
     pub max_spool_bytes: u64,
+    /// Most bytes of rejected records one object may put in quarantine (its spool on local disk
+    /// and the quarantine object); an object with more fails whole (nothing committed, not
+    /// retried usefully: DLQ), as a mostly invalid object should.
+    #[serde(default = "default_max_quarantine")]
+    pub max_quarantine_bytes: u64,
 }
 
 impl Default for IngestConfig {
@@ -250,6 +255,7 @@ impl Default for IngestConfig {
             max_nesting_depth: default_max_depth(),
             max_decompressed_bytes: default_max_decompressed(),
             max_spool_bytes: default_max_spool(),
+            max_quarantine_bytes: default_max_quarantine(),
         }
     }
 }
@@ -465,6 +471,9 @@ fn default_max_decompressed() -> u64 {
 }
 fn default_max_spool() -> u64 {
     8 << 30
+}
+fn default_max_quarantine() -> u64 {
+    1 << 30
 }
 /// Most JSON nesting `max_nesting_depth` may allow: serde_json's recursion limit (schema hints).
 pub(crate) const MAX_NESTING_DEPTH_CAP: usize = 128;

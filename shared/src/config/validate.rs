@@ -313,6 +313,7 @@ impl IngestConfig {
         at_least("max_field_bytes", self.max_field_bytes, 1)?;
         at_least("max_decompressed_bytes", self.max_decompressed_bytes, 1)?;
         at_least("max_spool_bytes", self.max_spool_bytes, 1)?;
+        at_least("max_quarantine_bytes", self.max_quarantine_bytes, 1024)?;
         if self.max_field_bytes > self.max_line_bytes {
             return Err(Error::config(
                 origin,

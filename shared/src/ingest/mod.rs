@@ -249,6 +249,7 @@ impl Ingestor {
             allow_unknown: tctx.cfg.schema_policy != SchemaPolicy::Strict,
             hash_key: self.hash_key.as_deref(),
             limits: decode::Limits::from(&self.config.ingest),
+            max_quarantine_bytes: self.config.ingest.max_quarantine_bytes,
             object_size: Some(opened.meta.size).filter(|s| *s > 0),
         };
         let (written, evolved) = self
@@ -446,15 +447,10 @@ impl Ingestor {
         spool: &std::path::Path,
     ) -> Result<String> {
         let bucket = self.quarantine_bucket(obj);
-        let body = std::fs::read(spool).map_err(|e| {
-            Error::new(
-                ErrorKind::Storage,
-                format!("reading quarantine spool {}", spool.display()),
-            )
-            .with_source(e)
-        });
+        // Streamed from the spool file: its size is bounded by max_quarantine_bytes, not memory.
+        let put = self.store.put_file(&bucket, key, spool).await;
         let _ = std::fs::remove_file(spool);
-        self.store.put(&bucket, key, body?).await?;
+        put?;
         Ok(format!("s3://{bucket}/{key}"))
     }
 

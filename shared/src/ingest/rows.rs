@@ -69,6 +69,8 @@ pub(super) struct WriteParams<'a> {
     pub(super) allow_unknown: bool,
     pub(super) hash_key: Option<&'a [u8]>,
     pub(super) limits: decode::Limits,
+    /// Most bytes of rejected records the object may quarantine (`max_quarantine_bytes`).
+    pub(super) max_quarantine_bytes: u64,
     /// The object's stored size (Content-Length), when known.
     pub(super) object_size: Option<u64>,
 }
@@ -90,6 +92,7 @@ pub(super) async fn write_object(
         allow_unknown,
         hash_key,
         limits,
+        max_quarantine_bytes,
         object_size,
     } = *params;
     let deprecated: Vec<String> = tctx.cfg.deprecations().into_keys().collect();
@@ -139,6 +142,7 @@ pub(super) async fn write_object(
         max_lateness_us: 0,
     };
     let mut spool: Option<std::io::BufWriter<std::fs::File>> = None;
+    let mut spooled: u64 = 0;
     let ingested_us = ingested_at.timestamp_micros();
     let late_us = late_after_seconds.saturating_mul(1_000_000);
     let et_col = tctx.cfg.event_time.clone();
@@ -174,9 +178,26 @@ pub(super) async fn write_object(
             }
             Piece::Rejected(rejected) => {
                 w.quarantined += rejected.len() as u64;
-                if let Err(e) = spool_rejected(&mut spool, &mut w.quarantine_spool, uri, &rejected)
-                {
-                    write_err = Some(e);
+                match spool_rejected(&mut spool, &mut w.quarantine_spool, uri, &rejected) {
+                    Ok(bytes) => spooled += bytes,
+                    Err(e) => {
+                        write_err = Some(e);
+                        break;
+                    }
+                }
+                if spooled > max_quarantine_bytes {
+                    // A mostly invalid object: failed whole like the other whole-object limits
+                    // (not acknowledged as quarantined, which would need unbounded disk).
+                    write_err = Some(
+                        Error::new(
+                            ErrorKind::UnreadableObject,
+                            format!(
+                                "{uri}: its rejected records exceed max_quarantine_bytes = {}; nothing committed",
+                                max_quarantine_bytes
+                            ),
+                        )
+                        .with_retryable(false),
+                    );
                     break;
                 }
             }
@@ -305,12 +326,13 @@ fn with_floe_columns(
     })
 }
 
+/// Appends `rejected` to the object's quarantine spool (created on first use); the bytes written.
 fn spool_rejected(
     spool: &mut Option<std::io::BufWriter<std::fs::File>>,
     path: &mut Option<std::path::PathBuf>,
     uri: &str,
     rejected: &[Rejected],
-) -> Result<()> {
+) -> Result<u64> {
     let io = |e: std::io::Error| {
         Error::new(ErrorKind::Storage, "writing quarantine spool").with_source(e)
     };
@@ -322,12 +344,15 @@ fn spool_rejected(
         ));
         *path = Some(p);
     }
+    let mut bytes = 0;
     if let Some(s) = spool.as_mut() {
         for r in rejected {
             let line = json!({"source": uri, "record": r.record, "raw": r.raw, "reason": r.reason});
-            serde_json::to_writer(&mut *s, &line).map_err(|e| io(e.into()))?;
-            s.write_all(b"\n").map_err(io)?;
+            let mut buf = serde_json::to_vec(&line).map_err(|e| io(e.into()))?;
+            buf.push(b'\n');
+            s.write_all(&buf).map_err(io)?;
+            bytes += buf.len() as u64;
         }
     }
-    Ok(())
+    Ok(bytes)
 }
