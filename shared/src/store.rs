@@ -155,7 +155,15 @@ pub async fn sdk_config(cfg: &StorageConfig, endpoint: Option<&str>) -> aws_conf
 /// An S3 client honouring the config's endpoint, region, path style and static keys.
 pub async fn s3_client(cfg: &StorageConfig) -> aws_sdk_s3::Client {
     let sdk = sdk_config(cfg, cfg.endpoint.as_deref()).await;
-    let b = aws_sdk_s3::config::Builder::from(&sdk).force_path_style(cfg.path_style);
+    let mut b = aws_sdk_s3::config::Builder::from(&sdk).force_path_style(cfg.path_style);
+    if cfg.endpoint.is_some() {
+        // S3-protocol servers other than AWS do not all take `aws-chunked` bodies with trailing
+        // checksums, which the SDK sends for streamed uploads by default: checksums only where
+        // an operation requires them.
+        b = b.request_checksum_calculation(
+            aws_sdk_s3::config::RequestChecksumCalculation::WhenRequired,
+        );
+    }
     aws_sdk_s3::Client::from_conf(b.build())
 }
 

@@ -242,3 +242,32 @@ async fn rejected_records_over_the_quarantine_limit_fail_the_object_whole() {
         .iter()
         .all(|l| l["raw"].as_str().unwrap().starts_with("not json at all")));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_widening_object_is_not_failed_by_its_first_pass_rejections() {
+    // Under the additive policy the first pass decodes with the old schema: rows needing a
+    // wider type are rejected there, then written again on the widened schema. Those first-pass
+    // rejections must not count against max_quarantine_bytes (the limit once failed such an
+    // object whole, and every redelivery the same way).
+    let mut env = TestEnv::new("sqlite").await;
+    env.config.ingest.max_quarantine_bytes = 4096;
+    let ingestor = env.ingestor().await;
+    env.put("orders/w1.jsonl", orders(10, 21)).await;
+    env.ingest(&ingestor, "orders/w1.jsonl").await.unwrap();
+    let wide = orders(100, 22).replace("\"items\":", "\"items\":5000000000");
+    assert!(wide.len() > 3 * 4096);
+    env.put("orders/w2.jsonl", wide).await;
+    let r = env.ingest(&ingestor, "orders/w2.jsonl").await.unwrap();
+    assert_eq!(
+        (r.status, r.records_committed, r.records_quarantined),
+        (Status::Committed, 100, 0),
+        "{r:?}"
+    );
+    assert!(
+        r.schema_change
+            .as_deref()
+            .unwrap_or("")
+            .contains("widened items int → long"),
+        "{r:?}"
+    );
+}

@@ -719,6 +719,7 @@ format = "csv"
         assert_eq!(c.ingest.max_nesting_depth, 64);
         assert_eq!(c.ingest.max_decompressed_bytes, 50 << 30);
         assert_eq!(c.ingest.max_spool_bytes, 8 << 30);
+        assert_eq!(c.ingest.max_quarantine_bytes, 1 << 30);
         let with = |lines: &str| format!("{GOOD}\n[ingest]\n{lines}\n");
         let c = Config::parse(
             &with("max_line_bytes = 4096\nmax_field_bytes = 100\nmax_nesting_depth = 8"),
@@ -764,6 +765,17 @@ format = "csv"
                 "max_spool_bytes = 0",
                 "ingest.max_spool_bytes",
                 "at least 1",
+            ),
+            (
+                // one malformed line of max_line_bytes must fit, JSON-escaped
+                "max_quarantine_bytes = 1024",
+                "ingest.max_quarantine_bytes",
+                "at least 8388608",
+            ),
+            (
+                "max_quarantine_bytes = 6442450944",
+                "ingest.max_quarantine_bytes",
+                "largest single S3 PutObject",
             ),
         ] {
             let e = Config::parse(&with(lines), "f.toml")

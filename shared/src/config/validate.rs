@@ -313,7 +313,23 @@ impl IngestConfig {
         at_least("max_field_bytes", self.max_field_bytes, 1)?;
         at_least("max_decompressed_bytes", self.max_decompressed_bytes, 1)?;
         at_least("max_spool_bytes", self.max_spool_bytes, 1)?;
-        at_least("max_quarantine_bytes", self.max_quarantine_bytes, 1024)?;
+        // Room for a few maximal records (a rejected line is kept whole, JSON-escaped), and no
+        // more than one S3 PutObject can take (the quarantine object is one PUT).
+        at_least(
+            "max_quarantine_bytes",
+            self.max_quarantine_bytes,
+            self.max_line_bytes.saturating_mul(8),
+        )?;
+        if self.max_quarantine_bytes > 5 << 30 {
+            return Err(Error::config(
+                origin,
+                "ingest.max_quarantine_bytes",
+                format!(
+                    "is {}; at most 5 GiB (5368709120), the largest single S3 PutObject",
+                    self.max_quarantine_bytes
+                ),
+            ));
+        }
         if self.max_field_bytes > self.max_line_bytes {
             return Err(Error::config(
                 origin,

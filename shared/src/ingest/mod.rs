@@ -250,6 +250,7 @@ impl Ingestor {
             hash_key: self.hash_key.as_deref(),
             limits: decode::Limits::from(&self.config.ingest),
             max_quarantine_bytes: self.config.ingest.max_quarantine_bytes,
+            defer_quarantine_limit: tctx.cfg.schema_policy == SchemaPolicy::Additive,
             object_size: Some(opened.meta.size).filter(|s| *s > 0),
         };
         let (written, evolved) = self
@@ -270,7 +271,7 @@ impl Ingestor {
         let mut r = report_written(&uri, &route, tctx, &written, evolved.as_ref())?;
         if let Some(spool) = written.quarantine_spool.take() {
             let key = self.quarantine_key(&route, obj, &source.version, "jsonl");
-            r.quarantine = Some(self.upload_quarantine(obj, &key, &spool).await?);
+            r.quarantine = Some(self.upload_quarantine(obj, &key, spool).await?);
         }
         if written.files.is_empty() {
             r.status = Status::AllQuarantined;
@@ -382,13 +383,17 @@ impl Ingestor {
             _ => None,
         };
         let (Some((schema, what)), Ok(first)) = (&evolved, &written) else {
+            // No second pass: a deferred quarantine limit applies now.
+            if let Ok(w) = &written {
+                if w.quarantine_over_limit {
+                    crate::write::delete_uncommitted(table, &w.files).await;
+                    return Err(rows::quarantine_limit(uri, params.max_quarantine_bytes));
+                }
+            }
             return Ok((written, evolved));
         };
         tracing::info!(object = %uri, table = %tctx.ident, change = %what, "input evolves the table schema");
         crate::write::delete_uncommitted(table, &first.files).await;
-        if let Some(spool) = &first.quarantine_spool {
-            let _ = std::fs::remove_file(spool);
-        }
         let evolved_table = crate::write::with_schema(table, schema.clone())?;
         // Pinned to the version read first: an overwrite in between must not put other
         // content under this identity. A mismatch is retryable: the redelivery starts over.
@@ -408,7 +413,13 @@ impl Ingestor {
                     e
                 }
             })?;
-        let written = write_object(&evolved_table, tctx, route, reopened.body, params).await;
+        // The second pass is final: the quarantine limit applies as it goes.
+        let second = WriteParams {
+            defer_quarantine_limit: false,
+            ..*params
+        };
+        drop(written);
+        let written = write_object(&evolved_table, tctx, route, reopened.body, &second).await;
         Ok((written, evolved))
     }
 
@@ -444,13 +455,12 @@ impl Ingestor {
         &self,
         obj: &ObjectRef,
         key: &str,
-        spool: &std::path::Path,
+        spool: rows::SpoolFile,
     ) -> Result<String> {
         let bucket = self.quarantine_bucket(obj);
         // Streamed from the spool file: its size is bounded by max_quarantine_bytes, not memory.
-        let put = self.store.put_file(&bucket, key, spool).await;
-        let _ = std::fs::remove_file(spool);
-        put?;
+        // The file is removed when `spool` drops, whatever the upload's outcome.
+        self.store.put_file(&bucket, key, spool.path()).await?;
         Ok(format!("s3://{bucket}/{key}"))
     }
 

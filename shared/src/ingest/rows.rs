@@ -29,6 +29,37 @@ pub(super) fn micros_to_rfc3339(us: i64) -> String {
         .unwrap_or_default()
 }
 
+/// The local file rejected records are spooled to, removed when dropped: on every path, error
+/// and cancellation included, so a warm Lambda's /tmp does not fill up.
+#[derive(Debug)]
+pub(super) struct SpoolFile(std::path::PathBuf);
+
+impl SpoolFile {
+    /// Its path.
+    pub(super) fn path(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl Drop for SpoolFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// The error of an object whose rejected records exceed `max_quarantine_bytes`.
+pub(super) fn quarantine_limit(uri: &str, limit: u64) -> Error {
+    // A mostly invalid object: failed whole like the other whole-object limits (not
+    // acknowledged as quarantined, which would need unbounded disk).
+    Error::new(
+        ErrorKind::UnreadableObject,
+        format!(
+            "{uri}: its rejected records exceed max_quarantine_bytes = {limit}; nothing committed"
+        ),
+    )
+    .with_retryable(false)
+}
+
 pub(super) struct Written {
     pub(super) files: Vec<DataFile>,
     pub(super) records_in: u64,
@@ -37,7 +68,10 @@ pub(super) struct Written {
     pub(super) unknown: BTreeMap<String, Option<PrimitiveType>>,
     pub(super) widen: BTreeMap<String, PrimitiveType>,
     pub(super) deprecated_seen: std::collections::BTreeSet<String>,
-    pub(super) quarantine_spool: Option<std::path::PathBuf>,
+    pub(super) quarantine_spool: Option<SpoolFile>,
+    /// Rejected records went over `max_quarantine_bytes` in a pass whose limit was deferred
+    /// (the spool stopped there): the object fails unless a second pass follows.
+    pub(super) quarantine_over_limit: bool,
     pub(super) et_min: Option<i64>,
     pub(super) et_max: Option<i64>,
     pub(super) late: u64,
@@ -71,6 +105,9 @@ pub(super) struct WriteParams<'a> {
     pub(super) limits: decode::Limits,
     /// Most bytes of rejected records the object may quarantine (`max_quarantine_bytes`).
     pub(super) max_quarantine_bytes: u64,
+    /// Do not fail at the limit, only stop spooling and note it (a first pass that may be
+    /// redone with an evolved schema, under which its rejected rows may fit).
+    pub(super) defer_quarantine_limit: bool,
     /// The object's stored size (Content-Length), when known.
     pub(super) object_size: Option<u64>,
 }
@@ -93,6 +130,7 @@ pub(super) async fn write_object(
         hash_key,
         limits,
         max_quarantine_bytes,
+        defer_quarantine_limit,
         object_size,
     } = *params;
     let deprecated: Vec<String> = tctx.cfg.deprecations().into_keys().collect();
@@ -136,6 +174,7 @@ pub(super) async fn write_object(
         widen: BTreeMap::new(),
         deprecated_seen: Default::default(),
         quarantine_spool: None,
+        quarantine_over_limit: false,
         et_min: None,
         et_max: None,
         late: 0,
@@ -178,27 +217,23 @@ pub(super) async fn write_object(
             }
             Piece::Rejected(rejected) => {
                 w.quarantined += rejected.len() as u64;
-                match spool_rejected(&mut spool, &mut w.quarantine_spool, uri, &rejected) {
-                    Ok(bytes) => spooled += bytes,
+                if w.quarantine_over_limit {
+                    continue;
+                }
+                let budget = max_quarantine_bytes.saturating_sub(spooled);
+                match spool_rejected(&mut spool, &mut w.quarantine_spool, uri, &rejected, budget) {
+                    Ok(Spooled::Within(bytes)) => spooled += bytes,
+                    Ok(Spooled::OverBudget) if defer_quarantine_limit => {
+                        w.quarantine_over_limit = true;
+                    }
+                    Ok(Spooled::OverBudget) => {
+                        write_err = Some(quarantine_limit(uri, max_quarantine_bytes));
+                        break;
+                    }
                     Err(e) => {
                         write_err = Some(e);
                         break;
                     }
-                }
-                if spooled > max_quarantine_bytes {
-                    // A mostly invalid object: failed whole like the other whole-object limits
-                    // (not acknowledged as quarantined, which would need unbounded disk).
-                    write_err = Some(
-                        Error::new(
-                            ErrorKind::UnreadableObject,
-                            format!(
-                                "{uri}: its rejected records exceed max_quarantine_bytes = {}; nothing committed",
-                                max_quarantine_bytes
-                            ),
-                        )
-                        .with_retryable(false),
-                    );
-                    break;
                 }
             }
             Piece::UnknownFields(u) => w.unknown.extend(u),
@@ -220,18 +255,15 @@ pub(super) async fn write_object(
         )
     })?;
     let files = sink.close().await;
-    let cleanup = |files: &iceberg::Result<Vec<DataFile>>, spool: &Option<std::path::PathBuf>| {
-        let paths: Vec<String> = files
+    // The spool goes with `w` (dropped on these paths); the data files are deleted here.
+    let cleanup = |files: &iceberg::Result<Vec<DataFile>>| -> Vec<String> {
+        files
             .as_ref()
             .map(|f| f.iter().map(|d| d.file_path().to_string()).collect())
-            .unwrap_or_default();
-        if let Some(p) = spool {
-            let _ = std::fs::remove_file(p);
-        }
-        paths
+            .unwrap_or_default()
     };
     if let Some(e) = write_err {
-        let paths = cleanup(&files, &w.quarantine_spool);
+        let paths = cleanup(&files);
         for p in paths {
             let _ = table.file_io().delete(&p).await;
         }
@@ -240,7 +272,7 @@ pub(super) async fn write_object(
     match decoded {
         Ok(seen) => w.records_in = seen,
         Err(failure) => {
-            let paths = cleanup(&files, &w.quarantine_spool);
+            let paths = cleanup(&files);
             for p in paths {
                 let _ = table.file_io().delete(&p).await;
             }
@@ -326,23 +358,35 @@ fn with_floe_columns(
     })
 }
 
-/// Appends `rejected` to the object's quarantine spool (created on first use); the bytes written.
+/// What [`spool_rejected`] did.
+enum Spooled {
+    /// All records spooled: their bytes.
+    Within(u64),
+    /// The budget ran out at a record (spooled up to there).
+    OverBudget,
+}
+
+/// Appends `rejected` to the object's quarantine spool (created on first use) until `budget`
+/// bytes are used up.
 fn spool_rejected(
     spool: &mut Option<std::io::BufWriter<std::fs::File>>,
-    path: &mut Option<std::path::PathBuf>,
+    path: &mut Option<SpoolFile>,
     uri: &str,
     rejected: &[Rejected],
-) -> Result<u64> {
+    budget: u64,
+) -> Result<Spooled> {
+    // A full disk is worth a retry (another container, or after cleanup), like the Parquet spool.
     let io = |e: std::io::Error| {
-        Error::new(ErrorKind::Storage, "writing quarantine spool").with_source(e)
+        Error::new(ErrorKind::Storage, "writing quarantine spool")
+            .with_retryable(true)
+            .with_source(e)
     };
     if spool.is_none() {
         let p =
             std::env::temp_dir().join(format!("floe-quarantine-{}.jsonl", uuid::Uuid::new_v4()));
-        *spool = Some(std::io::BufWriter::new(
-            std::fs::File::create(&p).map_err(io)?,
-        ));
-        *path = Some(p);
+        let file = std::fs::File::create(&p).map_err(io)?;
+        *path = Some(SpoolFile(p));
+        *spool = Some(std::io::BufWriter::new(file));
     }
     let mut bytes = 0;
     if let Some(s) = spool.as_mut() {
@@ -350,9 +394,49 @@ fn spool_rejected(
             let line = json!({"source": uri, "record": r.record, "raw": r.raw, "reason": r.reason});
             let mut buf = serde_json::to_vec(&line).map_err(|e| io(e.into()))?;
             buf.push(b'\n');
+            if bytes + buf.len() as u64 > budget {
+                return Ok(Spooled::OverBudget);
+            }
             s.write_all(&buf).map_err(io)?;
             bytes += buf.len() as u64;
         }
     }
-    Ok(bytes)
+    Ok(Spooled::Within(bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_spool_file_is_removed_when_dropped() {
+        let p = std::env::temp_dir().join(format!("floe-spool-test-{}", uuid::Uuid::new_v4()));
+        std::fs::write(&p, b"x").unwrap();
+        let spool = SpoolFile(p.clone());
+        assert!(spool.path().exists());
+        drop(spool);
+        assert!(!p.exists(), "the spool outlived its owner");
+    }
+
+    #[test]
+    fn spooling_stops_at_the_record_that_crosses_the_budget() {
+        let rec = |i: u64| Rejected {
+            record: i,
+            raw: "x".repeat(100),
+            reason: "bad".into(),
+        };
+        let rejected: Vec<Rejected> = (0..10).map(rec).collect();
+        let (mut spool, mut path) = (None, None);
+        let out = spool_rejected(&mut spool, &mut path, "s3://b/k", &rejected, 500).unwrap();
+        assert!(matches!(out, Spooled::OverBudget));
+        drop(spool);
+        let written = std::fs::read_to_string(path.as_ref().unwrap().path()).unwrap();
+        assert!(written.len() <= 500, "{} bytes spooled", written.len());
+        assert!(written.lines().count() >= 1);
+        let (mut spool, mut path) = (None, None);
+        match spool_rejected(&mut spool, &mut path, "s3://b/k", &rejected, 1 << 20).unwrap() {
+            Spooled::Within(n) => assert!(n > 1000),
+            Spooled::OverBudget => panic!("over a 1 MiB budget"),
+        }
+    }
 }
