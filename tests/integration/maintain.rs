@@ -388,6 +388,47 @@ async fn compaction_follows_the_sort_order_and_the_schedule_payload_drives_it() 
         .is_err());
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_schedule_skips_sinks_not_created_yet_and_maintains_the_rest() {
+    // Before: the scheduled run stopped at the first pipeline sink that no run had created yet
+    // (TableNotFound), so no table was maintained until every pipeline had run once.
+    let env = TestEnv::with_pipelines_and_orders_toml("sqlite", "").await;
+    let ingestor = env.ingestor().await;
+    for i in 0..3u64 {
+        env.put(&format!("orders/m{i}.jsonl"), orders(20, 700 + i))
+            .await;
+        env.ingest(&ingestor, &format!("orders/m{i}.jsonl"))
+            .await
+            .unwrap();
+    }
+    let maintainer = env.maintainer().await;
+    let all = env.config.all_tables();
+    assert!(all.len() > 1, "{all:?}");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let reports = maintainer
+        .handle_payload(
+            &serde_json::json!({"detail-type": "Scheduled Event"}),
+            deadline,
+        )
+        .await
+        .unwrap();
+    // Every ingest table (created at start-up) is maintained; no sink (no run created one).
+    let mut maintained: Vec<String> = reports
+        .iter()
+        .map(|r| r.table.rsplit('.').next().unwrap_or("").to_string())
+        .collect();
+    maintained.sort();
+    let mut ingest_tables: Vec<String> = env.config.tables.iter().map(|t| t.name.clone()).collect();
+    ingest_tables.sort();
+    assert!(!env.config.pipelines.is_empty());
+    assert_eq!(maintained, ingest_tables, "{reports:?}");
+    let orders = reports
+        .iter()
+        .find(|r| r.table.ends_with(".orders"))
+        .unwrap();
+    assert_eq!(orders.files_before, 3, "{reports:?}");
+}
+
 /// #15 item 10: a sorted compaction holds at most `sort_memory_bytes` of rows; a larger group is
 /// written as several sorted runs (every output file sorted, every row kept).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

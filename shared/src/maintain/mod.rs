@@ -304,6 +304,19 @@ impl Maintainer {
                     format!("maintain: no configured table `{table}`"),
                 ));
             }
+            // A configured table not created yet (a pipeline's sink before its first run) has
+            // nothing to maintain; it must not stop the tables after it.
+            let ident = crate::catalog::table_ident(&self.config, &table)?;
+            let exists = self
+                .committer
+                .catalog()
+                .table_exists(&ident)
+                .await
+                .map_err(|e| Error::iceberg(format!("checking {ident}"), e).with_retryable(true))?;
+            if !exists {
+                tracing::info!(table = %ident, "not created yet; nothing to maintain");
+                continue;
+            }
             let r = self.run(&table, &opts).await?;
             r.emit();
             reports.push(r);
