@@ -176,10 +176,20 @@ fn new_snapshot_id(md: &TableMetadata) -> i64 {
     }
 }
 
-fn total(prev: Option<&Summary>, key: &str) -> i64 {
-    prev.and_then(|s| s.additional_properties.get(key))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
+/// The metadata location of the version a change is staged on.
+fn base_location(table: &Table) -> Result<String> {
+    Ok(table
+        .metadata_location_result()
+        .map_err(ice("base location"))?
+        .to_string())
+}
+
+/// A metadata builder on the version a change is staged on.
+fn base_builder(table: &Table) -> Result<TableMetadataBuilder> {
+    Ok(TableMetadataBuilder::new_from_metadata(
+        table.metadata().clone(),
+        Some(base_location(table)?),
+    ))
 }
 
 /// The partition spec a manifest was written with.
@@ -225,6 +235,7 @@ pub(crate) async fn stage(table: &Table, change: &Change, write: bool) -> Result
         return stage_expiration(table, change, write).await;
     }
     let md = table.metadata();
+    let builder = base_builder(table)?;
     let snapshot_id = new_snapshot_id(md);
     let seq = md.next_sequence_number();
     let parent = md.current_snapshot();
@@ -273,15 +284,6 @@ pub(crate) async fn stage(table: &Table, change: &Change, write: bool) -> Result
             additional_properties: props,
         })
         .build();
-    let builder = TableMetadataBuilder::new_from_metadata(
-        md.clone(),
-        Some(
-            table
-                .metadata_location_result()
-                .map_err(ice("base location"))?
-                .to_string(),
-        ),
-    );
     let builder = match new_schema {
         Some(s) => builder
             .add_current_schema(s)
@@ -313,16 +315,7 @@ async fn stage_expiration(table: &Table, change: &Change, write: bool) -> Result
             "refusing to expire the current snapshot",
         ));
     }
-    let builder = TableMetadataBuilder::new_from_metadata(
-        md.clone(),
-        Some(
-            table
-                .metadata_location_result()
-                .map_err(ice("base location"))?
-                .to_string(),
-        ),
-    )
-    .remove_snapshots(&change.expire);
+    let builder = base_builder(table)?.remove_snapshots(&change.expire);
     write_metadata(table, builder, write).await
 }
 
@@ -562,7 +555,7 @@ fn snapshot_summary(
                 .and_then(|v| v.parse::<i64>().ok())
                 .unwrap_or(0)
         };
-        let value = total(parent, total_key) + get(added_key) - get(deleted_key);
+        let value = summary::value(parent, total_key) + get(added_key) - get(deleted_key);
         props.insert(total_key.into(), value.max(0).to_string());
     }
     for key in [
@@ -570,7 +563,7 @@ fn snapshot_summary(
         "total-position-deletes",
         "total-equality-deletes",
     ] {
-        props.insert(key.into(), total(parent, key).to_string());
+        props.insert(key.into(), summary::value(parent, key).to_string());
     }
     props
 }
@@ -581,10 +574,7 @@ pub async fn write_metadata(
     builder: TableMetadataBuilder,
     write: bool,
 ) -> Result<Staged> {
-    let previous = table
-        .metadata_location_result()
-        .map_err(ice("base location"))?
-        .to_string();
+    let previous = base_location(table)?;
     let built = builder.build().map_err(ice("building metadata"))?;
     let changes = built.changes.clone();
     // What a REST server checks before applying the updates. Besides main's snapshot, the schema

@@ -121,12 +121,17 @@ pub(crate) fn carry_checkpoint(props: &mut HashMap<String, String>, parent: Opti
     }
 }
 
-/// A `total-*` count from the current snapshot's summary (0 when absent or unparsable).
-pub fn total(md: &TableMetadata, key: &str) -> u64 {
-    md.current_snapshot()
-        .and_then(|s| s.summary().additional_properties.get(key))
+/// A count from a snapshot summary (0 when there is none, or it is absent or unparsable).
+pub(crate) fn value(summary: Option<&Summary>, key: &str) -> i64 {
+    summary
+        .and_then(|s| s.additional_properties.get(key))
         .and_then(|v| v.parse().ok())
         .unwrap_or(0)
+}
+
+/// A `total-*` count from the current snapshot's summary (0 when absent or unparsable).
+pub fn total(md: &TableMetadata, key: &str) -> u64 {
+    value(md.current_snapshot().map(|s| s.summary()), key).max(0) as u64
 }
 
 /// Whether the summary of the current snapshot counts delete files (the check a commit plan can
