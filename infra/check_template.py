@@ -6,13 +6,17 @@ Security (floe's contract for a deployment):
   * no `*` action or `service:*` action, and no `Resource: "*"`, in any function policy;
   * the data bucket: KMS encryption with a bucket key, versioning on, public access fully blocked,
     and a bucket policy denying requests without TLS.
+Per-table identities (with the deploy config, infra/floe.toml, as the third argument):
+  * no function may read, write or list the warehouse as a whole: every data-plane resource
+    under the warehouse names one table's prefix;
+  * every Glue table ARN names a configured table (an ingest table or a pipeline sink), never `*`.
 Structure:
   * every function is `rust-cargolambda` on provided.al2023/arm64 with `Handler: bootstrap`, and
     its `CodeUri` is a package of this workspace whose name matches `BuildProperties.Binary`;
   * every event type is one the function's binary handles.
 
 Exit status 1 with one line per violation; 0 and a summary when clean.
-Usage: check_template.py [template.yaml] [workspace root]
+Usage: check_template.py [template.yaml] [workspace root] [floe.toml]
 """
 import os
 import sys
@@ -37,9 +41,53 @@ def as_list(v):
     return v if isinstance(v, list) else [v]
 
 
+def deploy_scope(config_path):
+    """(warehouse key prefix, Glue database, configured table names) of the deploy config."""
+    with open(config_path, "rb") as f:
+        cfg = tomllib.load(f)
+    warehouse = cfg["catalog"]["warehouse"]
+    prefix = warehouse.split("://", 1)[1].split("/", 1)[1].strip("/") if warehouse.count("/") > 2 else ""
+    db = cfg["catalog"].get("namespace", "floe")
+    tables = {t["name"] for t in cfg.get("tables", [])} | {p["sink"] for p in cfg.get("pipelines", [])}
+    return prefix, db, tables
+
+
+def resource_strings(res):
+    """The ARN text of a policy resource (plain, or the string of a !Sub)."""
+    if isinstance(res, dict) and "Fn::Sub" in res:
+        sub = res["Fn::Sub"]
+        return sub if isinstance(sub, str) else sub[0]
+    return res if isinstance(res, str) else None
+
+
+def scope_errors(name, st, scope):
+    prefix, db, tables = scope
+    errors = []
+    sid = st.get("Sid", "?")
+    wide = {f"{prefix}/*" if prefix else "*", f"{prefix}*" if prefix else "*"}
+    for res in as_list(st.get("Resource", [])):
+        arn = resource_strings(res)
+        if arn is None:
+            continue
+        if arn.startswith("arn:aws:s3:::") and "/" in arn:
+            key = arn.split("/", 1)[1]
+            if key in wide:
+                errors.append(f"{name}: statement {sid} covers the whole warehouse ({arn}); name each table's prefix")
+        if ":table/" in arn and arn.startswith("arn:aws:glue:"):
+            table_db, _, table = arn.split(":table/", 1)[1].partition("/")
+            if table_db != db or table not in tables:
+                errors.append(f"{name}: statement {sid} names Glue table {table_db}/{table}, not a configured table")
+    cond = ((st.get("Condition") or {}).get("StringLike") or {}).get("s3:prefix")
+    for p in as_list(cond or []):
+        if isinstance(p, str) and p in wide:
+            errors.append(f"{name}: statement {sid} lists the whole warehouse ({p})")
+    return errors
+
+
 def main():
     path = sys.argv[1] if len(sys.argv) > 1 else "template.yaml"
     root = sys.argv[2] if len(sys.argv) > 2 else "."
+    scope = deploy_scope(sys.argv[3]) if len(sys.argv) > 3 else None
     template, matches = decode(path)
     if matches:
         for m in matches:
@@ -100,6 +148,8 @@ def main():
                 for res in as_list(st.get("Resource", [])):
                     if res == "*":
                         errors.append(f"{name}: statement {st.get('Sid', '?')} allows Resource *")
+                if scope is not None:
+                    errors.extend(scope_errors(name, st, scope))
     buckets = {k: v for k, v in resources.items() if v.get("Type") == "AWS::S3::Bucket"}
     policies = [v for v in resources.values() if v.get("Type") == "AWS::S3::BucketPolicy"]
     for name, b in buckets.items():
@@ -127,7 +177,8 @@ def main():
         print(e)
     if errors:
         return 1
-    print(f"template rules: {len(functions)} functions, {len(buckets)} bucket(s): ok")
+    scoped = f", scoped to the {len(scope[2])} tables of {sys.argv[3]}" if scope else ""
+    print(f"template rules: {len(functions)} functions, {len(buckets)} bucket(s){scoped}: ok")
     return 0
 
 

@@ -92,6 +92,15 @@ pub enum Command {
     /// JSON → Parquet conversion side by side, each in its own process, and prints wall time,
     /// rows/s and peak RSS. Run with --release. Tables go to stdout, progress to stderr.
     Bench(BenchArgs),
+    /// Generate template.yaml's per-table parts from floe.toml (table-scoped roles, alarms).
+    ///
+    /// Rewrites the blocks between `# floe:generated NAME begin|end` markers: each function's
+    /// data-plane permissions limited to the tables it needs (ingest: routed tables, landing and
+    /// quarantine prefixes; process: sources read-only, sinks; maintain: every table), a freshness
+    /// and a stall alarm per table, a lag alarm per pipeline, and the dashboard. The config must
+    /// use the Glue catalog; `${FLOE_DATA_BUCKET}` in it stands for the stack's bucket. With
+    /// --check nothing is written and the exit status is 1 when the template is stale.
+    Template(TemplateArgs),
     /// Print a shell completion script to stdout.
     ///
     /// For example: `floe completions bash > /etc/bash_completion.d/floe`, or
@@ -285,6 +294,19 @@ pub struct SchemaDiffArgs {
     pub json: bool,
 }
 
+/// `floe template`.
+#[derive(Debug, Args)]
+pub struct TemplateArgs {
+    #[command(flatten)]
+    pub config: ConfigArg,
+    /// The SAM template whose generated blocks are rewritten.
+    #[arg(long, value_name = "FILE", default_value = "template.yaml")]
+    pub template: String,
+    /// Only check that the template is current (exit 1 if not); write nothing.
+    #[arg(long)]
+    pub check: bool,
+}
+
 /// `floe process`.
 #[derive(Debug, Args)]
 #[command(arg_required_else_help = true)]
@@ -445,6 +467,7 @@ impl Command {
             Command::Status(a) => Some(&mut a.config),
             Command::Maintain(a) => Some(&mut a.config),
             Command::SchemaDiff(a) => Some(&mut a.config),
+            Command::Template(a) => Some(&mut a.config),
             Command::Process(p) => Some(match &mut p.action {
                 ProcessAction::Run(o) | ProcessAction::Refresh(o) | ProcessAction::Reconcile(o) => {
                     &mut o.config

@@ -10,6 +10,7 @@
 //! floe process run|refresh|reconcile --config F [--pipeline P] [--json]   incremental run, batch refresh, batch-vs-sink check (exit 1 on difference)
 //! floe local [--port 5000] [--dir D]        the deployed topology on moto_server: S3 → SQS → ingest, schedule → maintain
 //! floe bench [--big-mb N] [--small N] ...   ingest benchmark vs PyIceberg and plain arrow-rs
+//! floe template --config F [--check]       template.yaml's table-scoped roles and alarms from floe.toml
 //! floe completions bash|zsh|fish|...        a shell completion script
 //! ```
 //!
@@ -34,6 +35,7 @@ mod process_cmd;
 mod progress;
 mod schema_diff;
 mod status;
+mod template;
 
 use args::{Cli, Command, ConfigArg};
 
@@ -136,6 +138,11 @@ async fn run(command: Command) -> Result<Outcome> {
             .await?
         }
         Command::Bench(a) => bench::run(a).await?,
+        Command::Template(a) => {
+            if !template::run(&a.config.path, &a.template, a.check)? {
+                return Ok(Outcome::Different);
+            }
+        }
         Command::Completions(a) => {
             clap_complete::generate(a.shell, &mut Cli::command(), "floe", &mut std::io::stdout())
         }

@@ -84,6 +84,8 @@ pub fn storage() -> floe::config::StorageConfig {
 
 /// One test's world: a bucket, a working directory and a config for SQLite or Glue.
 pub struct TestEnv {
+    /// The floe.toml text the config was parsed from.
+    pub toml: String,
     pub bucket: String,
     pub namespace: String,
     pub dir: PathBuf,
@@ -171,6 +173,12 @@ bucket = "{bucket}"
 prefix = "parquet/"
 table = "orders"
 format = "parquet"
+
+[[routes]]
+bucket = "{bucket}"
+prefix = "consumer/"
+table = "orders_consumer"
+format = "jsonl"
 {tables}{consumer}{tail}"#,
             tables = floe::sample::ORDERS_TABLE_TOML.replace(
                 "target_file_size_mb = 128",
@@ -181,6 +189,7 @@ format = "parquet"
         );
         let config = Config::parse(&text, "test floe.toml").expect("test config");
         Self {
+            toml: text,
             bucket,
             namespace,
             dir,

@@ -18,6 +18,7 @@ mod matrix;
 mod planning;
 mod process;
 mod rest;
+mod second_pipeline;
 mod template;
 
 pub use maintain::only as maintain_opts;

@@ -14,6 +14,7 @@ fn check(template: &str) -> (bool, String) {
         .arg(repo_root().join("infra/check_template.py"))
         .arg(&path)
         .arg(repo_root())
+        .arg(repo_root().join("infra/floe.toml"))
         .output()
         .expect("run check_template.py");
     (
@@ -57,6 +58,30 @@ fn template_passes_and_each_violation_is_caught() {
             "Resource: !GetAtt DataKey.Arn",
             "Resource: \"*\"",
             "Resource *",
+        ),
+        (
+            "a role over the whole warehouse",
+            "data/warehouse/floe/orders/*",
+            "data/warehouse/*",
+            "covers the whole warehouse",
+        ),
+        (
+            "listing the whole warehouse",
+            "- \"warehouse/floe/orders/*\"",
+            "- \"warehouse/*\"",
+            "lists the whole warehouse",
+        ),
+        (
+            "every Glue table",
+            ":table/floe/orders",
+            ":table/floe/*",
+            "not a configured table",
+        ),
+        (
+            "an unconfigured Glue table",
+            ":table/floe/suspicious_orders",
+            ":table/floe/payroll",
+            "floe/payroll, not a configured table",
         ),
         (
             "plain HTTP allowed",

@@ -127,8 +127,14 @@ pub fn table_ident(cfg: &Config, table: &str) -> Result<TableIdent> {
         .map_err(|e| Error::iceberg(format!("table name `{table}`"), e))
 }
 
-/// Creates the namespace and every configured table that does not exist yet (safe to race).
-pub async fn ensure_tables(catalog: &dyn Catalog, cfg: &Config) -> Result<()> {
+/// Creates the namespace and every configured table that does not exist yet and that `owns`
+/// (safe to race). Each function creates only the tables its role may write: ingest its routed
+/// tables, process its sinks.
+pub async fn ensure_tables(
+    catalog: &dyn Catalog,
+    cfg: &Config,
+    owns: impl Fn(&TableConfig) -> bool,
+) -> Result<()> {
     let ns = NamespaceIdent::new(cfg.catalog.namespace.clone());
     let exists = catalog
         .namespace_exists(&ns)
@@ -145,7 +151,7 @@ pub async fn ensure_tables(catalog: &dyn Catalog, cfg: &Config) -> Result<()> {
             }
         }
     }
-    for t in &cfg.tables {
+    for t in cfg.tables.iter().filter(|t| owns(t)) {
         ensure_table(catalog, cfg, t).await?;
     }
     Ok(())
@@ -174,6 +180,10 @@ async fn ensure_table(catalog: &dyn Catalog, cfg: &Config, t: &TableConfig) -> R
         ),
         (summary::EVENT_TIME_COLUMN.to_string(), t.event_time.clone()),
     ]);
+    props.extend(crate::config::retention_properties(
+        t.expire_older_than_hours,
+        t.retain_last,
+    ));
     props.extend(t.properties.clone());
     let creation = TableCreation::builder()
         .name(t.name.clone())

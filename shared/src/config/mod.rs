@@ -9,8 +9,12 @@ use serde::Deserialize;
 
 use crate::error::{Error, ErrorKind, Result};
 
+mod defaults;
 pub(crate) mod types;
 mod validate;
+
+pub(crate) use defaults::retention_properties;
+pub use defaults::DefaultsConfig;
 
 /// The whole configuration.
 #[derive(Debug, Clone, Deserialize)]
@@ -39,6 +43,9 @@ pub struct Config {
     /// Where floe announces its commits (the process function's trigger).
     #[serde(default)]
     pub events: EventsConfig,
+    /// Table-creation standards for every table and sink that does not set its own.
+    #[serde(default)]
+    pub defaults: DefaultsConfig,
 }
 
 /// Commit notifications.
@@ -98,6 +105,10 @@ pub struct PipelineConfig {
     /// Optional alert output (append mode): every output row is also sent as a message.
     #[serde(default)]
     pub alert: Option<AlertConfig>,
+    /// Lag objective in seconds: the pipeline's lag alarm threshold (default: `[defaults]`, else
+    /// 600).
+    #[serde(default)]
+    pub lag_objective_seconds: u64,
 }
 
 /// Policy for row-changing source snapshots.
@@ -353,6 +364,20 @@ pub struct TableConfig {
     /// Extra table properties.
     #[serde(default)]
     pub properties: BTreeMap<String, String>,
+    /// Snapshot retention set on the new table (`history.expire.max-snapshot-age-ms`).
+    #[serde(default)]
+    pub expire_older_than_hours: Option<f64>,
+    /// Snapshots the new table always keeps (`history.expire.min-snapshots-to-keep`).
+    #[serde(default)]
+    pub retain_last: Option<u32>,
+    /// Freshness objective in seconds: the table's freshness alarm threshold (default:
+    /// `[defaults]`, else 120).
+    #[serde(default)]
+    pub freshness_objective_seconds: u64,
+    /// No record ingested for this many seconds alarms as a stall (default: `[defaults]`, else
+    /// 3600).
+    #[serde(default)]
+    pub stall_after_seconds: u64,
 }
 
 /// One column.
@@ -482,9 +507,21 @@ fn default_target_mb() -> u64 {
 }
 
 impl Config {
-    /// Parses and validates a config text; `origin` names the file in errors.
+    /// Parses and validates a config text; `origin` names the file in errors. `${NAME}` in the
+    /// text is replaced by the environment variable `NAME`.
     pub fn parse(text: &str, origin: &str) -> Result<Self> {
-        let config: Config = toml::from_str(text).map_err(|e| {
+        Self::parse_with_vars(text, origin, &|name| std::env::var(name).ok())
+    }
+
+    /// [`Config::parse`] with `${NAME}` looked up in `vars` instead of the environment.
+    pub fn parse_with_vars(
+        text: &str,
+        origin: &str,
+        vars: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Self> {
+        let text = defaults::expand_vars(text, origin, vars)?;
+        let text = text.as_str();
+        let mut config: Config = toml::from_str(text).map_err(|e| {
             let key = e
                 .span()
                 .map(|s| {
@@ -494,6 +531,10 @@ impl Config {
                 .unwrap_or_else(|| "?".into());
             Error::config(origin, &key, e.message())
         })?;
+        let raw: toml::Table =
+            toml::from_str(text).map_err(|e| Error::config(origin, "?", e.message()))?;
+        defaults::validate(&config.defaults, origin)?;
+        config.apply_defaults(&raw);
         config.validate(origin)?;
         Ok(config)
     }

@@ -145,6 +145,26 @@ impl TableConfig {
                 "must be at least 1",
             ));
         }
+        for (key, v) in [
+            (
+                "freshness_objective_seconds",
+                table.freshness_objective_seconds,
+            ),
+            ("stall_after_seconds", table.stall_after_seconds),
+        ] {
+            if v == 0 {
+                return Err(Error::config(origin, &at(key), "must be at least 1"));
+            }
+        }
+        if let Some(h) = table.expire_older_than_hours {
+            if !(h.is_finite() && h > 0.0) {
+                return Err(Error::config(
+                    origin,
+                    &at("expire_older_than_hours"),
+                    "must be positive",
+                ));
+            }
+        }
         Ok(())
     }
 
@@ -219,6 +239,13 @@ impl PipelineConfig {
         tables: &HashSet<&str>,
     ) -> Result<()> {
         let at = |k: &str| format!("pipelines[{i}].{k}");
+        if self.lag_objective_seconds == 0 {
+            return Err(Error::config(
+                origin,
+                &at("lag_objective_seconds"),
+                "must be at least 1",
+            ));
+        }
         if !tables.contains(self.source.as_str()) {
             return Err(Error::config(
                 origin,

@@ -81,7 +81,11 @@ impl Ingestor {
         committer: Committer,
         store: Arc<dyn ObjectStore>,
     ) -> Result<Self> {
-        catalog::ensure_tables(committer.catalog().as_ref(), &config).await?;
+        // Only the routed tables: the ones this function writes (and its role names).
+        catalog::ensure_tables(committer.catalog().as_ref(), &config, |t| {
+            config.routes.iter().any(|r| r.table == t.name)
+        })
+        .await?;
         let hash_key = crate::protect::load_key(&config).await?;
         let mut tables = HashMap::new();
         for t in &config.tables {

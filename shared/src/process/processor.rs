@@ -110,9 +110,9 @@ pub(super) struct Position {
 impl Processor {
     /// Connects to the configured catalog (and alert services, when a pipeline has alerts).
     pub async fn new(config: Config) -> Result<Self> {
+        // Sources are not created here: the process role only reads them (a pipeline whose
+        // source does not exist yet is skipped, see `handle_payload`).
         let catalog = catalog::connect(&config).await?;
-        // Sources may not exist yet when a poll comes before the first ingest.
-        catalog::ensure_tables(catalog.as_ref(), &config).await?;
         let swap = crate::catalog::pointer_swap(&config).await?;
         let mut me = Self::with_parts(config, Committer::new(catalog, swap));
         for p in &me.config.pipelines {
@@ -179,6 +179,17 @@ impl Processor {
         let mut reports = Vec::new();
         let mut errors = Vec::new();
         for name in self.pipelines_for(payload) {
+            match self.source_exists(&name).await {
+                Ok(true) => {}
+                Ok(false) => {
+                    tracing::info!(pipeline = %name, "source table not created yet: nothing to process");
+                    continue;
+                }
+                Err(e) => {
+                    errors.push(e);
+                    continue;
+                }
+            }
             match self.run(&name, deadline).await {
                 Ok(r) => {
                     r.emit();
@@ -191,6 +202,17 @@ impl Processor {
             }
         }
         (reports, errors)
+    }
+
+    /// Whether the pipeline's source table exists (a poll may come before the first ingest).
+    async fn source_exists(&self, name: &str) -> Result<bool> {
+        let p = self.pipeline(name)?;
+        let ident = catalog::table_ident(&self.config, &p.source)?;
+        self.committer
+            .catalog()
+            .table_exists(&ident)
+            .await
+            .map_err(|e| Error::iceberg(format!("checking source {ident}"), e).with_retryable(true))
     }
 
     /// Processes everything the pipeline has not seen yet, committing output and checkpoint in
@@ -479,19 +501,25 @@ impl Processor {
             let creation = TableCreation::builder()
                 .name(p.sink.clone())
                 .schema(schema)
-                .properties(HashMap::from([
-                    (
-                        "write.parquet.compression-codec".to_string(),
-                        "zstd".to_string(),
-                    ),
-                    (summary::PIPELINE.to_string(), p.name.clone()),
-                    (summary::SOURCE_TABLE.to_string(), p.source.clone()),
-                ]))
+                .properties(sink_properties(&self.config, p))
                 .build();
             catalog::create_if_missing(self.committer.catalog().as_ref(), &ident, creation).await?;
         }
         self.committer.load(&ident).await
     }
+}
+
+/// A new sink's table properties: zstd, the `[defaults]` standards, and the pipeline and
+/// source it belongs to.
+fn sink_properties(config: &Config, p: &PipelineConfig) -> HashMap<String, String> {
+    let mut props = HashMap::from([(
+        "write.parquet.compression-codec".to_string(),
+        "zstd".to_string(),
+    )]);
+    props.extend(config.sink_properties());
+    props.insert(summary::PIPELINE.to_string(), p.name.clone());
+    props.insert(summary::SOURCE_TABLE.to_string(), p.source.clone());
+    props
 }
 
 /// The sink change of a run: its output files (replacing `removed`, in aggregate mode) with the

@@ -1,0 +1,624 @@
+//! `floe template`: the per-table parts of template.yaml generated from floe.toml.
+//!
+//! Each function's data-plane permissions name exactly the tables it needs (ingest: its routed
+//! tables, their landing prefixes and quarantine; process: its sources read-only and its sinks;
+//! maintain: every table it maintains), and every table and pipeline gets its own alarms and
+//! dashboard widgets. Adding a table or a pipeline is a config change followed by
+//! `floe template`, never a hand-edited policy.
+//!
+//! The generated text replaces what lies between `# floe:generated NAME begin` and
+//! `# floe:generated NAME end` marker lines in the template, at the begin marker's indentation;
+//! everything outside the markers is left as written. In floe.toml, `${FLOE_DATA_BUCKET}` stands
+//! for the stack's data bucket: the functions get it from their environment, and here it
+//! becomes `floe-${AWS::AccountId}-${AWS::Region}-data` inside `!Sub`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+
+use anyhow::{bail, Context, Result};
+use floe::config::{CatalogKind, Config};
+
+/// The variable that names the stack's data bucket in floe.toml.
+pub(crate) const DATA_BUCKET_VAR: &str = "FLOE_DATA_BUCKET";
+/// What `${FLOE_DATA_BUCKET}` becomes in the template (inside `!Sub`).
+const DATA_BUCKET_SUB: &str = "floe-${AWS::AccountId}-${AWS::Region}-data";
+
+/// `floe template --config F [--template T] [--check]`: rewrites T's generated blocks from F, or
+/// with `check` reports whether T is current. Returns false when `check` finds it stale.
+pub(crate) fn run(config_path: &str, template_path: &str, check: bool) -> Result<bool> {
+    let text = std::fs::read_to_string(config_path)
+        .with_context(|| format!("reading config {config_path}"))?;
+    let config = parse_config(&text, config_path)?;
+    let template = std::fs::read_to_string(template_path)
+        .with_context(|| format!("reading template {template_path}"))?;
+    let rendered = render(&config, &template)?;
+    if check {
+        if rendered != template {
+            eprintln!(
+                "{template_path} is not what `floe template --config {config_path}` generates; run it and commit the result"
+            );
+            return Ok(false);
+        }
+        println!("{template_path} matches {config_path}");
+        return Ok(true);
+    }
+    if rendered != template {
+        std::fs::write(template_path, &rendered)
+            .with_context(|| format!("writing {template_path}"))?;
+    }
+    println!(
+        "{template_path}: generated from {config_path} ({} tables, {} pipelines)",
+        config.tables.len(),
+        config.pipelines.len()
+    );
+    Ok(true)
+}
+
+/// Parses floe.toml with `${FLOE_DATA_BUCKET}` standing for the stack's bucket (other `${…}`
+/// come from the environment).
+pub(crate) fn parse_config(text: &str, origin: &str) -> Result<Config> {
+    let vars = |name: &str| {
+        if name == DATA_BUCKET_VAR {
+            Some(DATA_BUCKET_SUB.to_string())
+        } else {
+            std::env::var(name).ok()
+        }
+    };
+    let config = Config::parse_with_vars(text, origin, &vars)?;
+    if config.catalog.kind != CatalogKind::Glue {
+        bail!("{origin}: the SAM template deploys a Glue catalog; catalog.kind must be \"glue\"");
+    }
+    Ok(config)
+}
+
+/// The template with every generated block rewritten from `config`.
+pub(crate) fn render(config: &Config, template: &str) -> Result<String> {
+    let blocks = blocks(config)?;
+    let mut out = String::with_capacity(template.len());
+    let mut lines = template.split_inclusive('\n');
+    let mut seen = BTreeSet::new();
+    while let Some(line) = lines.next() {
+        out.push_str(line);
+        let Some(name) = marker(line, "begin") else {
+            continue;
+        };
+        let body = blocks
+            .get(name)
+            .with_context(|| format!("template: unknown generated block `{name}`"))?;
+        if !seen.insert(name.to_string()) {
+            bail!("template: generated block `{name}` appears twice");
+        }
+        let indent = &line[..line.len() - line.trim_start().len()];
+        for l in body.lines() {
+            if l.is_empty() {
+                out.push('\n');
+            } else {
+                let _ = writeln!(out, "{indent}{l}");
+            }
+        }
+        let end = loop {
+            match lines.next() {
+                Some(l) if marker(l, "end") == Some(name) => break l,
+                Some(_) => {}
+                None => bail!("template: generated block `{name}` has no end marker"),
+            }
+        };
+        out.push_str(end);
+    }
+    for name in blocks.keys() {
+        if !seen.contains(*name) {
+            bail!("template: no `# floe:generated {name} begin` marker");
+        }
+    }
+    Ok(out)
+}
+
+/// The block name of a `# floe:generated NAME begin|end` line.
+fn marker<'a>(line: &'a str, which: &str) -> Option<&'a str> {
+    let rest = line.trim().strip_prefix("# floe:generated ")?;
+    let mut words = rest.split_whitespace();
+    let name = words.next()?;
+    (words.next() == Some(which)).then_some(name)
+}
+
+/// Where a table's files live: bucket and key prefix (Glue tables are created at
+/// `<warehouse>/<database>/<table>`).
+struct Places<'a> {
+    config: &'a Config,
+    bucket: String,
+    warehouse_prefix: String,
+}
+
+impl<'a> Places<'a> {
+    fn new(config: &'a Config) -> Result<Self> {
+        let Some(rest) = config.catalog.warehouse.strip_prefix("s3://") else {
+            bail!(
+                "catalog.warehouse must be s3://… for a deployment, not {}",
+                config.catalog.warehouse
+            );
+        };
+        let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+        Ok(Self {
+            config,
+            bucket: bucket.to_string(),
+            warehouse_prefix: prefix.trim_matches('/').to_string(),
+        })
+    }
+
+    /// `warehouse/<db>/<table>/` — the table's key prefix.
+    fn table_prefix(&self, table: &str) -> String {
+        let db = &self.config.catalog.namespace;
+        if self.warehouse_prefix.is_empty() {
+            format!("{db}/{table}/")
+        } else {
+            format!("{}/{db}/{table}/", self.warehouse_prefix)
+        }
+    }
+
+    fn table_objects(&self, table: &str) -> String {
+        s3_objects(&self.bucket, &self.table_prefix(table))
+    }
+
+    fn glue_table(&self, table: &str) -> String {
+        format!(
+            "!Sub arn:aws:glue:${{AWS::Region}}:${{AWS::AccountId}}:table/{}/{table}",
+            self.config.catalog.namespace
+        )
+    }
+
+    fn glue_catalog_and_database(&self) -> [String; 2] {
+        [
+            "!Sub arn:aws:glue:${AWS::Region}:${AWS::AccountId}:catalog".to_string(),
+            format!(
+                "!Sub arn:aws:glue:${{AWS::Region}}:${{AWS::AccountId}}:database/{}",
+                self.config.catalog.namespace
+            ),
+        ]
+    }
+
+    /// ListBucket on the warehouse bucket, limited to the tables' prefixes.
+    fn list_statement(&self, sid: &str, prefixes: &[String]) -> String {
+        let mut s = format!(
+            "- Sid: {sid}\n  Effect: Allow\n  Action: s3:ListBucket\n  Resource: {}\n  Condition:\n    StringLike:\n      s3:prefix:\n",
+            sub_arn(&format!("arn:aws:s3:::{}", self.bucket))
+        );
+        for p in prefixes {
+            let _ = writeln!(s, "        - \"{p}*\"");
+        }
+        s
+    }
+}
+
+fn sub_arn(arn: &str) -> String {
+    if arn.contains("${") {
+        format!("!Sub {arn}")
+    } else {
+        arn.to_string()
+    }
+}
+
+fn s3_objects(bucket: &str, prefix: &str) -> String {
+    sub_arn(&format!("arn:aws:s3:::{bucket}/{prefix}*"))
+}
+
+/// One Allow statement.
+fn statement(sid: &str, actions: &[&str], resources: &[String]) -> String {
+    let mut s = format!(
+        "- Sid: {sid}\n  Effect: Allow\n  Action: [{}]\n  Resource:\n",
+        actions.join(", ")
+    );
+    for r in resources {
+        let _ = writeln!(s, "    - {r}");
+    }
+    s
+}
+
+/// Every generated block by name.
+fn blocks(config: &Config) -> Result<BTreeMap<&'static str, String>> {
+    let places = Places::new(config)?;
+    let mut b = BTreeMap::new();
+    b.insert("glue-database", glue_database(config));
+    b.insert("ingest-data", ingest_data(&places));
+    b.insert("process-data", process_data(&places));
+    b.insert("maintain-data", maintain_data(&places));
+    b.insert("alarms", alarms(config)?);
+    b.insert("dashboard", dashboard(config));
+    Ok(b)
+}
+
+/// The `GlueDatabase` parameter, pinned to the config's namespace.
+fn glue_database(config: &Config) -> String {
+    let ns = &config.catalog.namespace;
+    format!(
+        "GlueDatabase:\n  Type: String\n  Default: {ns}\n  AllowedValues: [{ns}]\n  Description: Glue database (the Iceberg namespace) = catalog.namespace in floe.toml.\n"
+    )
+}
+
+/// Ingest: read its routes' landing prefixes, write its routed tables and quarantine.
+fn ingest_data(p: &Places) -> String {
+    let c = p.config;
+    let routed: BTreeSet<&str> = c.routes.iter().map(|r| r.table.as_str()).collect();
+    let landing: BTreeSet<String> = c
+        .routes
+        .iter()
+        .map(|r| s3_objects(&r.bucket, &r.prefix))
+        .collect();
+    let quarantine: BTreeSet<String> = c
+        .routes
+        .iter()
+        .map(|r| {
+            let bucket = c.ingest.quarantine_bucket.as_deref().unwrap_or(&r.bucket);
+            s3_objects(bucket, &c.ingest.quarantine_prefix)
+        })
+        .collect();
+    let mut writes: Vec<String> = routed.iter().map(|t| p.table_objects(t)).collect();
+    writes.extend(quarantine);
+    let mut list: Vec<String> = routed.iter().map(|t| p.table_prefix(t)).collect();
+    list.push(c.ingest.quarantine_prefix.clone());
+    let mut glue: Vec<String> = p.glue_catalog_and_database().to_vec();
+    glue.extend(routed.iter().map(|t| p.glue_table(t)));
+    [
+        statement(
+            "ReadLanding",
+            &["s3:GetObject", "s3:GetObjectVersion"],
+            &landing.into_iter().collect::<Vec<_>>(),
+        ),
+        statement(
+            "WriteRoutedTablesAndQuarantine",
+            &["s3:GetObject", "s3:PutObject", "s3:DeleteObject"],
+            &writes,
+        ),
+        p.list_statement("ListRoutedTables", &list),
+        statement(
+            "GlueRoutedTables",
+            &[
+                "glue:GetDatabase",
+                "glue:GetTable",
+                "glue:CreateTable",
+                "glue:UpdateTable",
+            ],
+            &glue,
+        ),
+    ]
+    .concat()
+}
+
+/// Process: read its sources, write its sinks.
+fn process_data(p: &Places) -> String {
+    let c = p.config;
+    let sinks: BTreeSet<&str> = c.pipelines.iter().map(|q| q.sink.as_str()).collect();
+    let sources: BTreeSet<&str> = c
+        .pipelines
+        .iter()
+        .map(|q| q.source.as_str())
+        .filter(|s| !sinks.contains(s))
+        .collect();
+    if sinks.is_empty() {
+        return "# no pipelines: process touches no table\n".into();
+    }
+    let mut glue_read: Vec<String> = p.glue_catalog_and_database().to_vec();
+    glue_read.extend(sources.iter().map(|t| p.glue_table(t)));
+    let mut out = String::new();
+    if !sources.is_empty() {
+        out += &statement(
+            "ReadSources",
+            &["s3:GetObject"],
+            &sources
+                .iter()
+                .map(|t| p.table_objects(t))
+                .collect::<Vec<_>>(),
+        );
+    }
+    out += &statement(
+        "WriteSinks",
+        &["s3:GetObject", "s3:PutObject", "s3:DeleteObject"],
+        &sinks.iter().map(|t| p.table_objects(t)).collect::<Vec<_>>(),
+    );
+    out += &statement(
+        "GlueSources",
+        &["glue:GetDatabase", "glue:GetTable"],
+        &glue_read,
+    );
+    out += &statement(
+        "GlueSinks",
+        &["glue:GetTable", "glue:CreateTable", "glue:UpdateTable"],
+        &sinks.iter().map(|t| p.glue_table(t)).collect::<Vec<_>>(),
+    );
+    out
+}
+
+/// Maintain: every table floe writes (ingest tables and sinks).
+fn maintain_data(p: &Places) -> String {
+    let tables: BTreeSet<String> = p.config.all_tables().into_iter().collect();
+    let mut glue: Vec<String> = p.glue_catalog_and_database().to_vec();
+    glue.extend(tables.iter().map(|t| p.glue_table(t)));
+    [
+        statement(
+            "RewriteTables",
+            &["s3:GetObject", "s3:PutObject", "s3:DeleteObject"],
+            &tables
+                .iter()
+                .map(|t| p.table_objects(t))
+                .collect::<Vec<_>>(),
+        ),
+        p.list_statement(
+            "ListTables",
+            &tables.iter().map(|t| p.table_prefix(t)).collect::<Vec<_>>(),
+        ),
+        statement(
+            "GlueTables",
+            &["glue:GetDatabase", "glue:GetTable", "glue:UpdateTable"],
+            &glue,
+        ),
+    ]
+    .concat()
+}
+
+/// `orders_v2` → `OrdersV2`: a CloudFormation logical-id part.
+fn camel(name: &str) -> String {
+    name.split(|c: char| !c.is_ascii_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .map(|w| {
+            let mut cs = w.chars();
+            cs.next()
+                .map(|f| f.to_ascii_uppercase().to_string() + cs.as_str())
+                .unwrap_or_default()
+        })
+        .collect()
+}
+
+/// A CloudWatch alarm period: a multiple of 60 s, at most a day.
+fn period(seconds: u64) -> u64 {
+    seconds.div_ceil(60).clamp(1, 1440) * 60
+}
+
+/// Per table: freshness over the objective, and a stall (no record for `stall_after_seconds`,
+/// missing data breaching); per pipeline: lag over its objective (missing data breaching: the
+/// poll runs every pipeline, so silence means the process function is not running).
+fn alarms(config: &Config) -> Result<String> {
+    let mut out = String::new();
+    let mut ids = BTreeSet::new();
+    let mut id = |prefix: &str, name: &str| -> Result<String> {
+        let id = format!("{prefix}{}", camel(name));
+        if !ids.insert(id.clone()) {
+            bail!("two tables or pipelines map to the same alarm name {id}; rename one");
+        }
+        Ok(id)
+    };
+    for t in &config.tables {
+        let n = &t.name;
+        let _ = write!(
+            out,
+            "{}:\n  Type: AWS::CloudWatch::Alarm\n  Properties:\n    AlarmDescription: \"{n}: p99 freshness lag (commit − newest event time) above its objective of {obj} s\"\n    Namespace: floe\n    MetricName: FreshnessLagSeconds\n    Dimensions: [{{ Name: Table, Value: {n} }}]\n    ExtendedStatistic: p99\n    Period: 300\n    EvaluationPeriods: 2\n    Threshold: {obj}\n    ComparisonOperator: GreaterThanThreshold\n    TreatMissingData: notBreaching\n\n",
+            id("Freshness", n)?,
+            obj = t.freshness_objective_seconds,
+        );
+        let _ = write!(
+            out,
+            "{}:\n  Type: AWS::CloudWatch::Alarm\n  Properties:\n    AlarmDescription: \"{n}: no record ingested for {s} s (a stalled source or a broken ingest path; no data counts as breaching)\"\n    Namespace: floe\n    MetricName: RecordsIn\n    Dimensions: [{{ Name: Table, Value: {n} }}]\n    Statistic: Sum\n    Period: {s}\n    EvaluationPeriods: 1\n    Threshold: 1\n    ComparisonOperator: LessThanThreshold\n    TreatMissingData: breaching\n\n",
+            id("Stalled", n)?,
+            s = period(t.stall_after_seconds),
+        );
+    }
+    for q in &config.pipelines {
+        let n = &q.name;
+        let _ = write!(
+            out,
+            "{}:\n  Type: AWS::CloudWatch::Alarm\n  Properties:\n    AlarmDescription: \"pipeline {n}: lag behind {src} above its objective of {obj} s, or no run reported (the process function is not running)\"\n    Namespace: floe\n    MetricName: ProcessorLagSeconds\n    Dimensions: [{{ Name: Pipeline, Value: {n} }}]\n    Statistic: Maximum\n    Period: 900\n    EvaluationPeriods: 1\n    Threshold: {obj}\n    ComparisonOperator: GreaterThanThreshold\n    TreatMissingData: breaching\n\n",
+            id("Lag", n)?,
+            src = q.source,
+            obj = q.lag_objective_seconds,
+        );
+    }
+    Ok(out.trim_end().to_string() + "\n")
+}
+
+/// The dashboard: ingest counts, one freshness widget per table (with its objective), pipeline
+/// lag, maintenance work, function errors, queue depth.
+fn dashboard(config: &Config) -> String {
+    let mut widgets = vec![
+        r#"{"type": "metric", "width": 12, "height": 6, "properties": {"title": "Ingest records", "region": "${AWS::Region}", "stat": "Sum", "period": 300,
+  "metrics": [[{"expression": "SEARCH('{floe,Table} MetricName=\"RecordsIn\"', 'Sum', 300)", "id": "rin", "label": "in"}],
+              [{"expression": "SEARCH('{floe,Table} MetricName=\"RecordsCommitted\"', 'Sum', 300)", "id": "rc", "label": "committed"}],
+              [{"expression": "SEARCH('{floe,Table} MetricName=\"RecordsQuarantined\"', 'Sum', 300)", "id": "rq", "label": "quarantined"}]]}}"#
+            .to_string(),
+    ];
+    for t in &config.tables {
+        widgets.push(format!(
+            r#"{{"type": "metric", "width": 12, "height": 6, "properties": {{"title": "{n}: freshness lag (s), objective {obj} s", "region": "${{AWS::Region}}", "period": 300,
+  "metrics": [["floe", "FreshnessLagSeconds", "Table", "{n}", {{"stat": "p50"}}], ["...", {{"stat": "p99"}}]],
+  "annotations": {{"horizontal": [{{"label": "objective", "value": {obj}}}]}}}}}}"#,
+            n = t.name,
+            obj = t.freshness_objective_seconds
+        ));
+    }
+    if !config.pipelines.is_empty() {
+        let lines: Vec<String> = config
+            .pipelines
+            .iter()
+            .map(|q| format!(r#"["floe", "ProcessorLagSeconds", "Pipeline", "{}"]"#, q.name))
+            .chain(std::iter::once(
+                r#"[{"expression": "SEARCH('{floe,Pipeline} MetricName=\"CommitToOutputSeconds\"', 'p99', 300)", "id": "lat", "label": "commit → output p99"}]"#
+                    .to_string(),
+            ))
+            .collect();
+        widgets.push(format!(
+            r#"{{"type": "metric", "width": 12, "height": 6, "properties": {{"title": "Pipeline lag and commit → output latency (s)", "region": "${{AWS::Region}}", "stat": "Maximum", "period": 300,
+  "metrics": [{}]}}}}"#,
+            lines.join(", ")
+        ));
+    }
+    widgets.push(
+        r#"{"type": "metric", "width": 12, "height": 6, "properties": {"title": "Maintenance work", "region": "${AWS::Region}", "stat": "Sum", "period": 3600,
+  "metrics": [[{"expression": "SEARCH('{floe,Table} MetricName=\"CompactionGroups\"', 'Sum', 3600)", "id": "gc"}],
+              [{"expression": "SEARCH('{floe,Table} MetricName=\"SnapshotsExpired\"', 'Sum', 3600)", "id": "se"}],
+              [{"expression": "SEARCH('{floe,Table} MetricName=\"FilesDeleted\"', 'Sum', 3600)", "id": "od"}]]}}"#
+            .to_string(),
+    );
+    widgets.push(
+        r#"{"type": "metric", "width": 12, "height": 6, "properties": {"title": "Function errors", "region": "${AWS::Region}", "stat": "Sum", "period": 300,
+  "metrics": [["AWS/Lambda", "Errors", "FunctionName", "${IngestFunction}"], ["...", "${ProcessFunction}"], ["...", "${MaintainFunction}"]]}}"#
+            .to_string(),
+    );
+    widgets.push(
+        r#"{"type": "metric", "width": 12, "height": 6, "properties": {"title": "Ingest queue and DLQ depth", "region": "${AWS::Region}", "stat": "Maximum", "period": 60,
+  "metrics": [["AWS/SQS", "ApproximateNumberOfMessagesVisible", "QueueName", "${IngestQueue.QueueName}"], ["...", "${IngestDLQ.QueueName}"]]}}"#
+            .to_string(),
+    );
+    let mut out = String::from(
+        "Dashboard:\n  Type: AWS::CloudWatch::Dashboard\n  Properties:\n    DashboardName: !Sub floe-${AWS::StackName}\n    DashboardBody: !Sub |\n      {\"widgets\": [\n",
+    );
+    let n = widgets.len();
+    for (i, w) in widgets.iter().enumerate() {
+        let (x, y) = ((i % 2) * 12, (i / 2) * 6);
+        let w = w.replacen(
+            "\"width\": 12",
+            &format!("\"x\": {x}, \"y\": {y}, \"width\": 12"),
+            1,
+        );
+        for (j, l) in w.lines().enumerate() {
+            let sep = if j + 1 == w.lines().count() && i + 1 < n {
+                ","
+            } else {
+                ""
+            };
+            let _ = writeln!(out, "        {l}{sep}");
+        }
+    }
+    out.push_str("      ]}\n");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn repo_file(rel: &str) -> String {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        std::fs::read_to_string(root.join(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"))
+    }
+
+    fn deploy_config() -> Config {
+        parse_config(&repo_file("infra/floe.toml"), "infra/floe.toml").expect("infra/floe.toml")
+    }
+
+    #[test]
+    fn committed_template_is_generated_from_the_deploy_config() {
+        let template = repo_file("template.yaml");
+        let rendered = render(&deploy_config(), &template).expect("render");
+        assert!(
+            rendered == template,
+            "template.yaml is stale: run `cargo run --bin floe -- template --config infra/floe.toml`"
+        );
+    }
+
+    #[test]
+    fn a_new_table_and_pipeline_get_their_own_scope_and_alarms() {
+        let base = repo_file("infra/floe.toml");
+        let extra = r#"
+[[tables]]
+name = "shipments"
+event_time = "shipped_at"
+columns = [{ name = "id", type = "string" }, { name = "shipped_at", type = "timestamptz" }]
+
+[[routes]]
+bucket = "${FLOE_DATA_BUCKET}"
+prefix = "landing/shipments/"
+table = "shipments"
+format = "jsonl"
+
+[[pipelines]]
+name = "late_shipments"
+source = "shipments"
+sink = "late_shipments"
+mode = "append"
+lag_objective_seconds = 42
+sql = "SELECT id, shipped_at FROM source"
+"#;
+        let template = repo_file("template.yaml");
+        let before = render(&deploy_config(), &template).unwrap();
+        let config = parse_config(&format!("{base}\n{extra}"), "f").unwrap();
+        let after = render(&config, &template).unwrap();
+        let db = &config.catalog.namespace;
+        for needle in [
+            format!("table/{db}/shipments"),
+            format!("table/{db}/late_shipments"),
+            "data/landing/shipments/*".to_string(),
+            format!("warehouse/{db}/shipments/*"),
+            "FreshnessShipments:".to_string(),
+            "StalledShipments:".to_string(),
+            "LagLateShipments:".to_string(),
+            "Threshold: 42".to_string(),
+            "\"Table\", \"shipments\"".to_string(),
+        ] {
+            assert!(
+                !before.contains(&needle),
+                "{needle} already in the template"
+            );
+            assert!(
+                after.contains(&needle),
+                "{needle} missing after adding the table"
+            );
+        }
+        // Ingest gains the new table; process reads it, never writes it.
+        let ingest = block(&after, "ingest-data");
+        assert!(ingest.contains(&format!("warehouse/{db}/shipments/*")));
+        assert!(!ingest.contains("late_shipments"));
+        let process = block(&after, "process-data");
+        let read = process.split("- Sid: WriteSinks").next().unwrap();
+        assert!(read.contains(&format!("warehouse/{db}/shipments/*")));
+        let write = process.split("- Sid: WriteSinks").nth(1).unwrap();
+        let write = write.split("- Sid:").next().unwrap();
+        assert!(
+            !write.contains(&format!("warehouse/{db}/shipments/*")),
+            "{write}"
+        );
+        assert!(write.contains(&format!("warehouse/{db}/late_shipments/*")));
+    }
+
+    fn block<'a>(t: &'a str, name: &str) -> &'a str {
+        let begin = format!("# floe:generated {name} begin");
+        let end = format!("# floe:generated {name} end");
+        let from = t.find(&begin).unwrap();
+        let to = t[from..].find(&end).unwrap();
+        &t[from..from + to]
+    }
+
+    #[test]
+    fn markers_are_checked() {
+        let c = deploy_config();
+        let e = render(
+            &c,
+            "# floe:generated nope begin\n# floe:generated nope end\n",
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string().contains("unknown generated block `nope`"),
+            "{e}"
+        );
+        let e = render(&c, "# floe:generated alarms begin\n").unwrap_err();
+        assert!(e.to_string().contains("no end marker"), "{e}");
+        let e = render(&c, "Resources: {}\n").unwrap_err();
+        assert!(e.to_string().contains("no `# floe:generated"), "{e}");
+    }
+
+    #[test]
+    fn logical_ids_and_periods() {
+        assert_eq!(camel("revenue_per_region_minute"), "RevenuePerRegionMinute");
+        assert_eq!(camel("orders-v2"), "OrdersV2");
+        assert_eq!(period(1), 60);
+        assert_eq!(period(3600), 3600);
+        assert_eq!(period(90), 120);
+        assert_eq!(period(10 * 86_400), 86_400);
+    }
+
+    #[test]
+    fn sqlite_configs_are_refused() {
+        let e = parse_config(
+            "[catalog]\nkind = \"sqlite\"\nwarehouse = \"file:///tmp/w\"\n",
+            "f",
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("glue"), "{e}");
+    }
+}
