@@ -74,6 +74,16 @@ pub enum Command {
     /// carries, with --object), prints every change with its class, and exits 2 when any change
     /// is breaking, so that CI stops the rollout.
     SchemaDiff(SchemaDiffArgs),
+    /// Compare a table with what the system it replaces produced (exit 1 on a difference).
+    ///
+    /// The other side (--against) is `s3://bucket/prefix` (Parquet, CSV or JSON-lines objects,
+    /// optionally gzip/zstd; format from the extension or --format), a local file or directory,
+    /// or `iceberg:TABLE` (a table in this config's catalog, or in --against-config's). Per
+    /// window of the time column: record counts, distinct keys and per-measure sums; per key:
+    /// missing on either side (sampled), duplicated, or differing in window or measures.
+    /// Defaults come from the table's `[[compare]]` entry; flags win. Exit 1 when anything
+    /// differs beyond --tolerance.
+    Compare(CompareArgs),
     /// SQL pipelines: incremental run, batch refresh, batch-vs-sink reconcile.
     ///
     /// The process function's work by hand, and the batch side of it.
@@ -294,6 +304,58 @@ pub struct SchemaDiffArgs {
     pub json: bool,
 }
 
+/// `floe compare`.
+#[derive(Debug, Args)]
+pub struct CompareArgs {
+    #[command(flatten)]
+    pub config: ConfigArg,
+    /// The floe table.
+    #[arg(long, value_name = "T", required = true)]
+    pub table: String,
+    /// The other side: s3://bucket/prefix, a local path, or iceberg:TABLE.
+    #[arg(long, value_name = "SOURCE", required = true)]
+    pub against: String,
+    /// The config whose catalog holds an iceberg:TABLE source (default: --config's).
+    #[arg(long, value_name = "FILE")]
+    pub against_config: Option<String>,
+    /// Format of the source's objects (default: from each name's extension).
+    #[arg(long, value_parser = ["parquet", "csv", "jsonl"])]
+    pub format: Option<String>,
+    /// Key columns, comma-separated (floe's names).
+    #[arg(long, value_name = "A,B", value_delimiter = ',')]
+    pub keys: Vec<String>,
+    /// Time column windows are cut on (default: the table's event time).
+    #[arg(long, value_name = "COLUMN")]
+    pub time: Option<String>,
+    /// Numeric columns compared as sums and values, comma-separated.
+    #[arg(long, value_name = "A,B", value_delimiter = ',')]
+    pub measures: Vec<String>,
+    /// Window size: 1d, 1h, 15m, ... [default: 1d, or the config's]
+    #[arg(long, value_name = "SIZE")]
+    pub window: Option<String>,
+    /// Relative tolerance on counts, sums and values (0 = exact) [default: 0, or the config's]
+    #[arg(long, value_name = "R")]
+    pub tolerance: Option<f64>,
+    /// Columns the source names differently: SOURCE_NAME=FLOE_NAME, comma-separated.
+    #[arg(long, value_name = "S=F", value_delimiter = ',')]
+    pub rename: Vec<String>,
+    /// Only records with time at or after this (RFC 3339).
+    #[arg(long, value_name = "T")]
+    pub since: Option<String>,
+    /// Only records with time before this (RFC 3339).
+    #[arg(long, value_name = "T")]
+    pub until: Option<String>,
+    /// Keys listed per kind of difference.
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    pub sample: usize,
+    /// Most distinct keys held in memory.
+    #[arg(long, value_name = "N", default_value_t = 20_000_000)]
+    pub max_keys: usize,
+    /// Print JSON instead of tables.
+    #[arg(long)]
+    pub json: bool,
+}
+
 /// `floe template`.
 #[derive(Debug, Args)]
 pub struct TemplateArgs {
@@ -467,6 +529,7 @@ impl Command {
             Command::Status(a) => Some(&mut a.config),
             Command::Maintain(a) => Some(&mut a.config),
             Command::SchemaDiff(a) => Some(&mut a.config),
+            Command::Compare(a) => Some(&mut a.config),
             Command::Template(a) => Some(&mut a.config),
             Command::Process(p) => Some(match &mut p.action {
                 ProcessAction::Run(o) | ProcessAction::Refresh(o) | ProcessAction::Reconcile(o) => {
@@ -559,6 +622,7 @@ mod tests {
             "floe status",
             "floe maintain",
             "floe schema-diff",
+            "floe compare",
             "floe process run",
             "floe process refresh",
             "floe process reconcile",
@@ -613,6 +677,47 @@ mod tests {
         };
         assert_eq!(p.action.parts().0, "refresh");
         parse_err(&["floe", "process", "rerun", "--config", "f"]);
+    }
+
+    #[test]
+    fn compare_takes_lists_and_renames() {
+        let cli = parse(&[
+            "floe",
+            "compare",
+            "--config",
+            "f.toml",
+            "--table",
+            "orders",
+            "--against",
+            "s3://legacy/out/",
+            "--keys",
+            "order_id,region",
+            "--measures",
+            "amount",
+            "--rename",
+            "total=amount,id=order_id",
+            "--tolerance",
+            "0.01",
+            "--json",
+        ]);
+        let Command::Compare(a) = cli.command else {
+            panic!("{cli:?}")
+        };
+        assert_eq!(a.keys, vec!["order_id", "region"]);
+        assert_eq!(a.measures, vec!["amount"]);
+        assert_eq!(a.rename, vec!["total=amount", "id=order_id"]);
+        assert_eq!((a.tolerance, a.json, a.sample), (Some(0.01), true, 10));
+        parse_err(&["floe", "compare", "--config", "f", "--table", "t"]);
+        parse_err(&[
+            "floe",
+            "compare",
+            "--table",
+            "t",
+            "--against",
+            "x",
+            "--format",
+            "xml",
+        ]);
     }
 
     #[test]

@@ -7,6 +7,7 @@
 //! floe maintain --config F [--table T] [--only compact,expire,orphans,manifests] [--dry-run]
 //!               [--older-than-hours H] [--retain-last N] [--orphan-older-than-hours H] [--json]
 //! floe schema-diff --config F --table T [--object s3://b/k] [--json]   classify schema changes (exit 2 if breaking)
+//! floe compare --config F --table T --against s3://b/p|PATH|iceberg:T [--keys K] [--measures M] [--json]   beside the old system (exit 1 on difference)
 //! floe process run|refresh|reconcile --config F [--pipeline P] [--json]   incremental run, batch refresh, batch-vs-sink check (exit 1 on difference)
 //! floe local [--port 5000] [--dir D]        the deployed topology on moto_server: S3 → SQS → ingest, schedule → maintain
 //! floe bench [--big-mb N] [--small N] ...   ingest benchmark vs PyIceberg and plain arrow-rs
@@ -27,6 +28,7 @@ mod bench;
 mod bench_latency;
 mod bench_maintain;
 mod bench_plan;
+mod compare_cmd;
 mod demo;
 mod ingest_cmd;
 mod local;
@@ -120,6 +122,13 @@ async fn run(command: Command) -> Result<Outcome> {
             if schema_diff::run(&config, &a.table, a.object, a.json).await? {
                 // Non-zero on breaking changes, so CI pipelines stop the rollout.
                 return Ok(Outcome::Breaking);
+            }
+        }
+        Command::Compare(a) => {
+            let config = load_config(&a.config).await?;
+            if !compare_cmd::run(&config, &a).await? {
+                // The two systems disagree: fail the caller's job.
+                return Ok(Outcome::Different);
             }
         }
         Command::Process(p) => {

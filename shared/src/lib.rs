@@ -36,6 +36,7 @@ pub mod scan;
 pub mod snapshot;
 pub(crate) mod write;
 
+pub mod compare;
 pub mod ingest;
 pub mod maintain;
 pub mod process;

@@ -120,6 +120,24 @@ pub trait ObjectStore: Send + Sync {
     async fn put(&self, bucket: &str, key: &str, body: Vec<u8>) -> Result<()>;
     /// Writes a whole object from a local file, streamed (never held in memory).
     async fn put_file(&self, bucket: &str, key: &str, path: &std::path::Path) -> Result<()>;
+    /// Every object under `prefix` (keys in lexicographic order), all pages of the listing.
+    async fn list(&self, bucket: &str, prefix: &str) -> Result<Vec<Listed>> {
+        Err(Error::new(
+            ErrorKind::Storage,
+            format!("this store cannot list s3://{bucket}/{prefix}"),
+        ))
+    }
+}
+
+/// One object of a listing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listed {
+    /// Its key.
+    pub key: String,
+    /// Its size in bytes.
+    pub size: u64,
+    /// When it was last written.
+    pub last_modified: DateTime<Utc>,
 }
 
 /// Builds the store the config asks for: a local directory when `storage.local_root` is set, else S3.
@@ -275,6 +293,33 @@ impl ObjectStore for S3Store {
             .map_err(|e| s3_error(format!("PutObject s3://{bucket}/{key}"), e))?;
         Ok(())
     }
+
+    async fn list(&self, bucket: &str, prefix: &str) -> Result<Vec<Listed>> {
+        let mut out = Vec::new();
+        let mut pages = self
+            .client
+            .list_objects_v2()
+            .bucket(bucket)
+            .prefix(prefix)
+            .into_paginator()
+            .send();
+        while let Some(page) = pages.next().await {
+            let page =
+                page.map_err(|e| s3_error(format!("ListObjectsV2 s3://{bucket}/{prefix}"), e))?;
+            for o in page.contents() {
+                let Some(key) = o.key() else { continue };
+                out.push(Listed {
+                    key: key.to_string(),
+                    size: o.size().unwrap_or(0).max(0) as u64,
+                    last_modified: o
+                        .last_modified()
+                        .and_then(|t| DateTime::<Utc>::from_timestamp(t.secs(), t.subsec_nanos()))
+                        .unwrap_or_else(Utc::now),
+                });
+            }
+        }
+        Ok(out)
+    }
 }
 
 /// Marks every error of the inner reader as transient (network, not content).
@@ -401,5 +446,55 @@ impl ObjectStore for LocalStore {
         tokio::fs::rename(&tmp, &path)
             .await
             .map_err(|e| io_error(format!("rename to {}", path.display()), e))
+    }
+
+    async fn list(&self, bucket: &str, prefix: &str) -> Result<Vec<Listed>> {
+        let root = self.path(bucket, "")?;
+        let mut out = Vec::new();
+        let mut dirs = vec![root.clone()];
+        while let Some(dir) = dirs.pop() {
+            let mut entries = match tokio::fs::read_dir(&dir).await {
+                Ok(e) => e,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(io_error(format!("list {}", dir.display()), e)),
+            };
+            while let Some(entry) = entries
+                .next_entry()
+                .await
+                .map_err(|e| io_error(format!("list {}", dir.display()), e))?
+            {
+                let path = entry.path();
+                let md = entry
+                    .metadata()
+                    .await
+                    .map_err(|e| io_error(format!("stat {}", path.display()), e))?;
+                if md.is_dir() {
+                    dirs.push(path);
+                    continue;
+                }
+                let Ok(rel) = path.strip_prefix(&root) else {
+                    continue;
+                };
+                let key = rel
+                    .components()
+                    .map(|c| c.as_os_str().to_string_lossy())
+                    .collect::<Vec<_>>()
+                    .join("/");
+                // Half-written objects (`put` writes a temporary file, then renames it).
+                if !key.starts_with(prefix) || key.contains(".tmp-") {
+                    continue;
+                }
+                out.push(Listed {
+                    key,
+                    size: md.len(),
+                    last_modified: md
+                        .modified()
+                        .map(DateTime::<Utc>::from)
+                        .unwrap_or_else(|_| Utc::now()),
+                });
+            }
+        }
+        out.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(out)
     }
 }

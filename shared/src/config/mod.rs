@@ -9,10 +9,12 @@ use serde::Deserialize;
 
 use crate::error::{Error, ErrorKind, Result};
 
+mod compare;
 mod defaults;
 pub(crate) mod types;
 mod validate;
 
+pub use compare::CompareConfig;
 pub(crate) use defaults::retention_properties;
 pub use defaults::DefaultsConfig;
 
@@ -46,6 +48,9 @@ pub struct Config {
     /// Table-creation standards for every table and sink that does not set its own.
     #[serde(default)]
     pub defaults: DefaultsConfig,
+    /// How `floe compare` lines tables up against the system they replace.
+    #[serde(default)]
+    pub compare: Vec<CompareConfig>,
 }
 
 /// Commit notifications.

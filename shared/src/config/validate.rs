@@ -69,6 +69,9 @@ impl Config {
             ));
         }
         self.ingest.validate_limits(origin)?;
+        for (i, c) in self.compare.iter().enumerate() {
+            c.validate(self, origin, i)?;
+        }
         Ok(())
     }
 
