@@ -10,12 +10,18 @@
 //! those. An object whose input changes the table's schema commits alone, first.
 //!
 //! After the commit the landed snapshot's own summary says which members it holds (an earlier
-//! attempt whose answer was lost may be the one that landed). Files are deleted only for members
-//! proven to be in no commit of ours; on any unknown outcome every file stays.
+//! attempt whose answer was lost may be the one that landed). A member is acknowledged only
+//! when it is proven in the table: named by the landed snapshot, or found committed by the plan.
+//! Files are deleted only for members proven outside the landed commit; on any unknown outcome
+//! every file stays and the member's message is retried (its redelivery deduplicates).
+//!
+//! Objects are prepared one after another, so the payload's preparation must not eat the commit
+//! window: an object is only started while its expected preparation plus a whole commit window
+//! per pending commit still fits before the Lambda's deadline; the others are left for retry.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use iceberg::table::Table;
 use iceberg::TableIdent;
@@ -29,12 +35,17 @@ use crate::event::ObjectRef;
 use crate::snapshot::Change;
 use crate::summary::{SOURCE_OBJECTS, WRITER_ID};
 
+/// Most objects in one commit. Every snapshot's summary lists its objects and every later
+/// metadata.json carries the summaries of the retained snapshots, so the list is kept short
+/// (100 identities are ~20 KiB); a larger payload (a Distributed Map batch) commits in chunks.
+const MAX_OBJECTS_PER_COMMIT: usize = 100;
+
 /// What the last evaluation of a batch plan decided for one member.
 #[derive(Debug, Clone)]
 enum Decision {
     /// In the change.
     Take,
-    /// Already committed (by another delivery, or by an attempt of ours whose answer was lost).
+    /// Already committed (by another delivery).
     Found(Found),
 }
 
@@ -45,6 +56,19 @@ struct Member {
     proven: Option<i64>,
     files: Vec<iceberg::spec::DataFile>,
     report: ObjectReport,
+}
+
+/// What the commit proved about one member.
+enum Fate {
+    /// Named by the snapshot that landed.
+    Landed,
+    /// Committed by another delivery (the plan found it); `proven_outside`: the landed snapshot
+    /// was read and does not hold it, so its files are referenced by nothing.
+    Found { found: Found, proven_outside: bool },
+    /// Proven not committed (the landed snapshot was read and does not name it).
+    Absent,
+    /// Not provable either way (the landed snapshot's summary could not be read).
+    Unknown,
 }
 
 impl Ingestor {
@@ -65,11 +89,47 @@ impl Ingestor {
         }
         let mut results: Vec<Option<Result<ObjectReport>>> = objs.iter().map(|_| None).collect();
         let mut groups: BTreeMap<String, Vec<(usize, Box<Prepared>)>> = BTreeMap::new();
-        // The same version delivered twice in one payload: the copy follows the first.
+        // The same version delivered twice in one payload: the copy follows the first. Known
+        // from the event when it names the version, else from the identity read.
+        let mut first_event: HashMap<(String, String, String), usize> = HashMap::new();
         let mut first_of: HashMap<String, usize> = HashMap::new();
         let mut copies: Vec<(usize, usize)> = Vec::new();
+        let window = Duration::from_secs(self.config.ingest.commit_timeout_seconds);
+        let mut slowest = Duration::ZERO;
+        let mut out_of_time = false;
         for (i, obj) in objs.iter().enumerate() {
-            let prepared = match self.prepare(obj, deadline).await {
+            if let Some(version) = obj.version_id.clone().or_else(|| obj.etag.clone()) {
+                let key = (obj.bucket.clone(), obj.key.clone(), version);
+                if let Some(&first) = first_event.get(&key) {
+                    copies.push((i, first));
+                    continue;
+                }
+                first_event.insert(key, i);
+            }
+            // The commit window starts at the commit: start another object only while its
+            // preparation (as long as the slowest so far) and a whole window for every commit
+            // still to come fit before the deadline. The first object always starts.
+            if i > 0 {
+                let mut tables: HashSet<&str> = groups.keys().map(String::as_str).collect();
+                let routed = self
+                    .config
+                    .route(&obj.bucket, &obj.key)
+                    .and_then(|r| self.tables.get(&r.table))
+                    .map(|t| t.ident.to_string());
+                if let Some(t) = &routed {
+                    tables.insert(t.as_str());
+                }
+                let commits = tables.len().max(1) as u32;
+                out_of_time |= Instant::now() + slowest + window * commits > deadline;
+            }
+            if out_of_time {
+                results[i] = Some(Err(left_for_retry(obj)));
+                continue;
+            }
+            let t0 = Instant::now();
+            let prepared = self.prepare(obj).await;
+            slowest = slowest.max(t0.elapsed());
+            let prepared = match prepared {
                 Ok(Stage::Ready(p)) => p,
                 Ok(Stage::Done(r)) => {
                     results[i] = Some(Ok(r));
@@ -94,7 +154,9 @@ impl Ingestor {
             first_of.insert(id, i);
             if prepared.evolved.is_some() {
                 // Its files carry the new field ids: it commits alone, with its schema change.
+                let t0 = Instant::now();
                 results[i] = Some(self.commit_alone(*prepared, deadline).await);
+                slowest = slowest.max(t0.elapsed());
             } else {
                 groups
                     .entry(prepared.ident.to_string())
@@ -102,26 +164,23 @@ impl Ingestor {
                     .push((i, prepared));
             }
         }
-        for (_, members) in groups {
-            for (i, r) in self.commit_group(members, deadline).await {
-                results[i] = Some(r);
+        for (_, mut members) in groups {
+            while !members.is_empty() {
+                let rest = members.split_off(members.len().min(MAX_OBJECTS_PER_COMMIT));
+                for (i, r) in self.commit_group(members, deadline).await {
+                    results[i] = Some(r);
+                }
+                members = rest;
             }
         }
         for (copy, first) in copies {
             results[copy] = Some(match &results[first] {
                 Some(Ok(r)) => {
                     let mut d = r.clone();
-                    d.status = if r.status == Status::Committed {
-                        Status::Duplicate
-                    } else {
-                        r.status
-                    };
-                    d.records_committed = 0;
-                    d.records_quarantined = 0;
-                    d.data_files = 0;
-                    d.data_bytes = 0;
-                    d.quarantine = None;
-                    Ok(d)
+                    if d.status == Status::Committed {
+                        d.status = Status::Duplicate;
+                    }
+                    Ok(nothing_added(d))
                 }
                 Some(Err(e)) => Err(copy_error(e)),
                 None => Err(Error::new(ErrorKind::Internal, "batch member not settled")),
@@ -180,8 +239,11 @@ impl Ingestor {
             .commit_from(&ident, base, &limits, plan)
             .await;
         let last: Vec<Decision> = decisions.lock().map(|d| d.clone()).unwrap_or_default();
-        let n = prepared.len();
-        let mut out = Vec::with_capacity(n);
+        let found_in_last = |k: usize| match last.get(k) {
+            Some(Decision::Found(f)) => Some(f.clone()),
+            _ => None,
+        };
+        let mut out = Vec::with_capacity(prepared.len());
         match outcome {
             Ok(Outcome::Committed {
                 snapshot_id,
@@ -195,62 +257,45 @@ impl Ingestor {
                     None => None,
                 };
                 for (k, (i, p)) in prepared.into_iter().enumerate() {
-                    let id = p.source.id();
-                    let taken = match &held {
-                        Some(ids) => ids.contains(&id),
-                        None => matches!(last.get(k), Some(Decision::Take)),
+                    let fate = match (&held, found_in_last(k)) {
+                        (Some(ids), _) if ids.contains(&p.source.id()) => Fate::Landed,
+                        (held, Some(found)) => Fate::Found {
+                            found,
+                            proven_outside: held.is_some(),
+                        },
+                        (Some(_), None) => Fate::Absent,
+                        (None, None) => Fate::Unknown,
                     };
-                    let mut r = p.report;
-                    if taken {
-                        r.snapshot_id = snapshot_id;
-                        r.attempts = attempts;
-                        if let Some(hi) = p.written.et_max {
-                            r.freshness_seconds =
-                                Some((chrono::Utc::now().timestamp_micros() - hi) as f64 / 1e6);
-                        }
-                    } else {
-                        r.status = Status::Duplicate;
-                        if let Some(Decision::Found(f)) = last.get(k) {
-                            r.snapshot_id = Some(f.snapshot_id);
-                        }
-                        // Proven outside the landed commit (its summary was read): nothing of
-                        // ours references these files. Unproven: left to orphan cleanup.
-                        if held.is_some() {
-                            crate::write::delete_uncommitted(&p.table, &p.written.files).await;
-                        }
-                    }
-                    r.millis = p.started.elapsed().as_millis() as u64;
-                    out.push((i, Ok(r)));
+                    out.push((
+                        i,
+                        settle_member(*p, fate, snapshot_id, attempts, &ident).await,
+                    ));
                 }
             }
             Ok(Outcome::Skipped(_)) => {
-                // Every member was found committed; by an attempt of ours, or by others.
+                // Every member was found committed, and no attempt of ours that added a snapshot
+                // is unknown (the commit loop reports a skip only then): our files are
+                // referenced by nothing.
                 for (k, (i, p)) in prepared.into_iter().enumerate() {
-                    let mut r = p.report;
-                    match last.get(k) {
-                        Some(Decision::Found(f))
-                            if f.writer_id.as_deref() == Some(writer_id.as_str()) =>
-                        {
-                            r.snapshot_id = Some(f.snapshot_id);
-                        }
-                        found => {
-                            r.status = Status::Duplicate;
-                            if let Some(Decision::Found(f)) = found {
-                                r.snapshot_id = Some(f.snapshot_id);
-                            }
-                            crate::write::delete_uncommitted(&p.table, &p.written.files).await;
-                        }
-                    }
-                    r.millis = p.started.elapsed().as_millis() as u64;
-                    out.push((i, Ok(r)));
+                    let fate = match found_in_last(k) {
+                        Some(found) => Fate::Found {
+                            found,
+                            proven_outside: true,
+                        },
+                        None => Fate::Absent,
+                    };
+                    out.push((i, settle_member(*p, fate, None, 0, &ident).await));
                 }
             }
             // Nothing was committed (the commit loop reports Stale only when no attempt is
-            // unknown): these files can go, and each member starts over alone.
+            // unknown): these files can go, and each member starts over alone, where the early
+            // check asks the rows once the summaries were expired.
             Err(e) if e.kind() == ErrorKind::Stale => {
                 tracing::info!(table = %ident, error = %e, "batch commit stale; committing its objects one by one");
-                for (i, p) in prepared {
+                for (_, p) in &prepared {
                     crate::write::delete_uncommitted(&p.table, &p.written.files).await;
+                }
+                for (i, p) in prepared {
                     out.push((i, self.ingest(&p.obj, deadline).await));
                 }
             }
@@ -265,14 +310,107 @@ impl Ingestor {
     }
 
     /// The source objects a snapshot's summary names (None when it cannot be read).
-    async fn snapshot_objects(&self, ident: &TableIdent, snapshot_id: i64) -> Option<HashSet<String>> {
-        let table = self.committer.load(ident).await.ok()?;
+    async fn snapshot_objects(
+        &self,
+        ident: &TableIdent,
+        snapshot_id: i64,
+    ) -> Option<HashSet<String>> {
+        let table = match self.committer.load(ident).await {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::warn!(table = %ident, snapshot = snapshot_id, error = %e, "cannot read the batch commit that landed");
+                return None;
+            }
+        };
         let snap = table.metadata().snapshot_by_id(snapshot_id)?;
         let list = snap.summary().additional_properties.get(SOURCE_OBJECTS)?;
         serde_json::from_str::<Vec<String>>(list)
             .ok()
             .map(|v| v.into_iter().collect())
     }
+}
+
+/// One member's report from what the commit proved about it. Acknowledged (Ok) only when it is
+/// proven in the table; files deleted only when proven unreferenced.
+async fn settle_member(
+    p: Prepared,
+    fate: Fate,
+    snapshot_id: Option<i64>,
+    attempts: u32,
+    ident: &TableIdent,
+) -> Result<ObjectReport> {
+    let mut r = p.report;
+    r.millis = p.started.elapsed().as_millis() as u64;
+    match fate {
+        Fate::Landed => {
+            r.snapshot_id = snapshot_id;
+            r.attempts = attempts;
+            if let Some(hi) = p.written.et_max {
+                r.freshness_seconds =
+                    Some((chrono::Utc::now().timestamp_micros() - hi) as f64 / 1e6);
+            }
+            Ok(r)
+        }
+        Fate::Found {
+            found,
+            proven_outside,
+        } => {
+            // Another delivery won. Our files go only if no commit of ours can hold them.
+            if proven_outside {
+                crate::write::delete_uncommitted(&p.table, &p.written.files).await;
+            }
+            r.status = Status::Duplicate;
+            r.snapshot_id = Some(found.snapshot_id);
+            Ok(nothing_added(r))
+        }
+        Fate::Absent => {
+            crate::write::delete_uncommitted(&p.table, &p.written.files).await;
+            Err(Error::new(
+                ErrorKind::CommitConflict,
+                format!(
+                    "{}: not in the batch commit to {ident} that landed; retried",
+                    r.object
+                ),
+            )
+            .with_retryable(true))
+        }
+        Fate::Unknown => Err(Error::new(
+            ErrorKind::CommitUnknown,
+            format!(
+                "{}: the batch commit to {ident} landed but its summary could not be read; \
+                 its files are kept and the redelivery checks again",
+                r.object
+            ),
+        )
+        .with_retryable(true)),
+    }
+}
+
+/// A report that added nothing (a duplicate): no rows, files or quarantine of its own, so that
+/// in = committed + quarantined holds and nothing is counted twice.
+fn nothing_added(mut r: ObjectReport) -> ObjectReport {
+    r.records_in = 0;
+    r.records_committed = 0;
+    r.records_quarantined = 0;
+    r.late_records = 0;
+    r.data_files = 0;
+    r.data_bytes = 0;
+    r.quarantine = None;
+    r.attempts = 0;
+    r.freshness_seconds = None;
+    r
+}
+
+/// The error of an object not started because the payload's time ran out.
+fn left_for_retry(obj: &ObjectRef) -> Error {
+    Error::new(
+        ErrorKind::DeadlineExceeded,
+        format!(
+            "{}: left for retry; not enough time before the Lambda's deadline to ingest and commit it",
+            obj.uri()
+        ),
+    )
+    .with_retryable(true)
 }
 
 /// The plan of a batch commit: on each table version, every member not committed yet goes in
@@ -289,16 +427,14 @@ fn batch_plan(
                 match walk(table.metadata(), &m.id, m.not_before_ms, m.proven) {
                     Walk::Found(found) => Decision::Found(found),
                     Walk::Absent => Decision::Take,
-                    Walk::Unknown => {
-                        return Err(Error::new(
-                            ErrorKind::Stale,
-                            format!(
-                                "history of {} was expired while {} was being ingested; checking again",
-                                table.identifier(),
-                                m.id
-                            ),
-                        ))
-                    }
+                    Walk::Unknown => return Err(Error::new(
+                        ErrorKind::Stale,
+                        format!(
+                            "history of {} was expired while {} was being ingested; checking again",
+                            table.identifier(),
+                            m.id
+                        ),
+                    )),
                 },
             );
         }

@@ -32,7 +32,7 @@ use crate::event::{self, ObjectRef};
 use crate::snapshot::Change;
 use crate::store::{ObjectStore, Version};
 pub use crate::write::writer_properties;
-use report::{commit_summary, report_written};
+use report::{commit_detail, commit_summary, report_written};
 use rows::{write_object, WriteFailure, WriteParams, Written};
 
 /// An object decoded, written and quarantined, ready for its commit.
@@ -192,19 +192,10 @@ impl Ingestor {
         }
         // Objects of one table commit together; each keeps its own report.
         let outcomes = self.ingest_batch(&objects, deadline).await;
-        let mut announced = std::collections::HashSet::new();
         for ((obj, d), outcome) in objects.iter().zip(owners).zip(outcomes) {
             match outcome {
                 Ok(report) => {
                     report.emit();
-                    if let (Some(n), Status::Committed, Some(snap)) =
-                        (&self.notifier, report.status, report.snapshot_id)
-                    {
-                        // One event per commit, however many objects it holds.
-                        if announced.insert((report.table.clone(), snap)) {
-                            n.commit(&report.commit_detail()).await;
-                        }
-                    }
                     result.reports.push(report);
                 }
                 Err(e) => {
@@ -212,6 +203,12 @@ impl Ingestor {
                     result.errors.push(format!("{}: {e}", obj.uri()));
                     failed[d] = true;
                 }
+            }
+        }
+        if let Some(n) = &self.notifier {
+            // One event per commit, however many objects it holds.
+            for detail in commit_details(&result.reports) {
+                n.commit(&detail).await;
             }
         }
         for (id, failed) in message_ids.into_iter().zip(failed) {
@@ -243,7 +240,7 @@ impl Ingestor {
 
     /// One attempt: everything up to the commit ([`Ingestor::prepare`]), then the commit.
     async fn ingest_once(&self, obj: &ObjectRef, deadline: Instant) -> Result<ObjectReport> {
-        match self.prepare(obj, deadline).await? {
+        match self.prepare(obj).await? {
             Stage::Done(r) => Ok(r),
             Stage::Ready(p) => self.commit_one(*p, deadline).await,
         }
@@ -252,7 +249,7 @@ impl Ingestor {
     /// Route, open the named version, stop early on a duplicate, write the rows (evolving the
     /// schema when the policy allows), quarantine what does not fit: an object ready to commit,
     /// or its final report.
-    async fn prepare(&self, obj: &ObjectRef, _deadline: Instant) -> Result<Stage> {
+    async fn prepare(&self, obj: &ObjectRef) -> Result<Stage> {
         let started = Instant::now();
         let uri = obj.uri();
         let (route, tctx) = match self.route(obj)? {
@@ -578,6 +575,26 @@ impl Ingestor {
             self.config.ingest.quarantine_prefix, route.table, obj.key, v, ext
         )
     }
+}
+
+/// The commit events of a payload: one per new snapshot, from the reports of the objects it
+/// committed (in payload order).
+fn commit_details(reports: &[ObjectReport]) -> Vec<serde_json::Value> {
+    let mut commits: Vec<((&str, i64), Vec<&ObjectReport>)> = Vec::new();
+    for r in reports {
+        let (Status::Committed, Some(snap)) = (r.status, r.snapshot_id) else {
+            continue;
+        };
+        let key = (r.table.as_str(), snap);
+        match commits.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, members)) => members.push(r),
+            None => commits.push((key, vec![r])),
+        }
+    }
+    commits
+        .iter()
+        .map(|(_, members)| commit_detail(members))
+        .collect()
 }
 
 /// Records the commit's outcome in `r`. Files are deleted only when no commit can reference
