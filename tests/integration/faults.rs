@@ -193,3 +193,50 @@ pub(crate) async fn assert_referenced_files_exist(table: &Table, context: &str) 
     );
     seen.len()
 }
+
+/// Something another writer does while a commit is in flight (e.g. another delivery of one of
+/// its objects committing): run once, just before the first swap, which then meets the real
+/// conflict the catalog's compare-and-swap reports.
+pub(crate) type Race = Box<dyn FnOnce() -> futures::future::BoxFuture<'static, ()> + Send>;
+
+struct RaceBeforeSwap {
+    race: std::sync::Mutex<Option<Race>>,
+    inner: Arc<dyn PointerSwap>,
+}
+
+impl std::fmt::Debug for RaceBeforeSwap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RaceBeforeSwap")
+    }
+}
+
+#[async_trait::async_trait]
+impl PointerSwap for RaceBeforeSwap {
+    async fn current(&self, ident: &TableIdent) -> floe::Result<Option<String>> {
+        self.inner.current(ident).await
+    }
+
+    fn writes_metadata(&self) -> bool {
+        self.inner.writes_metadata()
+    }
+
+    async fn swap(&self, ident: &TableIdent, staged: &Staged) -> floe::Result<()> {
+        let race = self.race.lock().ok().and_then(|mut r| r.take());
+        if let Some(race) = race {
+            race().await;
+        }
+        self.inner.swap(ident, staged).await
+    }
+}
+
+/// Wraps a pointer swap so that `race` runs just before the first swap.
+pub(crate) fn race_before_swap(
+    race: Race,
+) -> impl FnOnce(Arc<dyn PointerSwap>) -> Arc<dyn PointerSwap> {
+    move |inner| {
+        Arc::new(RaceBeforeSwap {
+            race: std::sync::Mutex::new(Some(race)),
+            inner,
+        })
+    }
+}

@@ -17,7 +17,8 @@
 //!
 //! Objects are prepared one after another, so the payload's preparation must not eat the commit
 //! window: an object is only started while its expected preparation plus a whole commit window
-//! per pending commit still fits before the Lambda's deadline; the others are left for retry.
+//! still fits before the Lambda's deadline; the others are left for retry. The commits of
+//! different tables run side by side, so one window covers them all.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -107,20 +108,11 @@ impl Ingestor {
                 first_event.insert(key, i);
             }
             // The commit window starts at the commit: start another object only while its
-            // preparation (as long as the slowest so far) and a whole window for every commit
-            // still to come fit before the deadline. The first object always starts.
+            // preparation (as long as the slowest so far) and then a whole commit window still
+            // fit before the deadline (the tables' commits run side by side, in one window).
+            // The first object always starts.
             if i > 0 {
-                let mut tables: HashSet<&str> = groups.keys().map(String::as_str).collect();
-                let routed = self
-                    .config
-                    .route(&obj.bucket, &obj.key)
-                    .and_then(|r| self.tables.get(&r.table))
-                    .map(|t| t.ident.to_string());
-                if let Some(t) = &routed {
-                    tables.insert(t.as_str());
-                }
-                let commits = tables.len().max(1) as u32;
-                out_of_time |= Instant::now() + slowest + window * commits > deadline;
+                out_of_time |= Instant::now() + slowest + window > deadline;
             }
             if out_of_time {
                 results[i] = Some(Err(left_for_retry(obj)));
@@ -164,14 +156,16 @@ impl Ingestor {
                     .push((i, prepared));
             }
         }
-        for (_, mut members) in groups {
-            while !members.is_empty() {
-                let rest = members.split_off(members.len().min(MAX_OBJECTS_PER_COMMIT));
-                for (i, r) in self.commit_group(members, deadline).await {
-                    results[i] = Some(r);
-                }
-                members = rest;
-            }
+        // One commit per table, the tables side by side (each in its own commit window).
+        let commits = groups
+            .into_values()
+            .map(|members| self.commit_chunks(members, deadline));
+        for (i, r) in futures::future::join_all(commits)
+            .await
+            .into_iter()
+            .flatten()
+        {
+            results[i] = Some(r);
         }
         for (copy, first) in copies {
             results[copy] = Some(match &results[first] {
@@ -200,6 +194,21 @@ impl Ingestor {
             Err(e) if e.kind() == ErrorKind::Stale => self.ingest(&obj, deadline).await,
             other => other,
         }
+    }
+
+    /// The prepared objects of one table in commits of at most [`MAX_OBJECTS_PER_COMMIT`].
+    async fn commit_chunks(
+        &self,
+        mut members: Vec<(usize, Box<Prepared>)>,
+        deadline: Instant,
+    ) -> Vec<(usize, Result<ObjectReport>)> {
+        let mut out = Vec::with_capacity(members.len());
+        while !members.is_empty() {
+            let rest = members.split_off(members.len().min(MAX_OBJECTS_PER_COMMIT));
+            out.extend(self.commit_group(members, deadline).await);
+            members = rest;
+        }
+        out
     }
 
     /// One commit for the prepared objects of one table; each member's result.
@@ -427,14 +436,16 @@ fn batch_plan(
                 match walk(table.metadata(), &m.id, m.not_before_ms, m.proven) {
                     Walk::Found(found) => Decision::Found(found),
                     Walk::Absent => Decision::Take,
-                    Walk::Unknown => return Err(Error::new(
-                        ErrorKind::Stale,
-                        format!(
+                    Walk::Unknown => {
+                        return Err(Error::new(
+                            ErrorKind::Stale,
+                            format!(
                             "history of {} was expired while {} was being ingested; checking again",
                             table.identifier(),
                             m.id
                         ),
-                    )),
+                        ))
+                    }
                 },
             );
         }
