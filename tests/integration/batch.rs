@@ -575,3 +575,79 @@ async fn one_commit_event_per_batch_and_process_coalesces_what_arrived_meanwhile
         assert!(rec.batch_rows > 0);
     }
 }
+
+/// History expired while the batch was being prepared: the batch plan cannot decide its members
+/// from the summaries (Stale); they start over one by one, where the early check asks the rows,
+/// and each lands once. A redelivery after the next expiration is answered by the rows too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn history_expired_during_the_batch_sends_members_through_the_durable_check() {
+    let env = TestEnv::new("sqlite").await;
+    put(&env, "orders/h.jsonl", 30, 1100).await;
+    let setup = env.ingestor().await;
+    env.ingest(&setup, "orders/h.jsonl").await.unwrap();
+    let keys = ["orders/h0.jsonl", "orders/h1.jsonl", "orders/h2.jsonl"];
+    for (i, k) in keys.iter().enumerate() {
+        put(&env, k, 20 + i, 1101 + i as u64).await;
+    }
+    for (i, k) in ["orders/z0.jsonl", "orders/z1.jsonl"].iter().enumerate() {
+        put(&env, k, 10, 1110 + i as u64).await;
+    }
+    // Meanwhile: two more commits, then an expiration keeping only the latest snapshot, so the
+    // version the members were checked on is gone and so is the way back to it.
+    let (other, maintainer) = (env.ingestor().await, env.maintainer().await);
+    let (z0, z1) = (env.object("orders/z0.jsonl"), env.object("orders/z1.jsonl"));
+    let race: crate::faults::Race = Box::new(move || {
+        Box::pin(async move {
+            for z in [z0, z1] {
+                other.ingest(&z, soon()).await.unwrap();
+            }
+            maintainer
+                .run("orders", &crate::matrix::expire_all())
+                .await
+                .unwrap();
+        })
+    });
+    let ingestor = env.ingestor_with(race_before_swap(race)).await;
+    let result = handle(&ingestor, &env.sqs_batch(&keys)).await;
+    assert!(result.errors.is_empty(), "{:?}", result.errors);
+    for r in &result.reports {
+        assert_eq!(r.status, Status::Committed, "{r:?}");
+        reconciles(r);
+    }
+    let snaps = snapshots(&env, &ingestor, "orders").await;
+    let named: Vec<String> = snaps.iter().flat_map(source_objects).collect();
+    for k in keys {
+        assert_eq!(
+            named.iter().filter(|id| id.contains(k)).count(),
+            1,
+            "{k}: {named:?}"
+        );
+    }
+    let expected = 30 + 20 + 21 + 22 + 20;
+    assert_eq!(env.count_rows(ingestor.catalog().as_ref()).await, expected);
+    let table = ingestor.catalog().load_table(&env.ident()).await.unwrap();
+    assert_referenced_files_exist(&table, "stale batch").await;
+    let live = floe::scan::live_files(&table).await.unwrap().len();
+    let written = env
+        .keys("warehouse/")
+        .await
+        .into_iter()
+        .filter(|k| k.ends_with(".parquet"))
+        .count();
+    assert_eq!(written, live, "the stale batch's files were deleted");
+
+    // Everything expired again: a redelivery is answered by the rows' `_source`.
+    env.maintainer()
+        .await
+        .run("orders", &crate::matrix::expire_all())
+        .await
+        .unwrap();
+    let again = handle(&env.ingestor().await, &env.sqs_batch(&keys)).await;
+    assert!(again.errors.is_empty(), "{:?}", again.errors);
+    assert!(
+        again.reports.iter().all(|r| r.status == Status::Duplicate),
+        "{:?}",
+        again.reports
+    );
+    assert_eq!(env.count_rows(ingestor.catalog().as_ref()).await, expected);
+}

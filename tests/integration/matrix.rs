@@ -56,7 +56,7 @@ fn opts() -> Options {
 }
 
 /// Expire everything but the latest snapshot and what consumers pin.
-fn expire_all() -> Options {
+pub(crate) fn expire_all() -> Options {
     Options {
         expire: true,
         expire_older_than: Some(Duration::ZERO),
