@@ -53,6 +53,7 @@ struct Prepared {
 }
 
 /// What [`Ingestor::prepare`] leaves.
+#[allow(clippy::large_enum_variant)] // one short-lived value per object
 enum Stage {
     /// Nothing to commit (refused, gone, duplicate, unreadable, all quarantined).
     Done(ObjectReport),
