@@ -2,8 +2,10 @@
 //! naming every object), each still exactly once, with its own report and its own message.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use floe::commit::Committer;
 use floe::ingest::{Ingestor, ObjectReport, PayloadResult, Status};
 use iceberg::spec::Snapshot;
 use serde_json::json;
@@ -650,4 +652,52 @@ async fn history_expired_during_the_batch_sends_members_through_the_durable_chec
         again.reports
     );
     assert_eq!(env.count_rows(ingestor.catalog().as_ref()).await, expected);
+}
+
+/// The batch commit landed (its answer lost) but its summary cannot be read afterwards: no
+/// member is acknowledged on a guess and no file is deleted; every message is retried and the
+/// redelivery finds every member committed, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_landed_batch_whose_summary_cannot_be_read_acknowledges_nothing() {
+    use crate::faults::{lost_answer_then_dark, Blackout, BlackoutLoads};
+    let env = TestEnv::new("sqlite").await;
+    let keys = ["orders/u0.jsonl", "orders/u1.jsonl", "orders/u2.jsonl"];
+    for (i, k) in keys.iter().enumerate() {
+        put(&env, k, 30, 1200 + i as u64).await;
+    }
+    let blackout = Arc::new(Blackout::default());
+    let catalog = floe::catalog::connect(&env.config).await.unwrap();
+    let dark: Arc<dyn iceberg::Catalog> = Arc::new(floe::catalog::Hooked::new(
+        catalog,
+        BlackoutLoads(blackout.clone()),
+    ));
+    let swap = floe::catalog::pointer_swap(&env.config).await.unwrap();
+    let swap = lost_answer_then_dark(blackout, 1)(swap);
+    let store = floe::store::from_config(&env.config.storage).await;
+    let ingestor = Ingestor::with_parts(env.config.clone(), Committer::new(dark, swap), store)
+        .await
+        .unwrap();
+    let payload = env.sqs_batch(&keys);
+    let result = handle(&ingestor, &payload).await;
+    assert_eq!(
+        result.failed_message_ids,
+        vec!["m0", "m1", "m2"],
+        "{:?}",
+        result.reports
+    );
+    assert!(result.reports.is_empty(), "{:?}", result.reports);
+    assert!(
+        result.errors.iter().all(|e| e.contains("CommitUnknown")),
+        "{:?}",
+        result.errors
+    );
+    // It did land, and every file it references is still there.
+    let healthy = env.ingestor().await;
+    let table = healthy.catalog().load_table(&env.ident()).await.unwrap();
+    assert_referenced_files_exist(&table, "unreadable summary").await;
+    let again = handle(&healthy, &payload).await;
+    assert!(again.failed_message_ids.is_empty(), "{:?}", again.errors);
+    assert!(again.reports.iter().all(|r| r.status == Status::Duplicate));
+    assert_eq!(snapshots(&env, &healthy, "orders").await.len(), 1);
+    assert_eq!(env.count_rows(healthy.catalog().as_ref()).await, 90);
 }
