@@ -193,3 +193,127 @@ pub(crate) async fn assert_referenced_files_exist(table: &Table, context: &str) 
     );
     seen.len()
 }
+
+/// Something another writer does while a commit is in flight (e.g. another delivery of one of
+/// its objects committing): run once, just before the first swap, which then meets the real
+/// conflict the catalog's compare-and-swap reports.
+pub(crate) type Race = Box<dyn FnOnce() -> futures::future::BoxFuture<'static, ()> + Send>;
+
+struct RaceBeforeSwap {
+    race: std::sync::Mutex<Option<Race>>,
+    inner: Arc<dyn PointerSwap>,
+}
+
+impl std::fmt::Debug for RaceBeforeSwap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RaceBeforeSwap")
+    }
+}
+
+#[async_trait::async_trait]
+impl PointerSwap for RaceBeforeSwap {
+    async fn current(&self, ident: &TableIdent) -> floe::Result<Option<String>> {
+        self.inner.current(ident).await
+    }
+
+    fn writes_metadata(&self) -> bool {
+        self.inner.writes_metadata()
+    }
+
+    async fn swap(&self, ident: &TableIdent, staged: &Staged) -> floe::Result<()> {
+        let race = self.race.lock().ok().and_then(|mut r| r.take());
+        if let Some(race) = race {
+            race().await;
+        }
+        self.inner.swap(ident, staged).await
+    }
+}
+
+/// Wraps a pointer swap so that `race` runs just before the first swap.
+pub(crate) fn race_before_swap(
+    race: Race,
+) -> impl FnOnce(Arc<dyn PointerSwap>) -> Arc<dyn PointerSwap> {
+    move |inner| {
+        Arc::new(RaceBeforeSwap {
+            race: std::sync::Mutex::new(Some(race)),
+            inner,
+        })
+    }
+}
+
+/// The catalog goes dark right after a commit lands with its answer lost: pointer reads fail
+/// and only `loads_left` more table loads succeed (enough for the commit loop to see that its
+/// commit landed, not for anything after).
+#[derive(Debug, Default)]
+pub(crate) struct Blackout {
+    armed: std::sync::atomic::AtomicBool,
+    loads_left: AtomicU32,
+}
+
+#[derive(Debug)]
+struct LostThenDark {
+    blackout: Arc<Blackout>,
+    loads: u32,
+    inner: Arc<dyn PointerSwap>,
+}
+
+#[async_trait::async_trait]
+impl PointerSwap for LostThenDark {
+    async fn current(&self, ident: &TableIdent) -> floe::Result<Option<String>> {
+        if self.blackout.armed.load(Ordering::SeqCst) {
+            return Err(
+                Error::new(ErrorKind::Catalog, "injected: catalog unreachable")
+                    .with_retryable(true),
+            );
+        }
+        self.inner.current(ident).await
+    }
+
+    fn writes_metadata(&self) -> bool {
+        self.inner.writes_metadata()
+    }
+
+    async fn swap(&self, ident: &TableIdent, staged: &Staged) -> floe::Result<()> {
+        self.inner.swap(ident, staged).await?;
+        self.blackout.loads_left.store(self.loads, Ordering::SeqCst);
+        self.blackout.armed.store(true, Ordering::SeqCst);
+        Err(Error::new(ErrorKind::Catalog, "injected: response lost").with_retryable(true))
+    }
+}
+
+/// Wraps a pointer swap: its first swap lands, the answer is lost, then `blackout` darkens the
+/// catalog after `loads` more loads (pair with [`BlackoutLoads`] on the catalog).
+pub(crate) fn lost_answer_then_dark(
+    blackout: Arc<Blackout>,
+    loads: u32,
+) -> impl FnOnce(Arc<dyn PointerSwap>) -> Arc<dyn PointerSwap> {
+    move |inner| {
+        Arc::new(LostThenDark {
+            blackout,
+            loads,
+            inner,
+        })
+    }
+}
+
+/// The catalog side of a [`Blackout`]: table loads fail once it is armed and spent.
+#[derive(Debug)]
+pub(crate) struct BlackoutLoads(pub(crate) Arc<Blackout>);
+
+#[async_trait::async_trait]
+impl floe::catalog::UpdateHook for BlackoutLoads {
+    async fn load_table(&self, inner: &dyn Catalog, ident: &TableIdent) -> iceberg::Result<Table> {
+        let b = &self.0;
+        if b.armed.load(Ordering::SeqCst)
+            && b.loads_left
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_err()
+        {
+            return Err(iceberg::Error::new(
+                iceberg::ErrorKind::Unexpected,
+                "injected: catalog unreachable",
+            ));
+        }
+        inner.load_table(ident).await
+    }
+}

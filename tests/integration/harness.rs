@@ -269,6 +269,30 @@ format = "jsonl"
             .collect()
     }
 
+    /// One SQS message (as Lambda delivers it) carrying the S3 notification of `key`, with the
+    /// ETag the notification names if given.
+    pub fn sqs_message(&self, id: &str, key: &str, etag: Option<&str>) -> serde_json::Value {
+        let mut object = serde_json::json!({"key": key});
+        if let Some(etag) = etag {
+            object["eTag"] = serde_json::json!(etag);
+        }
+        let body = serde_json::json!({"Records": [{"eventSource": "aws:s3",
+            "eventName": "ObjectCreated:Put", "eventTime": chrono::Utc::now().to_rfc3339(),
+            "s3": {"bucket": {"name": self.bucket}, "object": object}}]});
+        serde_json::json!({"messageId": id, "receiptHandle": format!("rh-{id}"),
+            "body": body.to_string(), "eventSource": "aws:sqs"})
+    }
+
+    /// The Lambda payload of an SQS batch: one message per key, with ids `m0`, `m1`, ….
+    pub fn sqs_batch(&self, keys: &[&str]) -> serde_json::Value {
+        let records: Vec<_> = keys
+            .iter()
+            .enumerate()
+            .map(|(i, k)| self.sqs_message(&format!("m{i}"), k, None))
+            .collect();
+        serde_json::json!({ "Records": records })
+    }
+
     pub fn object(&self, key: &str) -> ObjectRef {
         ObjectRef::new(self.bucket.clone(), key)
     }

@@ -28,6 +28,8 @@ enum Site {
     Ingest,
     IngestSchemaChange,
     IngestParquet,
+    /// One SQS batch of objects, one commit for all of them.
+    IngestBatch,
     ProcessAppend,
     ProcessAggregate,
     Refresh,
@@ -54,7 +56,7 @@ fn opts() -> Options {
 }
 
 /// Expire everything but the latest snapshot and what consumers pin.
-fn expire_all() -> Options {
+pub(crate) fn expire_all() -> Options {
     Options {
         expire: true,
         expire_older_than: Some(Duration::ZERO),
@@ -65,7 +67,7 @@ fn expire_all() -> Options {
 }
 
 /// `orders` as Parquet (the same rows as the JSON lines).
-fn parquet_of(jsonl: &str) -> Vec<u8> {
+pub(crate) fn parquet_of(jsonl: &str) -> Vec<u8> {
     use arrow::datatypes::{DataType, Field, Schema};
     let s = |n: &str| Field::new(n, DataType::Utf8, true);
     let schema = Arc::new(Schema::new(vec![
@@ -235,6 +237,76 @@ impl Cell {
                     assert_eq!(dup.status, Status::Duplicate, "{what}: {dup:?}");
                     self.expected_rows += 40;
                 }
+            }
+            Site::IngestBatch => {
+                // Three objects in one payload: one commit naming all three.
+                let mut keys = Vec::new();
+                for _ in 0..3 {
+                    let seed = self.next_seed();
+                    let key = format!("orders/batch-{seed}.jsonl");
+                    self.env.put(&key, orders(40, seed)).await;
+                    keys.push(key);
+                }
+                let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+                let payload = self.env.sqs_batch(&refs);
+                let faulty_ingestor = self.env.ingestor_with(faulty(fault)).await;
+                let first = faulty_ingestor.handle_payload(&payload, soon()).await;
+                let healthy = self.env.ingestor().await;
+                if fault.crashes() {
+                    // The commit's outcome is unknown to the crashed run: every message retried.
+                    assert_eq!(
+                        first.failed_message_ids,
+                        vec!["m0", "m1", "m2"],
+                        "{what}: {:?}",
+                        first.reports
+                    );
+                    assert!(
+                        first.errors.iter().all(|e| e.contains("injected crash")),
+                        "{what}: {:?}",
+                        first.errors
+                    );
+                    let again = healthy.handle_payload(&payload, soon()).await;
+                    assert!(
+                        again.failed_message_ids.is_empty(),
+                        "{what}: {:?}",
+                        again.errors
+                    );
+                    let want = if fault == Fault::AfterCommit {
+                        Status::Duplicate
+                    } else {
+                        Status::Committed
+                    };
+                    assert!(
+                        again.reports.len() == 3 && again.reports.iter().all(|r| r.status == want),
+                        "{what}: {:?}",
+                        again.reports
+                    );
+                } else {
+                    assert!(
+                        first.failed_message_ids.is_empty(),
+                        "{what}: {:?}",
+                        first.errors
+                    );
+                    let snap = first.reports.first().and_then(|r| r.snapshot_id);
+                    assert!(
+                        first.reports.len() == 3
+                            && first.reports.iter().all(|r| (
+                                r.status,
+                                r.records_committed,
+                                r.snapshot_id
+                            ) == (Status::Committed, 40, snap)),
+                        "{what}: one commit for all: {:?}",
+                        first.reports
+                    );
+                }
+                let dup = healthy.handle_payload(&payload, soon()).await;
+                assert!(
+                    dup.failed_message_ids.is_empty()
+                        && dup.reports.iter().all(|r| r.status == Status::Duplicate),
+                    "{what}: {:?}",
+                    dup.reports
+                );
+                self.expected_rows += 120;
             }
             Site::ProcessAppend | Site::ProcessAggregate | Site::Refresh => {
                 let name = if self.site == Site::ProcessAppend {
@@ -436,6 +508,7 @@ cells! {
     sqlite_ingest: "sqlite", Site::Ingest;
     sqlite_ingest_schema_change: "sqlite", Site::IngestSchemaChange;
     sqlite_ingest_parquet: "sqlite", Site::IngestParquet;
+    sqlite_ingest_batch: "sqlite", Site::IngestBatch;
     sqlite_process_append: "sqlite", Site::ProcessAppend;
     sqlite_process_aggregate: "sqlite", Site::ProcessAggregate;
     sqlite_refresh: "sqlite", Site::Refresh;
@@ -446,6 +519,7 @@ cells! {
     glue_ingest: "glue", Site::Ingest;
     glue_ingest_schema_change: "glue", Site::IngestSchemaChange;
     glue_ingest_parquet: "glue", Site::IngestParquet;
+    glue_ingest_batch: "glue", Site::IngestBatch;
     glue_process_append: "glue", Site::ProcessAppend;
     glue_process_aggregate: "glue", Site::ProcessAggregate;
     glue_refresh: "glue", Site::Refresh;
@@ -456,6 +530,7 @@ cells! {
     rest_ingest: "rest", Site::Ingest;
     rest_ingest_schema_change: "rest", Site::IngestSchemaChange;
     rest_ingest_parquet: "rest", Site::IngestParquet;
+    rest_ingest_batch: "rest", Site::IngestBatch;
     rest_process_append: "rest", Site::ProcessAppend;
     rest_process_aggregate: "rest", Site::ProcessAggregate;
     rest_refresh: "rest", Site::Refresh;

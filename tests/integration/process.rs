@@ -421,7 +421,10 @@ sql = "SELECT order_id, items, coupon FROM source"
 }
 
 /// An EventBridge bus whose rule sends `detail_type` events from floe to a new queue: (bus, queue url).
-async fn bus_to_queue(sdk: &aws_config::SdkConfig, detail_type: &str) -> (String, String) {
+pub(crate) async fn bus_to_queue(
+    sdk: &aws_config::SdkConfig,
+    detail_type: &str,
+) -> (String, String) {
     let (events, sqs) = (
         aws_sdk_eventbridge::Client::new(sdk),
         aws_sdk_sqs::Client::new(sdk),
@@ -463,7 +466,7 @@ async fn bus_to_queue(sdk: &aws_config::SdkConfig, detail_type: &str) -> (String
 }
 
 /// Receives and deletes every message of `url`; returns the bodies.
-async fn drain(sqs: &aws_sdk_sqs::Client, url: &str) -> Vec<serde_json::Value> {
+pub(crate) async fn drain(sqs: &aws_sdk_sqs::Client, url: &str) -> Vec<serde_json::Value> {
     let mut out = Vec::new();
     for _ in 0..30 {
         let got = sqs

@@ -252,6 +252,10 @@ pub struct IngestConfig {
     /// retried usefully: DLQ), as a mostly invalid object should.
     #[serde(default = "default_max_quarantine")]
     pub max_quarantine_bytes: u64,
+    /// Objects of one payload (an SQS batch) that go to the same table commit together, in one
+    /// snapshot naming them all (default true); false: one commit per object.
+    #[serde(default = "default_true")]
+    pub batch_commits: bool,
 }
 
 impl Default for IngestConfig {
@@ -272,6 +276,7 @@ impl Default for IngestConfig {
             max_decompressed_bytes: default_max_decompressed(),
             max_spool_bytes: default_max_spool(),
             max_quarantine_bytes: default_max_quarantine(),
+            batch_commits: true,
         }
     }
 }
@@ -501,6 +506,9 @@ fn default_max_decompressed() -> u64 {
 }
 fn default_max_spool() -> u64 {
     8 << 30
+}
+fn default_true() -> bool {
+    true
 }
 fn default_max_quarantine() -> u64 {
     1 << 30

@@ -7,6 +7,7 @@
 //! the files in one snapshot whose summary names the object, unless it was committed already
 //! ([`dedup`]).
 
+mod batch;
 pub(crate) mod dedup;
 mod report;
 mod rows;
@@ -31,8 +32,34 @@ use crate::event::{self, ObjectRef};
 use crate::snapshot::Change;
 use crate::store::{ObjectStore, Version};
 pub use crate::write::writer_properties;
-use report::{commit_summary, report_written};
+use report::{commit_detail, commit_summary, report_written};
 use rows::{write_object, WriteFailure, WriteParams, Written};
+
+/// An object decoded, written and quarantined, ready for its commit.
+struct Prepared {
+    obj: ObjectRef,
+    uri: String,
+    ident: TableIdent,
+    /// The table version the duplicate check and the write were based on.
+    table: Table,
+    source: SourceObject,
+    writer_id: String,
+    written: Written,
+    evolved: Option<(iceberg::spec::Schema, String)>,
+    /// The snapshot the early duplicate check proved absence for.
+    proven: Option<i64>,
+    report: ObjectReport,
+    started: Instant,
+}
+
+/// What [`Ingestor::prepare`] leaves.
+#[allow(clippy::large_enum_variant)] // one short-lived value per object
+enum Stage {
+    /// Nothing to commit (refused, gone, duplicate, unreadable, all quarantined).
+    Done(ObjectReport),
+    /// Written: commit it.
+    Ready(Box<Prepared>),
+}
 
 /// Per-table state kept across invocations: the loaded table's schema and writer settings.
 struct TableCtx {
@@ -136,7 +163,12 @@ impl Ingestor {
                 return result;
             }
         };
-        for delivery in deliveries {
+        // Every object of the payload, with the delivery (SQS message) it came in.
+        let mut objects = Vec::new();
+        let mut owners = Vec::new();
+        let mut failed = vec![false; deliveries.len()];
+        let mut message_ids = Vec::with_capacity(deliveries.len());
+        for (d, delivery) in deliveries.into_iter().enumerate() {
             if delivery.message_id.is_some() {
                 result.is_sqs = true;
             }
@@ -144,38 +176,45 @@ impl Ingestor {
                 .message_id
                 .clone()
                 .unwrap_or_else(|| "event".into());
-            let mut failed = false;
+            message_ids.push(delivery.message_id);
             match delivery.objects {
                 Err(e) => {
                     tracing::error!(message = %label, error = %e, "cannot parse message; leaving it for retry and the DLQ");
                     result.errors.push(format!("message {label}: {e}"));
-                    failed = true;
+                    failed[d] = true;
                 }
-                Ok(objects) => {
-                    for obj in objects {
-                        match self.ingest(&obj, deadline).await {
-                            Ok(report) => {
-                                report.emit();
-                                if let (Some(n), Status::Committed) =
-                                    (&self.notifier, report.status)
-                                {
-                                    n.commit(&report.commit_detail()).await;
-                                }
-                                result.reports.push(report);
-                            }
-                            Err(e) => {
-                                tracing::error!(object = %obj.uri(), error = %e, retryable = e.is_retryable(), "ingest failed");
-                                result.errors.push(format!("{}: {e}", obj.uri()));
-                                failed = true;
-                            }
-                        }
+                Ok(objs) => {
+                    for obj in objs {
+                        objects.push(obj);
+                        owners.push(d);
                     }
                 }
             }
-            if failed {
-                if let Some(id) = delivery.message_id {
-                    result.failed_message_ids.push(id);
+        }
+        // Objects of one table commit together; each keeps its own report.
+        let outcomes = self.ingest_batch(&objects, deadline).await;
+        for ((obj, d), outcome) in objects.iter().zip(owners).zip(outcomes) {
+            match outcome {
+                Ok(report) => {
+                    report.emit();
+                    result.reports.push(report);
                 }
+                Err(e) => {
+                    tracing::error!(object = %obj.uri(), error = %e, retryable = e.is_retryable(), "ingest failed");
+                    result.errors.push(format!("{}: {e}", obj.uri()));
+                    failed[d] = true;
+                }
+            }
+        }
+        if let Some(n) = &self.notifier {
+            // One event per commit, however many objects it holds.
+            for detail in commit_details(&result.reports) {
+                n.commit(&detail).await;
+            }
+        }
+        for (id, failed) in message_ids.into_iter().zip(failed) {
+            if let (true, Some(id)) = (failed, id) {
+                result.failed_message_ids.push(id);
             }
         }
         result
@@ -200,20 +239,29 @@ impl Ingestor {
         }
     }
 
-    /// One attempt: route, open the named version, stop early on a duplicate, write the rows
-    /// (evolving the schema when the policy allows), quarantine what does not fit, commit.
+    /// One attempt: everything up to the commit ([`Ingestor::prepare`]), then the commit.
     async fn ingest_once(&self, obj: &ObjectRef, deadline: Instant) -> Result<ObjectReport> {
+        match self.prepare(obj).await? {
+            Stage::Done(r) => Ok(r),
+            Stage::Ready(p) => self.commit_one(*p, deadline).await,
+        }
+    }
+
+    /// Route, open the named version, stop early on a duplicate, write the rows (evolving the
+    /// schema when the policy allows), quarantine what does not fit: an object ready to commit,
+    /// or its final report.
+    async fn prepare(&self, obj: &ObjectRef) -> Result<Stage> {
         let started = Instant::now();
         let uri = obj.uri();
         let (route, tctx) = match self.route(obj)? {
             Ok(routed) => routed,
-            Err(refused) => return Ok(refused),
+            Err(refused) => return Ok(Stage::Done(refused)),
         };
         // Exactly the version the event names (its version id, else its ETag as a precondition):
         // the identity recorded is always that of the content read.
         let opened = match self.open_named(obj, &route).await? {
             Ok(opened) => opened,
-            Err(gone) => return Ok(gone),
+            Err(gone) => return Ok(Stage::Done(gone)),
         };
         let read = Version::of(&opened.meta);
         let source = SourceObject {
@@ -236,7 +284,7 @@ impl Ingestor {
                 let mut r = ObjectReport::new(uri, &route.table, Status::Duplicate);
                 r.snapshot_id = Some(found.snapshot_id);
                 r.millis = started.elapsed().as_millis() as u64;
-                return Ok(r);
+                return Ok(Stage::Done(r));
             }
             Err(proven) => proven,
         };
@@ -267,7 +315,7 @@ impl Ingestor {
                     .quarantine_whole(obj, &route, &source.version, reason)
                     .await?;
                 r.millis = started.elapsed().as_millis() as u64;
-                return Ok(r);
+                return Ok(Stage::Done(r));
             }
             Err(WriteFailure::Error(e)) => return Err(e),
         };
@@ -280,30 +328,65 @@ impl Ingestor {
         if written.files.is_empty() {
             r.status = Status::AllQuarantined;
             r.millis = started.elapsed().as_millis() as u64;
-            return Ok(r);
+            return Ok(Stage::Done(r));
         }
+        Ok(Stage::Ready(Box::new(Prepared {
+            obj: obj.clone(),
+            uri,
+            ident: tctx.ident.clone(),
+            table,
+            source,
+            writer_id,
+            written,
+            evolved,
+            proven,
+            report: r,
+            started,
+        })))
+    }
+
+    /// Commits one prepared object in its own snapshot (its schema change included).
+    async fn commit_one(&self, p: Prepared, deadline: Instant) -> Result<ObjectReport> {
+        let Prepared {
+            uri,
+            ident,
+            table,
+            source,
+            writer_id,
+            written,
+            evolved,
+            proven,
+            report: mut r,
+            started,
+            ..
+        } = p;
         let mut change = Change::append(
             written.files.clone(),
             commit_summary(&r, evolved.as_ref(), &uri),
         );
         change.schema = evolved.as_ref().map(|(s, _)| s.clone());
-        // The commit window starts now, whatever decoding and writing took (bounded by the
-        // Lambda's own deadline): a large object must not reach its commit with no time left.
-        let limits = CommitLimits {
-            max_attempts: self.config.ingest.max_commit_attempts,
-            deadline: deadline.min(
-                Instant::now() + Duration::from_secs(self.config.ingest.commit_timeout_seconds),
-            ),
-            skew,
-        };
+        let limits = self.commit_limits(deadline);
         let plan = dedup::append_once_plan(&source, &writer_id, change, limits.skew, proven);
         let outcome = self
             .committer
-            .commit_from(&tctx.ident, Some(table.clone()), &limits, plan)
+            .commit_from(&ident, Some(table.clone()), &limits, plan)
             .await;
         settle_commit(&mut r, outcome, &table, &written, &writer_id).await?;
         r.millis = started.elapsed().as_millis() as u64;
         Ok(r)
+    }
+
+    /// The limits of an ingest commit. The commit window starts now, whatever decoding and
+    /// writing took (bounded by the Lambda's own deadline): a large object must not reach its
+    /// commit with no time left.
+    fn commit_limits(&self, deadline: Instant) -> CommitLimits {
+        CommitLimits {
+            max_attempts: self.config.ingest.max_commit_attempts,
+            deadline: deadline.min(
+                Instant::now() + Duration::from_secs(self.config.ingest.commit_timeout_seconds),
+            ),
+            skew: Duration::from_secs(self.config.ingest.dedup_skew_seconds),
+        }
     }
 
     /// The route and table of `obj`; `Err` holds the report of an object outside every route.
@@ -493,6 +576,26 @@ impl Ingestor {
             self.config.ingest.quarantine_prefix, route.table, obj.key, v, ext
         )
     }
+}
+
+/// The commit events of a payload: one per new snapshot, from the reports of the objects it
+/// committed (in payload order).
+fn commit_details(reports: &[ObjectReport]) -> Vec<serde_json::Value> {
+    let mut commits: Vec<((&str, i64), Vec<&ObjectReport>)> = Vec::new();
+    for r in reports {
+        let (Status::Committed, Some(snap)) = (r.status, r.snapshot_id) else {
+            continue;
+        };
+        let key = (r.table.as_str(), snap);
+        match commits.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, members)) => members.push(r),
+            None => commits.push((key, vec![r])),
+        }
+    }
+    commits
+        .iter()
+        .map(|(_, members)| commit_detail(members))
+        .collect()
 }
 
 /// Records the commit's outcome in `r`. Files are deleted only when no commit can reference

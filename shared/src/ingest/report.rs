@@ -102,22 +102,6 @@ impl ObjectReport {
         }
     }
 
-    /// The `detail` of the commit event ([`crate::notify`]): table, snapshot, counts and
-    /// event-time range.
-    pub(crate) fn commit_detail(&self) -> serde_json::Value {
-        json!({
-            "table": self.table,
-            "snapshot_id": self.snapshot_id,
-            "object": self.object,
-            "records_committed": self.records_committed,
-            "records_quarantined": self.records_quarantined,
-            "event_time_min": self.event_time_range.as_ref().map(|t| &t.0),
-            "event_time_max": self.event_time_range.as_ref().map(|t| &t.1),
-            "late_records": self.late_records,
-            "freshness_seconds": self.freshness_seconds,
-        })
-    }
-
     /// Emits this report as EMF metrics and a structured log line.
     pub fn emit(&self) {
         let status = format!("{:?}", self.status);
@@ -251,4 +235,115 @@ pub(super) fn commit_summary(
         );
     }
     props
+}
+
+/// The members of one commit as one report: counts summed, the largest lateness, the widest
+/// event-time range, every ignored field and every quarantine object.
+fn combined(reports: &[&ObjectReport]) -> ObjectReport {
+    let mut all = ObjectReport::new(String::new(), "", Status::Committed);
+    let mut unknown = std::collections::BTreeSet::new();
+    let mut quarantine = Vec::new();
+    for r in reports {
+        all.records_in += r.records_in;
+        all.records_committed += r.records_committed;
+        all.records_quarantined += r.records_quarantined;
+        all.late_records += r.late_records;
+        all.max_lateness_seconds = all.max_lateness_seconds.max(r.max_lateness_seconds);
+        // RFC 3339 in UTC with a fixed format: the text order is the time order.
+        if let Some((lo, hi)) = &r.event_time_range {
+            all.event_time_range = Some(match all.event_time_range.take() {
+                None => (lo.clone(), hi.clone()),
+                Some((a, b)) => (a.min(lo.clone()), b.max(hi.clone())),
+            });
+        }
+        unknown.extend(r.unknown_fields.iter().cloned());
+        quarantine.extend(r.quarantine.iter().cloned());
+    }
+    all.unknown_fields = unknown.into_iter().collect();
+    if !quarantine.is_empty() {
+        all.quarantine = Some(quarantine.join(","));
+    }
+    all
+}
+
+/// The snapshot summary of a batch commit: its members [`combined`].
+pub(super) fn batch_summary(reports: &[&ObjectReport]) -> HashMap<String, String> {
+    commit_summary(&combined(reports), None, "")
+}
+
+/// The `detail` of the commit event ([`crate::notify`]) of one snapshot, from the reports of the
+/// objects it holds (one, or the members of a batch commit): table, snapshot, the objects, the
+/// summed counts and the widest event-time range.
+pub(super) fn commit_detail(reports: &[&ObjectReport]) -> serde_json::Value {
+    let all = combined(reports);
+    let objects: Vec<&str> = reports.iter().map(|r| r.object.as_str()).collect();
+    let freshness = reports
+        .iter()
+        .filter_map(|r| r.freshness_seconds)
+        .reduce(f64::min);
+    json!({
+        "table": reports.first().map(|r| r.table.as_str()),
+        "snapshot_id": reports.first().and_then(|r| r.snapshot_id),
+        "object": objects.first(),
+        "objects": objects,
+        "records_in": all.records_in,
+        "records_committed": all.records_committed,
+        "records_quarantined": all.records_quarantined,
+        "event_time_min": all.event_time_range.as_ref().map(|t| &t.0),
+        "event_time_max": all.event_time_range.as_ref().map(|t| &t.1),
+        "late_records": all.late_records,
+        "freshness_seconds": freshness,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(
+        n: u64,
+        q: u64,
+        range: (&str, &str),
+        late: f64,
+        quarantine: Option<&str>,
+    ) -> ObjectReport {
+        let mut r = ObjectReport::new("s3://b/k".into(), "t", Status::Committed);
+        r.records_in = n + q;
+        r.records_committed = n;
+        r.records_quarantined = q;
+        r.late_records = q;
+        r.max_lateness_seconds = late;
+        r.event_time_range = Some((range.0.into(), range.1.into()));
+        r.quarantine = quarantine.map(String::from);
+        r.unknown_fields = vec![format!("f{n}")];
+        r
+    }
+
+    #[test]
+    fn a_batch_summary_adds_up_its_members() {
+        let a = report(
+            10,
+            2,
+            ("2026-11-30T10:00:00.000000Z", "2026-11-30T10:05:00.000000Z"),
+            3.5,
+            Some("s3://q/a"),
+        );
+        let b = report(
+            5,
+            0,
+            ("2026-11-30T09:00:00.000000Z", "2026-11-30T10:01:00.000000Z"),
+            9.25,
+            None,
+        );
+        let s = batch_summary(&[&a, &b]);
+        assert_eq!(s[summary::RECORDS_IN], "17");
+        assert_eq!(s[summary::RECORDS_COMMITTED], "15");
+        assert_eq!(s[summary::RECORDS_QUARANTINED], "2");
+        assert_eq!(s[summary::LATE_RECORDS], "2");
+        assert_eq!(s[summary::MAX_LATENESS_SECONDS], "9.250");
+        assert_eq!(s[summary::EVENT_TIME_MIN], "2026-11-30T09:00:00.000000Z");
+        assert_eq!(s[summary::EVENT_TIME_MAX], "2026-11-30T10:05:00.000000Z");
+        assert_eq!(s[summary::UNKNOWN_FIELDS], "f10,f5");
+        assert_eq!(s[summary::QUARANTINE], "s3://q/a");
+    }
 }

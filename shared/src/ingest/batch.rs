@@ -1,0 +1,487 @@
+//! Micro-batching: the objects of one Lambda payload (an SQS batch, a Distributed Map batch)
+//! that go to the same table commit together, in one snapshot whose summary names every one.
+//!
+//! Each object is still routed, checked for duplicates, decoded, written and quarantined on its
+//! own ([`Ingestor::prepare`]): its report, files and quarantine object are its own, and its
+//! data files hold only its rows (so the `_source` bounds of a file name one object, as the
+//! durable duplicate check needs). Only the commit is shared. Its plan walks the table's
+//! history for every member, as the single-object plan does for one: members found committed
+//! (another delivery won) are left out, the rest go in, and `floe.source-objects` lists exactly
+//! those. An object whose input changes the table's schema commits alone, first.
+//!
+//! After the commit the landed snapshot's own summary says which members it holds (an earlier
+//! attempt whose answer was lost may be the one that landed). A member is acknowledged only
+//! when it is proven in the table: named by the landed snapshot, or found committed by the plan.
+//! Files are deleted only for members proven outside the landed commit; on any unknown outcome
+//! every file stays and the member's message is retried (its redelivery deduplicates).
+//!
+//! Objects are prepared one after another, so the payload's preparation must not eat the commit
+//! window: an object is only started while its expected preparation plus a whole commit window
+//! still fits before the Lambda's deadline; the others are left for retry. The commits of
+//! different tables run side by side, so one window covers them all.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use iceberg::table::Table;
+use iceberg::TableIdent;
+
+use super::dedup::{walk, Walk};
+use super::report::batch_summary;
+use super::{Ingestor, ObjectReport, Prepared, Stage, Status};
+use crate::commit::{Found, Outcome, Plan, Skipped};
+use crate::error::{Error, ErrorKind, Result};
+use crate::event::ObjectRef;
+use crate::snapshot::Change;
+use crate::summary::{SOURCE_OBJECTS, WRITER_ID};
+
+/// Most objects in one commit. Every snapshot's summary lists its objects and every later
+/// metadata.json carries the summaries of the retained snapshots, so the list is kept short
+/// (100 identities are ~20 KiB); a larger payload (a Distributed Map batch) commits in chunks.
+const MAX_OBJECTS_PER_COMMIT: usize = 100;
+
+/// What the last evaluation of a batch plan decided for one member.
+#[derive(Debug, Clone)]
+enum Decision {
+    /// In the change.
+    Take,
+    /// Already committed (by another delivery).
+    Found(Found),
+}
+
+/// One member as the plan sees it.
+struct Member {
+    id: String,
+    not_before_ms: i64,
+    proven: Option<i64>,
+    files: Vec<iceberg::spec::DataFile>,
+    report: ObjectReport,
+}
+
+/// What the commit proved about one member.
+enum Fate {
+    /// Named by the snapshot that landed.
+    Landed,
+    /// Committed by another delivery (the plan found it); `proven_outside`: the landed snapshot
+    /// was read and does not hold it, so its files are referenced by nothing.
+    Found { found: Found, proven_outside: bool },
+    /// Proven not committed (the landed snapshot was read and does not name it).
+    Absent,
+    /// Not provable either way (the landed snapshot's summary could not be read).
+    Unknown,
+}
+
+impl Ingestor {
+    /// Ingests the objects of one payload, committing those of the same table together. The
+    /// results are in the order of `objs`, one per object, with the same meaning as
+    /// [`Ingestor::ingest`]'s. With `[ingest] batch_commits = false` each object commits alone.
+    pub async fn ingest_batch(
+        &self,
+        objs: &[ObjectRef],
+        deadline: Instant,
+    ) -> Vec<Result<ObjectReport>> {
+        if !self.config.ingest.batch_commits || objs.len() < 2 {
+            let mut out = Vec::with_capacity(objs.len());
+            for obj in objs {
+                out.push(self.ingest(obj, deadline).await);
+            }
+            return out;
+        }
+        let mut results: Vec<Option<Result<ObjectReport>>> = objs.iter().map(|_| None).collect();
+        let mut groups: BTreeMap<String, Vec<(usize, Box<Prepared>)>> = BTreeMap::new();
+        // The same version delivered twice in one payload: the copy follows the first. Known
+        // from the event when it names the version, else from the identity read.
+        let mut first_event: HashMap<(String, String, String), usize> = HashMap::new();
+        let mut first_of: HashMap<String, usize> = HashMap::new();
+        let mut copies: Vec<(usize, usize)> = Vec::new();
+        let window = Duration::from_secs(self.config.ingest.commit_timeout_seconds);
+        let mut slowest = Duration::ZERO;
+        let mut out_of_time = false;
+        for (i, obj) in objs.iter().enumerate() {
+            if let Some(version) = obj.version_id.clone().or_else(|| obj.etag.clone()) {
+                let key = (obj.bucket.clone(), obj.key.clone(), version);
+                if let Some(&first) = first_event.get(&key) {
+                    copies.push((i, first));
+                    continue;
+                }
+                first_event.insert(key, i);
+            }
+            // The commit window starts at the commit: start another object only while its
+            // preparation (as long as the slowest so far) and then a whole commit window still
+            // fit before the deadline (the tables' commits run side by side, in one window).
+            // The first object always starts.
+            if i > 0 {
+                out_of_time |= Instant::now() + slowest + window > deadline;
+            }
+            if out_of_time {
+                results[i] = Some(Err(left_for_retry(obj)));
+                continue;
+            }
+            let t0 = Instant::now();
+            let prepared = self.prepare(obj).await;
+            slowest = slowest.max(t0.elapsed());
+            let prepared = match prepared {
+                Ok(Stage::Ready(p)) => p,
+                Ok(Stage::Done(r)) => {
+                    results[i] = Some(Ok(r));
+                    continue;
+                }
+                // A schema that moved under a schema-changing object: the single path retries.
+                Err(e) if e.kind() == ErrorKind::Stale => {
+                    results[i] = Some(self.ingest(obj, deadline).await);
+                    continue;
+                }
+                Err(e) => {
+                    results[i] = Some(Err(e));
+                    continue;
+                }
+            };
+            let id = prepared.source.id();
+            if let Some(&first) = first_of.get(&id) {
+                crate::write::delete_uncommitted(&prepared.table, &prepared.written.files).await;
+                copies.push((i, first));
+                continue;
+            }
+            first_of.insert(id, i);
+            if prepared.evolved.is_some() {
+                // Its files carry the new field ids: it commits alone, with its schema change.
+                let t0 = Instant::now();
+                results[i] = Some(self.commit_alone(*prepared, deadline).await);
+                slowest = slowest.max(t0.elapsed());
+            } else {
+                groups
+                    .entry(prepared.ident.to_string())
+                    .or_default()
+                    .push((i, prepared));
+            }
+        }
+        // One commit per table, the tables side by side (each in its own commit window).
+        let commits = groups
+            .into_values()
+            .map(|members| self.commit_chunks(members, deadline));
+        for (i, r) in futures::future::join_all(commits)
+            .await
+            .into_iter()
+            .flatten()
+        {
+            results[i] = Some(r);
+        }
+        for (copy, first) in copies {
+            results[copy] = Some(match &results[first] {
+                Some(Ok(r)) => {
+                    let mut d = r.clone();
+                    if d.status == Status::Committed {
+                        d.status = Status::Duplicate;
+                    }
+                    Ok(nothing_added(d))
+                }
+                Some(Err(e)) => Err(copy_error(e)),
+                None => Err(Error::new(ErrorKind::Internal, "batch member not settled")),
+            });
+        }
+        results
+            .into_iter()
+            .map(|r| r.unwrap_or_else(|| Err(Error::new(ErrorKind::Internal, "not settled"))))
+            .collect()
+    }
+
+    /// Commits one prepared object alone; a `Stale` answer (the schema moved differently)
+    /// starts the object over on the single path, which retries.
+    async fn commit_alone(&self, p: Prepared, deadline: Instant) -> Result<ObjectReport> {
+        let obj = p.obj.clone();
+        match self.commit_one(p, deadline).await {
+            Err(e) if e.kind() == ErrorKind::Stale => self.ingest(&obj, deadline).await,
+            other => other,
+        }
+    }
+
+    /// The prepared objects of one table in commits of at most [`MAX_OBJECTS_PER_COMMIT`].
+    async fn commit_chunks(
+        &self,
+        mut members: Vec<(usize, Box<Prepared>)>,
+        deadline: Instant,
+    ) -> Vec<(usize, Result<ObjectReport>)> {
+        let mut out = Vec::with_capacity(members.len());
+        while !members.is_empty() {
+            let rest = members.split_off(members.len().min(MAX_OBJECTS_PER_COMMIT));
+            out.extend(self.commit_group(members, deadline).await);
+            members = rest;
+        }
+        out
+    }
+
+    /// One commit for the prepared objects of one table; each member's result.
+    async fn commit_group(
+        &self,
+        mut prepared: Vec<(usize, Box<Prepared>)>,
+        deadline: Instant,
+    ) -> Vec<(usize, Result<ObjectReport>)> {
+        if prepared.len() == 1 {
+            let (i, p) = prepared.remove(0);
+            return vec![(i, self.commit_alone(*p, deadline).await)];
+        }
+        let limits = self.commit_limits(deadline);
+        let skew_ms = limits.skew.as_millis() as i64;
+        let ident: TableIdent = prepared[0].1.ident.clone();
+        // The newest version any member loaded: the first attempt's base.
+        let base = prepared
+            .iter()
+            .map(|(_, p)| &p.table)
+            .max_by_key(|t| t.metadata().last_sequence_number())
+            .cloned();
+        let members: Vec<Member> = prepared
+            .iter()
+            .map(|(_, p)| Member {
+                id: p.source.id(),
+                not_before_ms: p.source.modified_ms - skew_ms,
+                proven: p.proven,
+                files: p.written.files.clone(),
+                report: p.report.clone(),
+            })
+            .collect();
+        let writer_id = uuid::Uuid::now_v7().to_string();
+        let decisions: Arc<Mutex<Vec<Decision>>> = Arc::default();
+        let plan = batch_plan(members, writer_id.clone(), decisions.clone());
+        let outcome = self
+            .committer
+            .commit_from(&ident, base, &limits, plan)
+            .await;
+        let last: Vec<Decision> = decisions.lock().map(|d| d.clone()).unwrap_or_default();
+        let found_in_last = |k: usize| match last.get(k) {
+            Some(Decision::Found(f)) => Some(f.clone()),
+            _ => None,
+        };
+        let mut out = Vec::with_capacity(prepared.len());
+        match outcome {
+            Ok(Outcome::Committed {
+                snapshot_id,
+                attempts,
+                ..
+            }) => {
+                // Which members the landed snapshot holds: its own summary says (the landed
+                // attempt may be an earlier one than the last plan evaluation).
+                let held = match snapshot_id {
+                    Some(id) => self.snapshot_objects(&ident, id).await,
+                    None => None,
+                };
+                for (k, (i, p)) in prepared.into_iter().enumerate() {
+                    let fate = match (&held, found_in_last(k)) {
+                        (Some(ids), _) if ids.contains(&p.source.id()) => Fate::Landed,
+                        (held, Some(found)) => Fate::Found {
+                            found,
+                            proven_outside: held.is_some(),
+                        },
+                        (Some(_), None) => Fate::Absent,
+                        (None, None) => Fate::Unknown,
+                    };
+                    out.push((
+                        i,
+                        settle_member(*p, fate, snapshot_id, attempts, &ident).await,
+                    ));
+                }
+            }
+            Ok(Outcome::Skipped(_)) => {
+                // Every member was found committed, and no attempt of ours that added a snapshot
+                // is unknown (the commit loop reports a skip only then): our files are
+                // referenced by nothing.
+                for (k, (i, p)) in prepared.into_iter().enumerate() {
+                    let fate = match found_in_last(k) {
+                        Some(found) => Fate::Found {
+                            found,
+                            proven_outside: true,
+                        },
+                        None => Fate::Absent,
+                    };
+                    out.push((i, settle_member(*p, fate, None, 0, &ident).await));
+                }
+            }
+            // Nothing was committed (the commit loop reports Stale only when no attempt is
+            // unknown): these files can go, and each member starts over alone, where the early
+            // check asks the rows once the summaries were expired.
+            Err(e) if e.kind() == ErrorKind::Stale => {
+                tracing::info!(table = %ident, error = %e, "batch commit stale; committing its objects one by one");
+                for (_, p) in &prepared {
+                    crate::write::delete_uncommitted(&p.table, &p.written.files).await;
+                }
+                for (i, p) in prepared {
+                    out.push((i, self.ingest(&p.obj, deadline).await));
+                }
+            }
+            // Possibly unknown: every file stays; every member's message is retried.
+            Err(e) => {
+                for (i, _) in prepared {
+                    out.push((i, Err(copy_error(&e))));
+                }
+            }
+        }
+        out
+    }
+
+    /// The source objects a snapshot's summary names (None when it cannot be read).
+    async fn snapshot_objects(
+        &self,
+        ident: &TableIdent,
+        snapshot_id: i64,
+    ) -> Option<HashSet<String>> {
+        let table = match self.committer.load(ident).await {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::warn!(table = %ident, snapshot = snapshot_id, error = %e, "cannot read the batch commit that landed");
+                return None;
+            }
+        };
+        let snap = table.metadata().snapshot_by_id(snapshot_id)?;
+        let list = snap.summary().additional_properties.get(SOURCE_OBJECTS)?;
+        serde_json::from_str::<Vec<String>>(list)
+            .ok()
+            .map(|v| v.into_iter().collect())
+    }
+}
+
+/// One member's report from what the commit proved about it. Acknowledged (Ok) only when it is
+/// proven in the table; files deleted only when proven unreferenced.
+async fn settle_member(
+    p: Prepared,
+    fate: Fate,
+    snapshot_id: Option<i64>,
+    attempts: u32,
+    ident: &TableIdent,
+) -> Result<ObjectReport> {
+    let mut r = p.report;
+    r.millis = p.started.elapsed().as_millis() as u64;
+    match fate {
+        Fate::Landed => {
+            r.snapshot_id = snapshot_id;
+            r.attempts = attempts;
+            if let Some(hi) = p.written.et_max {
+                r.freshness_seconds =
+                    Some((chrono::Utc::now().timestamp_micros() - hi) as f64 / 1e6);
+            }
+            Ok(r)
+        }
+        Fate::Found {
+            found,
+            proven_outside,
+        } => {
+            // Another delivery won. Our files go only if no commit of ours can hold them.
+            if proven_outside {
+                crate::write::delete_uncommitted(&p.table, &p.written.files).await;
+            }
+            r.status = Status::Duplicate;
+            r.snapshot_id = Some(found.snapshot_id);
+            Ok(nothing_added(r))
+        }
+        Fate::Absent => {
+            crate::write::delete_uncommitted(&p.table, &p.written.files).await;
+            Err(Error::new(
+                ErrorKind::CommitConflict,
+                format!(
+                    "{}: not in the batch commit to {ident} that landed; retried",
+                    r.object
+                ),
+            )
+            .with_retryable(true))
+        }
+        Fate::Unknown => Err(Error::new(
+            ErrorKind::CommitUnknown,
+            format!(
+                "{}: the batch commit to {ident} landed but its summary could not be read; \
+                 its files are kept and the redelivery checks again",
+                r.object
+            ),
+        )
+        .with_retryable(true)),
+    }
+}
+
+/// A report that added nothing (a duplicate): no rows, files or quarantine of its own, so that
+/// in = committed + quarantined holds and nothing is counted twice.
+fn nothing_added(mut r: ObjectReport) -> ObjectReport {
+    r.records_in = 0;
+    r.records_committed = 0;
+    r.records_quarantined = 0;
+    r.late_records = 0;
+    r.data_files = 0;
+    r.data_bytes = 0;
+    r.quarantine = None;
+    r.attempts = 0;
+    r.freshness_seconds = None;
+    r
+}
+
+/// The error of an object not started because the payload's time ran out.
+fn left_for_retry(obj: &ObjectRef) -> Error {
+    Error::new(
+        ErrorKind::DeadlineExceeded,
+        format!(
+            "{}: left for retry; not enough time before the Lambda's deadline to ingest and commit it",
+            obj.uri()
+        ),
+    )
+    .with_retryable(true)
+}
+
+/// The plan of a batch commit: on each table version, every member not committed yet goes in
+/// (with the summary of those only); `Stale` when expired history leaves a member undecidable.
+fn batch_plan(
+    members: Vec<Member>,
+    writer_id: String,
+    decisions: Arc<Mutex<Vec<Decision>>>,
+) -> impl FnMut(&Table) -> Result<Plan> + Send + 'static {
+    move |table: &Table| {
+        let mut decided = Vec::with_capacity(members.len());
+        for m in &members {
+            decided.push(
+                match walk(table.metadata(), &m.id, m.not_before_ms, m.proven) {
+                    Walk::Found(found) => Decision::Found(found),
+                    Walk::Absent => Decision::Take,
+                    Walk::Unknown => {
+                        return Err(Error::new(
+                            ErrorKind::Stale,
+                            format!(
+                            "history of {} was expired while {} was being ingested; checking again",
+                            table.identifier(),
+                            m.id
+                        ),
+                        ))
+                    }
+                },
+            );
+        }
+        let taken: Vec<&Member> = members
+            .iter()
+            .zip(&decided)
+            .filter(|(_, d)| matches!(d, Decision::Take))
+            .map(|(m, _)| m)
+            .collect();
+        let first_found = decided.iter().find_map(|d| match d {
+            Decision::Found(f) => Some(f.clone()),
+            Decision::Take => None,
+        });
+        if let Ok(mut slot) = decisions.lock() {
+            *slot = decided;
+        }
+        if taken.is_empty() {
+            return Ok(match first_found {
+                Some(f) => Plan::Skip(Skipped::AlreadyCommitted(f)),
+                None => Plan::Skip(Skipped::Obsolete("empty batch".into())),
+            });
+        }
+        let reports: Vec<&ObjectReport> = taken.iter().map(|m| &m.report).collect();
+        let mut props = batch_summary(&reports);
+        let ids: Vec<&str> = taken.iter().map(|m| m.id.as_str()).collect();
+        props.insert(
+            SOURCE_OBJECTS.into(),
+            serde_json::to_string(&ids).unwrap_or_default(),
+        );
+        props.insert(WRITER_ID.into(), writer_id.clone());
+        let files = taken.iter().flat_map(|m| m.files.iter().cloned()).collect();
+        Ok(Plan::Apply(Change::append(files, props)))
+    }
+}
+
+/// The same error for another member of a failed batch (kind, retryable flag and message).
+fn copy_error(e: &Error) -> Error {
+    Error::new(e.kind(), e.to_string()).with_retryable(e.is_retryable())
+}
