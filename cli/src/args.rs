@@ -56,6 +56,16 @@ pub enum Command {
     /// duplicate is recognised and skipped) and reported: records in, committed, quarantined,
     /// late, and the snapshot.
     Ingest(IngestArgs),
+    /// Backfill or replay: every routed object under a prefix, exactly once, in batches.
+    ///
+    /// Lists s3://BUCKET/PREFIX (every page), keeps the routed objects last modified in
+    /// [--since, --until), leaves out those already in their table (one scan of the table's
+    /// `_source` column, durable beyond snapshot expiration) and ingests the rest through the
+    /// ingest function's code path: batches of --batch objects of one table, one commit each,
+    /// --concurrency batches at a time. Interrupted? Run it again: committed objects are left
+    /// out. --dry-run prints per table what would be ingested and the estimated cost. Exit 1 if
+    /// any object failed (it stays pending for the next run).
+    Backfill(BackfillArgs),
     /// Per table: snapshots, files, records, freshness, quarantine, consumers' lag.
     ///
     /// For every configured table (sources and pipeline sinks): snapshots, records, data files
@@ -173,6 +183,54 @@ pub struct IngestArgs {
     /// Objects to ingest, as s3://bucket/key.
     #[arg(value_name = "s3://BUCKET/KEY", required = true, value_parser = parse_s3_url)]
     pub objects: Vec<S3Url>,
+}
+
+/// `floe backfill`.
+#[derive(Debug, Args)]
+pub struct BackfillArgs {
+    #[command(flatten)]
+    pub config: ConfigArg,
+    /// What to backfill: s3://BUCKET/PREFIX (an empty prefix lists the whole bucket).
+    #[arg(value_name = "s3://BUCKET/PREFIX", value_parser = parse_s3_prefix)]
+    pub location: S3Url,
+    /// Only objects last modified at or after this (RFC 3339).
+    #[arg(long, value_name = "T")]
+    pub since: Option<String>,
+    /// Only objects last modified before this (RFC 3339).
+    #[arg(long, value_name = "T")]
+    pub until: Option<String>,
+    /// Print the plan and the estimated cost; ingest nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Batches in flight at once.
+    #[arg(long, value_name = "N", default_value_t = 4)]
+    pub concurrency: usize,
+    /// Objects per batch (one commit each).
+    #[arg(long, value_name = "N", default_value_t = 50)]
+    pub batch: usize,
+    /// Cost estimate: ingest throughput per invocation, MiB/s.
+    #[arg(long, value_name = "R", default_value_t = 50.0)]
+    pub mib_per_second: f64,
+    /// Cost estimate: the ingest function's memory, MB.
+    #[arg(long, value_name = "MB", default_value_t = 1769)]
+    pub memory_mb: u64,
+    /// Print JSON instead of tables.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn parse_s3_prefix(s: &str) -> Result<S3Url, String> {
+    let rest = s
+        .strip_prefix("s3://")
+        .ok_or_else(|| format!("`{s}`: expected s3://bucket/prefix"))?;
+    let (bucket, key) = rest.split_once('/').unwrap_or((rest, ""));
+    if bucket.is_empty() {
+        return Err(format!("`{s}`: expected s3://bucket/prefix"));
+    }
+    Ok(S3Url {
+        bucket: bucket.into(),
+        key: key.into(),
+    })
 }
 
 /// An object named as `s3://bucket/key`.
@@ -526,6 +584,7 @@ impl Command {
     pub fn config_mut(&mut self) -> Option<&mut ConfigArg> {
         match self {
             Command::Ingest(a) => Some(&mut a.config),
+            Command::Backfill(a) => Some(&mut a.config),
             Command::Status(a) => Some(&mut a.config),
             Command::Maintain(a) => Some(&mut a.config),
             Command::SchemaDiff(a) => Some(&mut a.config),
@@ -619,6 +678,7 @@ mod tests {
         for expected in [
             "floe demo",
             "floe ingest",
+            "floe backfill",
             "floe status",
             "floe maintain",
             "floe schema-diff",
@@ -677,6 +737,34 @@ mod tests {
         };
         assert_eq!(p.action.parts().0, "refresh");
         parse_err(&["floe", "process", "rerun", "--config", "f"]);
+    }
+
+    #[test]
+    fn backfill_takes_a_prefix() {
+        let cli = parse(&[
+            "floe",
+            "backfill",
+            "--config",
+            "f",
+            "s3://b/landing/",
+            "--dry-run",
+            "--batch",
+            "20",
+        ]);
+        let Command::Backfill(a) = cli.command else {
+            panic!("{cli:?}")
+        };
+        assert_eq!(
+            (a.location.bucket.as_str(), a.location.key.as_str()),
+            ("b", "landing/")
+        );
+        assert!(a.dry_run);
+        assert_eq!((a.batch, a.concurrency), (20, 4));
+        let Command::Backfill(a) = parse(&["floe", "backfill", "s3://b"]).command else {
+            panic!()
+        };
+        assert_eq!(a.location.key, "");
+        parse_err(&["floe", "backfill", "b/landing"]);
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! ```text
 //! floe demo [--dir DIR]                     local demo: SQLite catalog + local warehouse, nothing but cargo
 //! floe ingest --config F s3://b/k [...]     ingest objects by hand through the Lambda code path
+//! floe backfill --config F s3://b/prefix [--since T] [--until T] [--dry-run] [--concurrency N] [--batch N]   history, exactly once, in batches
 //! floe status --config F [--json]           per table: snapshots, files, records, freshness, quarantine
 //! floe maintain --config F [--table T] [--only compact,expire,orphans,manifests] [--dry-run]
 //!               [--older-than-hours H] [--retain-last N] [--orphan-older-than-hours H] [--json]
@@ -24,6 +25,7 @@ use clap::CommandFactory;
 use floe::config::Config;
 
 mod args;
+mod backfill_cmd;
 mod bench;
 mod bench_latency;
 mod bench_maintain;
@@ -108,6 +110,12 @@ async fn run(command: Command) -> Result<Outcome> {
         Command::Ingest(a) => {
             let config = load_config(&a.config).await?;
             ingest_cmd::run(config, &a.objects).await?;
+        }
+        Command::Backfill(a) => {
+            let config = load_config(&a.config).await?;
+            if !backfill_cmd::run(config, &a).await? {
+                return Ok(Outcome::Different);
+            }
         }
         Command::Status(a) => {
             let config = load_config(&a.config).await?;

@@ -136,6 +136,8 @@ pub struct Listed {
     pub key: String,
     /// Its size in bytes.
     pub size: u64,
+    /// Its ETag (quotes removed), as [`ObjectMeta::etag`].
+    pub etag: String,
     /// When it was last written.
     pub last_modified: DateTime<Utc>,
 }
@@ -311,6 +313,7 @@ impl ObjectStore for S3Store {
                 out.push(Listed {
                     key: key.to_string(),
                     size: o.size().unwrap_or(0).max(0) as u64,
+                    etag: clean_etag(o.e_tag().unwrap_or("")),
                     last_modified: o
                         .last_modified()
                         .and_then(|t| DateTime::<Utc>::from_timestamp(t.secs(), t.subsec_nanos()))
@@ -363,6 +366,11 @@ impl LocalStore {
     }
 }
 
+/// A local file's ETag: its size and modification time.
+fn local_etag(len: u64, modified: DateTime<Utc>) -> String {
+    format!("{len:x}-{:x}", modified.timestamp_nanos_opt().unwrap_or(0))
+}
+
 fn io_error(what: String, err: std::io::Error) -> Error {
     let retryable = is_transient_io(&err);
     let kind = if err.kind() == std::io::ErrorKind::NotFound {
@@ -394,11 +402,7 @@ impl ObjectStore for LocalStore {
             .unwrap_or_else(|_| Utc::now());
         let meta = ObjectMeta {
             size: md.len(),
-            etag: format!(
-                "{:x}-{:x}",
-                md.len(),
-                modified.timestamp_nanos_opt().unwrap_or(0)
-            ),
+            etag: local_etag(md.len(), modified),
             version_id: None,
             last_modified: modified,
         };
@@ -484,13 +488,15 @@ impl ObjectStore for LocalStore {
                 if !key.starts_with(prefix) || key.contains(".tmp-") {
                     continue;
                 }
+                let modified = md
+                    .modified()
+                    .map(DateTime::<Utc>::from)
+                    .unwrap_or_else(|_| Utc::now());
                 out.push(Listed {
                     key,
                     size: md.len(),
-                    last_modified: md
-                        .modified()
-                        .map(DateTime::<Utc>::from)
-                        .unwrap_or_else(|_| Utc::now()),
+                    etag: local_etag(md.len(), modified),
+                    last_modified: modified,
                 });
             }
         }

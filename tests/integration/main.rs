@@ -4,6 +4,7 @@
 //! Run through `bash infra/test.sh` (the README's test command), which installs moto and PyIceberg
 //! into `target/venv` and starts the server; run alone, the harness starts a server itself.
 
+mod backfill;
 mod batch;
 mod chaos;
 mod compare;

@@ -7,6 +7,7 @@
 //! the files in one snapshot whose summary names the object, unless it was committed already
 //! ([`dedup`]).
 
+pub mod backfill;
 mod batch;
 pub(crate) mod dedup;
 mod report;
