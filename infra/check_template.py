@@ -10,6 +10,12 @@ Per-table identities (with the deploy config, infra/floe.toml, as the third argu
   * no function may read, write or list the warehouse as a whole: every data-plane resource
     under the warehouse names one table's prefix;
   * every Glue table ARN names a configured table (an ingest table or a pipeline sink), never `*`.
+Backfill (every AWS::Serverless::StateMachine):
+  * a Distributed Map whose ItemReader lists S3 (s3:listObjectsV2) or reads a manifest, with an
+    ItemBatcher passing the bucket in BatchInput, MaxConcurrency and ToleratedFailurePercentage
+    set (or their *Path), a ResultWriter to S3, and a Task invoking the ingest function with the
+    batch as its payload and a Retry (the batch is idempotent);
+  * its policies follow the same no-wildcard rules as the functions'.
 Structure:
   * every function is `rust-cargolambda` on provided.al2023/arm64 with `Handler: bootstrap`, and
     its `CodeUri` is a package of this workspace whose name matches `BuildProperties.Binary`;
@@ -84,6 +90,74 @@ def scope_errors(name, st, scope):
     return errors
 
 
+def policy_errors(name, policies, scope):
+    """No managed policies, no wildcard action or resource, and (with a deploy config) no
+    warehouse-wide or unconfigured-table resource in a function's or state machine's policies."""
+    errors = []
+    for policy in as_list(policies or []):
+        if isinstance(policy, str):
+            errors.append(f"{name}: managed policy {policy} is not scoped to floe's prefixes")
+            continue
+        for st in statements(policy):
+            if st.get("Effect") != "Allow":
+                continue
+            for action in as_list(st.get("Action", [])):
+                if action == "*" or (isinstance(action, str) and action.endswith(":*")):
+                    errors.append(f"{name}: statement {st.get('Sid', '?')} allows {action}")
+            for res in as_list(st.get("Resource", [])):
+                if res == "*":
+                    errors.append(f"{name}: statement {st.get('Sid', '?')} allows Resource *")
+            if scope is not None:
+                errors.extend(scope_errors(name, st, scope))
+    return errors
+
+
+def map_states(states):
+    """Every Map state of a states block, nested ones included."""
+    for st in (states or {}).values():
+        if st.get("Type") == "Map":
+            yield st
+            yield from map_states((st.get("ItemProcessor") or {}).get("States"))
+
+
+def backfill_errors(name, sm, ingest_names):
+    errors = []
+    props = sm.get("Properties", {})
+    states = (props.get("Definition") or {}).get("States") or {}
+    maps = [m for m in map_states(states)
+            if ((m.get("ItemProcessor") or {}).get("ProcessorConfig") or {}).get("Mode") == "DISTRIBUTED"]
+    if not maps:
+        return [f"{name}: no Distributed Map (ItemProcessor.ProcessorConfig.Mode DISTRIBUTED)"]
+    for m in maps:
+        reader = (m.get("ItemReader") or {}).get("Resource", "")
+        if reader not in ("arn:aws:states:::s3:listObjectsV2", "arn:aws:states:::s3:getObject"):
+            errors.append(f"{name}: ItemReader must list S3 or read a manifest, not {reader or 'nothing'}")
+        batcher = m.get("ItemBatcher") or {}
+        if not (batcher.get("MaxItemsPerBatch") or batcher.get("MaxItemsPerBatchPath")):
+            errors.append(f"{name}: ItemBatcher with MaxItemsPerBatch: one ingest invocation commits a batch")
+        if "Bucket.$" not in (batcher.get("BatchInput") or {}) and "Bucket" not in (batcher.get("BatchInput") or {}):
+            errors.append(f"{name}: ItemBatcher.BatchInput must carry the Bucket (listed items name none)")
+        for k in ("MaxConcurrency", "ToleratedFailurePercentage"):
+            if k not in m and f"{k}Path" not in m:
+                errors.append(f"{name}: Map needs {k} (or {k}Path)")
+        if (m.get("ResultWriter") or {}).get("Resource") != "arn:aws:states:::s3:putObject":
+            errors.append(f"{name}: Map needs a ResultWriter to S3")
+        tasks = [t for t in ((m.get("ItemProcessor") or {}).get("States") or {}).values() if t.get("Type") == "Task"]
+        invokes = [t for t in tasks if t.get("Resource") == "arn:aws:states:::lambda:invoke"
+                   and (t.get("Parameters") or {}).get("Payload.$") == "$"]
+        if not invokes:
+            errors.append(f"{name}: the map's Task must invoke a Lambda with the batch (Payload.$: $)")
+        for t in invokes:
+            if not t.get("Retry"):
+                errors.append(f"{name}: the ingest Task needs a Retry (a batch is idempotent)")
+    subs = props.get("DefinitionSubstitutions") or {}
+    targets = {v.get("Fn::GetAtt", [None])[0] if isinstance(v, dict) and isinstance(v.get("Fn::GetAtt"), list) else None
+               for v in subs.values()}
+    if not targets & ingest_names:
+        errors.append(f"{name}: DefinitionSubstitutions must name the ingest function (Fn::GetAtt <fn>.Arn)")
+    return errors
+
+
 def main():
     path = sys.argv[1] if len(sys.argv) > 1 else "template.yaml"
     root = sys.argv[2] if len(sys.argv) > 2 else "."
@@ -135,21 +209,13 @@ def main():
             errors.append(f"{name}: needs EventInvokeConfig.DestinationConfig.OnFailure (a DLQ)")
         if "Role" in props:
             errors.append(f"{name}: uses a shared Role; each function needs its own scoped policies")
-        for policy in as_list(props.get("Policies") or []):
-            if isinstance(policy, str):
-                errors.append(f"{name}: managed policy {policy} is not scoped to floe's prefixes")
-                continue
-            for st in statements(policy):
-                if st.get("Effect") != "Allow":
-                    continue
-                for action in as_list(st.get("Action", [])):
-                    if action == "*" or (isinstance(action, str) and action.endswith(":*")):
-                        errors.append(f"{name}: statement {st.get('Sid', '?')} allows {action}")
-                for res in as_list(st.get("Resource", [])):
-                    if res == "*":
-                        errors.append(f"{name}: statement {st.get('Sid', '?')} allows Resource *")
-                if scope is not None:
-                    errors.extend(scope_errors(name, st, scope))
+        errors.extend(policy_errors(name, props.get("Policies"), scope))
+    ingest_names = {k for k, v in functions.items()
+                    if (v.get("Metadata", {}).get("BuildProperties") or {}).get("Binary") == "floe-ingest"}
+    machines = {k: v for k, v in resources.items() if v.get("Type") == "AWS::Serverless::StateMachine"}
+    for name, sm in machines.items():
+        errors.extend(backfill_errors(name, sm, ingest_names))
+        errors.extend(policy_errors(name, sm.get("Properties", {}).get("Policies"), scope))
     buckets = {k: v for k, v in resources.items() if v.get("Type") == "AWS::S3::Bucket"}
     policies = [v for v in resources.values() if v.get("Type") == "AWS::S3::BucketPolicy"]
     for name, b in buckets.items():
@@ -178,7 +244,7 @@ def main():
     if errors:
         return 1
     scoped = f", scoped to the {len(scope[2])} tables of {sys.argv[3]}" if scope else ""
-    print(f"template rules: {len(functions)} functions, {len(buckets)} bucket(s){scoped}: ok")
+    print(f"template rules: {len(functions)} functions, {len(machines)} state machine(s), {len(buckets)} bucket(s){scoped}: ok")
     return 0
 
 

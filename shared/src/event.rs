@@ -120,6 +120,9 @@ fn parse_value(value: &Value) -> Result<Vec<ObjectRef>> {
             .filter_map(|r| parse_s3_record(r).transpose())
             .collect();
     }
+    if let Some(items) = value.get("Items").and_then(Value::as_array) {
+        return parse_map_batch(items, value.get("BatchInput"));
+    }
     Err(Error::new(
         ErrorKind::Event,
         format!(
@@ -163,6 +166,62 @@ fn parse_s3_record(r: &Value) -> Result<Option<ObjectRef>> {
             .and_then(|t| DateTime::parse_from_rfc3339(&t).ok())
             .map(|t| t.with_timezone(&Utc)),
     }))
+}
+
+/// A Step Functions Distributed Map batch (`ItemBatcher`): `{"Items": [...], "BatchInput":
+/// {"Bucket": ...}}`. Items are what the `s3:listObjectsV2` item reader gives (`Key`, `Etag` in
+/// quotes, `Size`, `LastModified`) or rows of an S3 Inventory manifest (`Bucket`, `Key`
+/// URL-encoded, `VersionId`); an item's own `Bucket` wins over the batch's. Set
+/// `"KeysUrlEncoded": true` in `BatchInput` for inventory keys.
+fn parse_map_batch(items: &[Value], batch: Option<&Value>) -> Result<Vec<ObjectRef>> {
+    let text = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).map(str::to_string);
+    let batch_bucket = batch.and_then(|b| text(b, "Bucket"));
+    let encoded = batch
+        .and_then(|b| b.get("KeysUrlEncoded"))
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    let mut out = Vec::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        let bucket = text(item, "Bucket")
+            .or_else(|| batch_bucket.clone())
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorKind::Event,
+                    format!("map item {i} names no bucket (set BatchInput.Bucket)"),
+                )
+            })?;
+        let raw_key = text(item, "Key").ok_or_else(|| {
+            Error::new(
+                ErrorKind::Event,
+                format!("map item {i} in {bucket} without Key"),
+            )
+        })?;
+        // Folder placeholders of a listing are not objects.
+        if raw_key.ends_with('/') {
+            continue;
+        }
+        let key = if encoded {
+            decode_key(&raw_key)?
+        } else {
+            raw_key
+        };
+        let size = item.get("Size").and_then(|v| {
+            v.as_i64()
+                .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
+        });
+        out.push(ObjectRef {
+            bucket,
+            key,
+            size,
+            etag: text(item, "Etag")
+                .or_else(|| text(item, "ETag"))
+                .map(|e| e.trim_matches('"').to_string())
+                .filter(|e| !e.is_empty()),
+            version_id: text(item, "VersionId").filter(|v| !v.is_empty() && v != "null"),
+            event_time: None,
+        });
+    }
+    Ok(out)
 }
 
 fn parse_eventbridge(value: &Value) -> Result<Vec<ObjectRef>> {
@@ -311,6 +370,55 @@ mod tests {
             Some("orders")
         );
         assert_eq!(metadata_key_table("wh/floe/orders/data/x.parquet"), None);
+    }
+
+    #[test]
+    fn distributed_map_batches_name_their_objects() {
+        // What the s3:listObjectsV2 item reader and ItemBatcher hand a child execution.
+        let batch = json!({
+            "Items": [
+                {"Etag": "\"9b2cf535f27731c974343645a3985328\"", "Key": "landing/orders/a b.jsonl",
+                 "LastModified": 1764547200.0, "Size": 1024, "StorageClass": "STANDARD"},
+                {"Etag": "\"x\"", "Key": "landing/orders/", "Size": 0},
+                {"Key": "landing/orders/c.jsonl", "Size": "77", "Bucket": "other"}
+            ],
+            "BatchInput": {"Bucket": "data"}
+        });
+        let d = parse_payload(&batch).unwrap();
+        assert_eq!(d.len(), 1);
+        assert!(d[0].message_id.is_none());
+        let objs = d[0].objects.as_ref().unwrap();
+        assert_eq!(objs.len(), 2, "the folder placeholder is skipped");
+        assert_eq!(
+            (objs[0].bucket.as_str(), objs[0].key.as_str()),
+            ("data", "landing/orders/a b.jsonl"),
+            "listing keys are not URL-encoded"
+        );
+        assert_eq!(
+            objs[0].etag.as_deref(),
+            Some("9b2cf535f27731c974343645a3985328")
+        );
+        assert_eq!(objs[0].size, Some(1024));
+        assert_eq!((objs[1].bucket.as_str(), objs[1].size), ("other", Some(77)));
+        // Inventory manifests: URL-encoded keys, version ids.
+        let inv = json!({
+            "Items": [{"Bucket": "data", "Key": "landing/a%20b.jsonl", "VersionId": "v1"}],
+            "BatchInput": {"KeysUrlEncoded": true}
+        });
+        let d = parse_payload(&inv).unwrap();
+        let o = &d[0].objects.as_ref().unwrap()[0];
+        assert_eq!(
+            (o.key.as_str(), o.version_id.as_deref()),
+            ("landing/a b.jsonl", Some("v1"))
+        );
+        // No bucket anywhere: an error naming the item.
+        let bad = json!({"Items": [{"Key": "k"}]});
+        let err = parse_payload(&bad).unwrap()[0]
+            .objects
+            .as_ref()
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("map item 0"), "{err}");
     }
 
     fn s3_event(key: &str) -> Value {

@@ -34,9 +34,40 @@ pub fn ingest_response(result: &PayloadResult) -> Result<Value, String> {
         return serde_json::to_value(resp).map_err(|e| e.to_string());
     }
     if !result.errors.is_empty() {
+        // A Step Functions batch fails whole: its Retry runs it again (committed objects come
+        // back as duplicates), and after the last attempt the batch counts against the map's
+        // ToleratedFailurePercentage with this message in its result.
         return Err(result.errors.join("; "));
     }
+    if result.reports.len() > 10 {
+        // Step Functions states carry at most 256 KiB: a batch answers with its totals.
+        return Ok(batch_totals(result));
+    }
     Ok(json!({ "reports": result.reports }))
+}
+
+/// A large batch's answer: objects by status, records, and the snapshots committed.
+fn batch_totals(result: &PayloadResult) -> Value {
+    let mut by_status = std::collections::BTreeMap::<String, u64>::new();
+    let mut snapshots = std::collections::BTreeSet::new();
+    let (mut records_in, mut committed, mut quarantined) = (0, 0, 0);
+    for r in &result.reports {
+        *by_status.entry(format!("{:?}", r.status)).or_default() += 1;
+        records_in += r.records_in;
+        committed += r.records_committed;
+        quarantined += r.records_quarantined;
+        if let Some(s) = r.snapshot_id {
+            snapshots.insert(format!("{}@{s}", r.table));
+        }
+    }
+    json!({
+        "objects": result.reports.len(),
+        "by_status": by_status,
+        "records_in": records_in,
+        "records_committed": committed,
+        "records_quarantined": quarantined,
+        "snapshots": snapshots,
+    })
 }
 
 /// The process function's answer: the runs, or an error naming every failed pipeline (so the

@@ -150,3 +150,81 @@ async fn a_backfill_racing_live_ingest_commits_each_object_once() {
     let (rows, _, ids) = env.checksum(catalog.as_ref()).await;
     assert_eq!((rows, ids), (120, 120));
 }
+
+/// What a Distributed Map child execution hands the ingest function: the listed items (as
+/// `s3:listObjectsV2` gives them: quoted ETag, no bucket) and the bucket in `BatchInput`.
+async fn map_batch(env: &TestEnv, prefix: &str) -> serde_json::Value {
+    let listed = env
+        .s3
+        .list_objects_v2()
+        .bucket(&env.bucket)
+        .prefix(prefix)
+        .send()
+        .await
+        .unwrap();
+    let items: Vec<serde_json::Value> = listed
+        .contents()
+        .iter()
+        .map(|o| {
+            serde_json::json!({
+                "Etag": o.e_tag().unwrap(),
+                "Key": o.key().unwrap(),
+                "LastModified": o.last_modified().unwrap().secs(),
+                "Size": o.size().unwrap(),
+                "StorageClass": "STANDARD",
+            })
+        })
+        .collect();
+    serde_json::json!({"Items": items, "BatchInput": {"Bucket": env.bucket}})
+}
+
+#[tokio::test]
+async fn a_distributed_map_batch_is_one_commit_and_its_retry_is_idempotent() {
+    let env = TestEnv::new("sqlite").await;
+    let ingestor = env.ingestor().await;
+    for i in 0..12 {
+        env.put(
+            &format!("orders/map/{i:02} part.jsonl"),
+            orders(10, 700 + i),
+        )
+        .await;
+    }
+    let payload = map_batch(&env, "orders/map/").await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);
+    let result = ingestor.handle_payload(&payload, deadline).await;
+    assert!(result.errors.is_empty(), "{:?}", result.errors);
+    assert!(!result.is_sqs);
+    assert_eq!(result.reports.len(), 12);
+    assert_eq!(
+        snapshot_count(&env, &ingestor).await,
+        1,
+        "one commit for the batch"
+    );
+    // The answer Step Functions records is the batch's totals (states carry at most 256 KiB).
+    let answer = floe::lambda::ingest_response(&result).unwrap();
+    assert_eq!(answer["objects"], 12);
+    assert_eq!(answer["by_status"]["Committed"], 12);
+    assert_eq!(answer["records_committed"], 120);
+    // The map's Retry runs the same batch again: nothing is added.
+    let again = ingestor.handle_payload(&payload, deadline).await;
+    assert!(again.errors.is_empty());
+    assert!(again
+        .reports
+        .iter()
+        .all(|r| r.status == floe::ingest::Status::Duplicate));
+    let catalog = floe::catalog::connect(&env.config).await.unwrap();
+    let (rows, _, ids) = env.checksum(catalog.as_ref()).await;
+    assert_eq!((rows, ids), (120, 120));
+    // An item deleted since it was listed is reported gone (not retried forever); the rest of
+    // the batch is unchanged.
+    let mut gone = map_batch(&env, "orders/map/").await;
+    gone["Items"][0]["Key"] = serde_json::json!("orders/map/gone.jsonl");
+    let result = ingestor.handle_payload(&gone, deadline).await;
+    assert!(result.errors.is_empty(), "{:?}", result.errors);
+    let statuses: Vec<_> = result.reports.iter().map(|r| r.status).collect();
+    assert_eq!(statuses[0], floe::ingest::Status::Missing);
+    assert!(statuses[1..]
+        .iter()
+        .all(|s| *s == floe::ingest::Status::Duplicate));
+    assert_eq!(env.count_rows(catalog.as_ref()).await, 120);
+}

@@ -84,6 +84,36 @@ fn template_passes_and_each_violation_is_caught() {
             "floe/payroll, not a configured table",
         ),
         (
+            "a backfill map without batches",
+            "              MaxItemsPerBatchPath: $.BatchObjects\n",
+            "",
+            "ItemBatcher with MaxItemsPerBatch",
+        ),
+        (
+            "a backfill map inline",
+            "Mode: DISTRIBUTED",
+            "Mode: INLINE",
+            "no Distributed Map",
+        ),
+        (
+            "a backfill batch never retried",
+            "                  Retry:",
+            "                  NoRetry:",
+            "needs a Retry",
+        ),
+        (
+            "backfill results kept nowhere",
+            "Resource: arn:aws:states:::s3:putObject",
+            "Resource: arn:aws:states:::s3:nothing",
+            "ResultWriter to S3",
+        ),
+        (
+            "a wildcard in the state machine's role",
+            "Action: [states:DescribeMapRun, states:ListMapRuns, states:UpdateMapRun]",
+            "Action: [\"states:*\"]",
+            "allows states:*",
+        ),
+        (
             "plain HTTP allowed",
             "aws:SecureTransport: \"false\"",
             "aws:SecureTransport: \"true\"",
@@ -127,4 +157,11 @@ fn sample_events_for_sam_local_invoke_parse() {
         "orders"
     );
     assert_eq!(read("maintain-schedule.json")["tables"][0], "orders");
+    let d = floe::event::parse_payload(&read("ingest-distributed-map-batch.json")).unwrap();
+    let objs = d[0].objects.as_ref().unwrap();
+    assert_eq!(objs.len(), 3);
+    assert!(objs
+        .iter()
+        .all(|o| o.bucket == "floe-123456789012-us-east-1-data"));
+    assert_eq!(objs[2].key, "landing/orders/2026/06/01/part 3.jsonl.gz");
 }
