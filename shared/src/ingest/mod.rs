@@ -380,9 +380,10 @@ impl Ingestor {
         let written = write_object(table, tctx, route, opened.body, params).await;
         let evolved = match &written {
             Ok(w) if tctx.cfg.schema_policy == SchemaPolicy::Additive => {
-                crate::evolve::evolve_table_schema(table.metadata(), &w.unknown, &w.widen).map_err(
-                    |e| Error::iceberg(format!("evolving the schema of {}", tctx.ident), e),
-                )?
+                crate::evolve::evolve_ingest_schema(table.metadata(), &w.unknown, &w.widen)
+                    .map_err(|e| {
+                        Error::iceberg(format!("evolving the schema of {}", tctx.ident), e)
+                    })?
             }
             _ => None,
         };
