@@ -23,7 +23,7 @@ use iceberg::spec::{Schema, Type};
 use iceberg::Catalog;
 use serde::Serialize;
 
-use crate::config::{Config, PipelineConfig, PipelineMode};
+use crate::config::{Config, Deprecation, PipelineConfig, PipelineMode};
 use crate::error::{Error, Result};
 use crate::process::transform::{self, PlanFailure};
 
@@ -429,6 +429,104 @@ pub(crate) async fn readers_of(
         }
     }
     out
+}
+
+/// A deprecated column of a table: who owns it, its dates, and who still produces or reads it.
+#[derive(Debug, Clone, Serialize)]
+pub struct DeprecationStatus {
+    /// Column, owner, since, remove after.
+    #[serde(flatten)]
+    pub deprecation: Deprecation,
+    /// The table's current schema still has the column.
+    pub in_table: bool,
+    /// Still produced: by the table's newest ingest commit (status), or by the sample object
+    /// (schema-diff --object); None when unknown.
+    pub produced: Option<bool>,
+    /// The pipelines still reading it.
+    pub read_by: Vec<String>,
+    /// Its remove-after date has come (`floe schema drop-column` may remove it).
+    pub removable: bool,
+}
+
+/// Every deprecated column of `table` (config `table`, `current` its Iceberg metadata when it
+/// exists) with owner, dates, whether the newest ingest commit still produced it and which
+/// pipelines read it.
+pub async fn deprecation_status(
+    planner: &Planner,
+    config: &Config,
+    table: &str,
+    current: Option<&iceberg::spec::TableMetadata>,
+    today: chrono::NaiveDate,
+) -> Vec<DeprecationStatus> {
+    let Some(tcfg) = config.table(table) else {
+        return Vec::new();
+    };
+    // The newest ingest commit: the newest snapshot naming its source objects.
+    let newest_ingest = current.and_then(|md| {
+        let mut s = md.current_snapshot();
+        while let Some(snap) = s {
+            let props = &snap.summary().additional_properties;
+            if props.contains_key(crate::summary::SOURCE_OBJECTS) {
+                return Some(
+                    props
+                        .get(crate::summary::DEPRECATED_PRODUCED)
+                        .map(|v| v.split(',').map(str::to_string).collect::<Vec<_>>())
+                        .unwrap_or_default(),
+                );
+            }
+            s = snap.parent_snapshot_id().and_then(|p| md.snapshot_by_id(p));
+        }
+        None
+    });
+    let mut out = Vec::new();
+    for d in tcfg.deprecation_list() {
+        let schema = current.map(|md| md.current_schema());
+        let in_table = schema.is_some_and(|s| s.field_by_name(&d.column).is_some());
+        let read_by = match schema {
+            Some(s) if in_table => readers_of(planner, config, table, s, &d.column)
+                .await
+                .into_iter()
+                .map(|r| r.pipeline)
+                .collect(),
+            _ => Vec::new(),
+        };
+        out.push(DeprecationStatus {
+            produced: newest_ingest
+                .as_ref()
+                .map(|cols| in_table && cols.contains(&d.column)),
+            removable: today >= d.remove_after,
+            in_table,
+            read_by,
+            deprecation: d,
+        });
+    }
+    out
+}
+
+impl DeprecationStatus {
+    /// One line: column, owner, dates, produced, read by.
+    pub fn describe(&self) -> String {
+        let d = &self.deprecation;
+        format!(
+            "`{}` deprecated{} (owner {}), remove after {}{}; {}; {}",
+            d.column,
+            d.since.map(|s| format!(" since {s}")).unwrap_or_default(),
+            d.owner.as_deref().unwrap_or("-"),
+            d.remove_after,
+            if self.removable { " (due)" } else { "" },
+            match (self.in_table, self.produced) {
+                (false, _) => "no longer in the table",
+                (true, Some(true)) => "still produced",
+                (true, Some(false)) => "no longer produced",
+                (true, None) => "produced: unknown",
+            },
+            if self.read_by.is_empty() {
+                "read by no pipeline".to_string()
+            } else {
+                format!("read by {}", self.read_by.join(", "))
+            }
+        )
+    }
 }
 
 #[cfg(test)]

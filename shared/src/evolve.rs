@@ -173,7 +173,7 @@ pub fn diff(
     out
 }
 
-/// The schema a table evolves to under the additive policy ([`evolve_schema`]), with new column
+/// The schema a table evolves to under the additive policy ([`evolve_above`]), with new column
 /// ids above the table's `last-column-id`: ids of dropped columns are never reused (old files
 /// still hold values under them, which would reappear under the new name).
 ///
@@ -219,21 +219,10 @@ pub(crate) fn dropped_columns(metadata: &TableMetadata) -> std::collections::BTr
         .collect()
 }
 
-/// The schema an ingest evolves to under the additive policy: `unknown` fields (with a known type;
-/// names starting with `_` are reserved and skipped) become optional columns with fresh ids, in
-/// name order; `widen` fields get their wider type (same id). `None` when nothing changes.
-/// The description says what changed (for the snapshot summary and logs).
-///
-/// New ids start above `current`'s highest id: when the schema belongs to a table, use
-/// [`evolve_table_schema`], which starts above the table's `last-column-id`.
-pub(crate) fn evolve_schema(
-    current: &Schema,
-    unknown: &std::collections::BTreeMap<String, Option<PrimitiveType>>,
-    widen: &std::collections::BTreeMap<String, PrimitiveType>,
-) -> iceberg::Result<Option<(Schema, String)>> {
-    evolve_above(current, current.highest_field_id(), unknown, widen)
-}
-
+/// The evolution itself: `unknown` fields (with a known type; names starting with `_` are
+/// reserved and skipped) become optional columns with ids above `last_column_id`, in name order;
+/// `widen` fields get their wider type (same id). `None` when nothing changes. The description
+/// says what changed (for the snapshot summary and logs).
 fn evolve_above(
     current: &Schema,
     last_column_id: i32,
