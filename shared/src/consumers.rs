@@ -390,41 +390,41 @@ pub(crate) async fn readers_of(
     };
     let mut out = Vec::new();
     for p in consumers_of(config, table) {
-        let with = planner.plan(config, p, schema).await;
+        // A pipeline that does not plan on the current schema reads nothing of it.
+        let Ok(before) = planner.plan(config, p, schema).await else {
+            continue;
+        };
         let verdict = match planner.plan(config, p, &without).await {
             Err(f) => breaks(&p.sql, f.column, f.span, f.reason),
-            Ok(after) => match &with {
-                Ok(before) => {
-                    let lost: Vec<String> = before
-                        .fields()
-                        .iter()
-                        .filter(|f| after.column_with_name(f.name()).is_none())
-                        .map(|f| f.name().clone())
-                        .collect();
-                    if lost.is_empty() {
-                        Verdict::Ok
-                    } else {
-                        breaks(
-                            &p.sql,
-                            Some(column.to_string()),
-                            None,
-                            format!(
-                                "its output would lose {} (sink `{}`)",
-                                lost.join(", "),
-                                p.sink
-                            ),
-                        )
-                    }
+            Ok(after) => {
+                let lost: Vec<String> = before
+                    .fields()
+                    .iter()
+                    .filter(|f| after.column_with_name(f.name()).is_none())
+                    .map(|f| f.name().clone())
+                    .collect();
+                if lost.is_empty() {
+                    Verdict::Ok
+                } else {
+                    breaks(
+                        &p.sql,
+                        Some(column.to_string()),
+                        None,
+                        format!(
+                            "its output would lose {} (sink `{}`)",
+                            lost.join(", "),
+                            p.sink
+                        ),
+                    )
                 }
-                Err(_) => Verdict::Ok,
-            },
+            }
         };
         if verdict.breaks() {
             out.push(ConsumerReport {
                 pipeline: p.name.clone(),
                 sink: p.sink.clone(),
                 verdict,
-                already_broken: with.is_err(),
+                already_broken: false,
             });
         }
     }

@@ -5,6 +5,7 @@
 //! into `target/venv` and starts the server; run alone, the harness starts a server itself.
 
 mod chaos;
+mod consumers;
 mod evolution;
 mod exactly_once;
 mod faults;

@@ -7,6 +7,7 @@
 //! the files in one snapshot whose summary names the object, unless it was committed already
 //! ([`dedup`]).
 
+mod consumer_gate;
 pub(crate) mod dedup;
 mod report;
 mod rows;
@@ -48,6 +49,8 @@ pub struct Ingestor {
     tables: HashMap<String, TableCtx>,
     notifier: Option<crate::notify::Notifier>,
     hash_key: Option<Vec<u8>>,
+    /// Consumer plans, cached per evolved schema ([`consumer_gate`]).
+    planner: crate::consumers::Planner,
 }
 
 /// Result of handling one Lambda payload.
@@ -104,6 +107,7 @@ impl Ingestor {
             tables,
             notifier: None,
             hash_key,
+            planner: Default::default(),
         })
     }
 
@@ -399,6 +403,13 @@ impl Ingestor {
         };
         tracing::info!(object = %uri, table = %tctx.ident, change = %what, "input evolves the table schema");
         crate::write::delete_uncommitted(table, &first.files).await;
+        // A change that would break a pipeline reading the table follows `on_consumer_break`.
+        if let Some(refusal) = self.consumer_refusal(tctx, table, schema, what).await? {
+            drop(written);
+            return self
+                .without_change(obj, table, tctx, route, read, params, refusal)
+                .await;
+        }
         let evolved_table = crate::write::with_schema(table, schema.clone())?;
         // Pinned to the version read first: an overwrite in between must not put other
         // content under this identity. A mismatch is retryable: the redelivery starts over.

@@ -1,0 +1,198 @@
+//! The consumer gate: before an additive schema change (new columns, widenings) is committed with
+//! an object's data, every pipeline reading the table is planned against the evolved schema and
+//! checked against its sink ([`crate::consumers`]). A change that would break a pipeline the
+//! current schema does not break follows the table's `on_consumer_break`:
+//!
+//! * `quarantine` (default): the object is ingested without the change, as under the `strict`
+//!   policy: records that need it (unknown fields, values that need the widening) are
+//!   quarantined, their reason naming the change, the pipeline and the column;
+//! * `stop`: the object fails (nothing committed, not retryable: it lands in the DLQ with the
+//!   reason).
+//!
+//! Plans are cached per (pipeline, evolved source relation) in the ingestor, so a warm container
+//! plans once per distinct change; tables nobody reads cost nothing.
+
+use std::io::{BufRead, Write};
+
+use iceberg::spec::Schema;
+use iceberg::table::Table;
+
+use super::rows::{write_object, WriteFailure, WriteParams, Written};
+use super::{Ingestor, TableCtx};
+use crate::config::{ConsumerBreak, RouteConfig};
+use crate::consumers::{self, ConsumerReport};
+use crate::error::{Error, ErrorKind, Result};
+use crate::event::ObjectRef;
+use crate::store::Version;
+
+/// An evolved schema refused because it would break consumers.
+pub(super) struct Refusal {
+    /// What the change was (`added coupon (string)`).
+    what: String,
+    /// The pipelines it would break (and the current schema does not).
+    breaks: Vec<ConsumerReport>,
+}
+
+impl Refusal {
+    fn describe(&self) -> String {
+        let who: Vec<String> = self.breaks.iter().map(|b| b.describe()).collect();
+        format!(
+            "schema change refused ({}): it would break {}",
+            self.what,
+            who.join("; ")
+        )
+    }
+}
+
+/// What an object written without its schema change returns: the rows, and no evolution.
+pub(super) type Unchanged = (
+    std::result::Result<Written, WriteFailure>,
+    Option<(Schema, String)>,
+);
+
+impl Ingestor {
+    /// The consumers `evolved` (the schema `table` would evolve to, by `what`) would break that
+    /// the table's current schema does not; None when the change may be committed.
+    pub(super) async fn consumer_refusal(
+        &self,
+        tctx: &TableCtx,
+        table: &Table,
+        evolved: &Schema,
+        what: &str,
+    ) -> Result<Option<Refusal>> {
+        let pipelines = consumers::consumers_of(&self.config, &tctx.cfg.name);
+        if pipelines.is_empty() {
+            return Ok(None);
+        }
+        let mut sinks = std::collections::HashMap::new();
+        for p in pipelines {
+            match consumers::sink_schema(&self.config, self.catalog().as_ref(), p).await {
+                Ok(Some(s)) => {
+                    sinks.insert(p.name.clone(), s);
+                }
+                Ok(None) => {}
+                // The SQL is still planned; only the comparison with this sink is skipped.
+                Err(e) => {
+                    tracing::warn!(pipeline = %p.name, sink = %p.sink, error = %e, "cannot read the sink to check a schema change against it")
+                }
+            }
+        }
+        let current = table.metadata().current_schema();
+        let reports = consumers::check(
+            &self.planner,
+            &self.config,
+            &tctx.cfg.name,
+            Some(current.as_ref()),
+            evolved,
+            &sinks,
+        )
+        .await;
+        let breaks: Vec<ConsumerReport> = reports
+            .into_iter()
+            .filter(|r| r.verdict.breaks() && !r.already_broken)
+            .collect();
+        if breaks.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(Refusal {
+            what: what.to_string(),
+            breaks,
+        }))
+    }
+
+    /// The object under a refused change, per `on_consumer_break`: `stop` fails it (not
+    /// retryable); `quarantine` writes it again on the current schema as the strict policy
+    /// would (pinned to the version read first), records needing the change quarantined with
+    /// the refusal in their reason.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn without_change(
+        &self,
+        obj: &ObjectRef,
+        table: &Table,
+        tctx: &TableCtx,
+        route: &RouteConfig,
+        read: &Version,
+        params: &WriteParams<'_>,
+        refusal: Refusal,
+    ) -> Result<Unchanged> {
+        let uri = params.uri;
+        let why = refusal.describe();
+        if tctx.cfg.on_consumer_break == ConsumerBreak::Stop {
+            tracing::error!(object = %uri, table = %tctx.ident, reason = %why, "schema change would break a consumer; object stopped");
+            return Err(Error::new(
+                ErrorKind::Transform,
+                format!("{uri}: {why}; nothing committed (on_consumer_break = \"stop\")"),
+            )
+            .with_retryable(false));
+        }
+        tracing::warn!(object = %uri, table = %tctx.ident, reason = %why, "schema change would break a consumer; ingesting without it");
+        let reopened = self
+            .store
+            .open(&obj.bucket, &obj.key, read)
+            .await
+            .map_err(|e| {
+                if e.kind() == ErrorKind::Superseded {
+                    Error::new(
+                        ErrorKind::Superseded,
+                        format!("{uri} changed between its two reads; not committed"),
+                    )
+                    .with_retryable(true)
+                    .with_source(e)
+                } else {
+                    e
+                }
+            })?;
+        let strict = WriteParams {
+            allow_unknown: false,
+            defer_quarantine_limit: false,
+            ..*params
+        };
+        let written = write_object(table, tctx, route, reopened.body, &strict).await;
+        if let Ok(w) = &written {
+            if let Some(spool) = &w.quarantine_spool {
+                let path = spool.path().to_path_buf();
+                let note = why.clone();
+                tokio::task::spawn_blocking(move || annotate(&path, &note))
+                    .await
+                    .map_err(|e| {
+                        Error::new(ErrorKind::Internal, format!("annotating quarantine: {e}"))
+                    })??;
+            }
+        }
+        Ok((written, None))
+    }
+}
+
+/// Appends `note` to the reason of every record in the quarantine spool at `path`.
+fn annotate(path: &std::path::Path, note: &str) -> Result<()> {
+    let io = |e: std::io::Error| {
+        Error::new(ErrorKind::Storage, "annotating the quarantine spool")
+            .with_retryable(true)
+            .with_source(e)
+    };
+    let tmp = path.with_extension("annotated");
+    let result = (|| -> Result<()> {
+        let reader = std::io::BufReader::new(std::fs::File::open(path).map_err(io)?);
+        let mut out = std::io::BufWriter::new(std::fs::File::create(&tmp).map_err(io)?);
+        for line in reader.lines() {
+            let line = line.map_err(io)?;
+            let mut v: serde_json::Value = serde_json::from_str(&line)
+                .map_err(|e| Error::new(ErrorKind::Internal, format!("quarantine spool: {e}")))?;
+            if let Some(o) = v.as_object_mut() {
+                let reason = o.get("reason").and_then(|r| r.as_str()).unwrap_or("");
+                let reason = format!("{reason}; {note}");
+                o.insert("reason".into(), serde_json::Value::String(reason));
+            }
+            let mut buf = serde_json::to_vec(&v)
+                .map_err(|e| Error::new(ErrorKind::Internal, format!("quarantine spool: {e}")))?;
+            buf.push(b'\n');
+            out.write_all(&buf).map_err(io)?;
+        }
+        out.flush().map_err(io)?;
+        std::fs::rename(&tmp, path).map_err(io)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}

@@ -1,0 +1,400 @@
+//! Schema changes validated against their consumers, and deprecation as a process: schema-diff
+//! names the pipeline (column, SQL position) a proposal breaks; ingest refuses an additive change
+//! that would break a pipeline per `on_consumer_break`; deprecated columns are listed with owner
+//! and readers; `drop-column` is refused before its date or while read, and done through the
+//! commit loop (PyIceberg still reads the table, ingest does not re-add the column).
+
+use floe::config::Config;
+use floe::consumers::Verdict;
+use floe::drop_column::{drop_column, DropRequest};
+use floe::ingest::Status;
+
+use crate::harness::{orders, TestEnv};
+
+/// Appends `,"field":value` to every JSON line of `text`.
+fn with_field(text: &str, field: &str, value: &str) -> String {
+    text.lines()
+        .map(|l| format!("{},\"{field}\":{value}}}\n", l.trim_end_matches('}')))
+        .collect()
+}
+
+/// The test config with `orders_extra` in each table block and `tail` appended.
+fn reconfigure(env: &mut TestEnv, orders_extra: &str, tail: &str) {
+    let text = format!(
+        "{}\n{tail}",
+        env.toml.replace(
+            "target_file_size_mb = 128\n",
+            &format!("target_file_size_mb = 128\n{orders_extra}\n"),
+        )
+    );
+    env.toml = text.clone();
+    env.config = Config::parse(&text, "test floe.toml").expect("test config");
+}
+
+fn day(offset: i64) -> String {
+    (chrono::Utc::now().date_naive() + chrono::Duration::days(offset)).to_string()
+}
+
+/// A pipeline whose `SELECT *` output gains whatever the source gains, plus an alias `net`.
+const NET_PIPELINE: &str = r#"
+[[pipelines]]
+name = "orders_net"
+source = "orders"
+sink = "orders_net"
+mode = "append"
+sql = """
+SELECT *,
+       amount * 0.9 AS net
+FROM source
+"""
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schema_diff_names_the_consumer_a_removed_column_breaks() {
+    let env = TestEnv::with_pipelines("sqlite", "").await;
+    let ingestor = env.ingestor().await;
+    env.put("orders/a.jsonl", orders(20, 1)).await;
+    env.ingest(&ingestor, "orders/a.jsonl").await.unwrap();
+
+    // Unchanged config: every consumer plans.
+    let r = floe::schema_diff::schema_diff(&env.config, "orders", None)
+        .await
+        .unwrap();
+    assert_eq!(r.consumers.len(), 2, "{r:?}");
+    assert!(!r.consumers_break, "{r:?}");
+
+    // The config drops payment_method, which suspicious_orders reads (lines 1 and 4 of its SQL).
+    let mut cfg = env.config.clone();
+    let t = cfg.tables.iter_mut().find(|t| t.name == "orders").unwrap();
+    t.columns.retain(|c| c.name != "payment_method");
+    let r = floe::schema_diff::schema_diff(&cfg, "orders", None)
+        .await
+        .unwrap();
+    assert!(
+        r.consumers_break,
+        "the CLI exits 2 on a breaking consumer: {r:?}"
+    );
+    let sus = r
+        .consumers
+        .iter()
+        .find(|c| c.pipeline == "suspicious_orders")
+        .unwrap();
+    match &sus.verdict {
+        Verdict::Breaks {
+            column, position, ..
+        } => {
+            assert_eq!(column.as_deref(), Some("payment_method"));
+            // DataFusion's span (the WHERE clause is planned first: line 4, column 26) or the
+            // first mention in the text (`SELECT … amount, payment_method,`: line 1, column 47).
+            let position = position.as_deref().expect("a position");
+            assert!(matches!(position, "4:26" | "1:47"), "{position}");
+        }
+        Verdict::Ok => panic!("suspicious_orders reads payment_method: {r:?}"),
+    }
+    assert!(!sus.already_broken);
+    let rev = r
+        .consumers
+        .iter()
+        .find(|c| c.pipeline == "revenue_per_region_minute")
+        .unwrap();
+    assert_eq!(rev.verdict, Verdict::Ok);
+    let json = serde_json::to_value(&r).unwrap();
+    assert_eq!(json["consumers"][0]["status"], "breaks", "{json}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ingest_refuses_a_change_that_would_break_a_consumer_per_policy() {
+    // Default policy: quarantine.
+    let mut env = TestEnv::new("sqlite").await;
+    reconfigure(&mut env, "", NET_PIPELINE);
+    let ingestor = env.ingestor().await;
+    env.put("orders/base.jsonl", orders(10, 1)).await;
+    env.ingest(&ingestor, "orders/base.jsonl").await.unwrap();
+    let schema_before = ingestor
+        .catalog()
+        .load_table(&env.ident())
+        .await
+        .unwrap()
+        .metadata()
+        .current_schema_id();
+
+    // A new field `net` collides with the pipeline's alias under `SELECT *`: 4 records carry it.
+    let mixed = format!(
+        "{}{}",
+        with_field(&orders(4, 2), "net", "1.5"),
+        orders(6, 3)
+    );
+    env.put("orders/net.jsonl", mixed).await;
+    let r = env.ingest(&ingestor, "orders/net.jsonl").await.unwrap();
+    assert_eq!(r.status, Status::Committed, "{r:?}");
+    assert_eq!(r.schema_change, None, "{r:?}");
+    assert_eq!(
+        (r.records_in, r.records_committed, r.records_quarantined),
+        (10, 6, 4)
+    );
+    assert!(r.unknown_fields.contains(&"net".to_string()), "{r:?}");
+    let table = ingestor.catalog().load_table(&env.ident()).await.unwrap();
+    assert_eq!(table.metadata().current_schema_id(), schema_before);
+    assert!(table
+        .metadata()
+        .current_schema()
+        .field_by_name("net")
+        .is_none());
+    let q = r.quarantine.clone().expect("a quarantine object");
+    let key = q.split_once(&format!("{}/", env.bucket)).unwrap().1;
+    let body = String::from_utf8(env.get(key).await.unwrap()).unwrap();
+    assert_eq!(body.lines().count(), 4);
+    for line in body.lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        let reason = v["reason"].as_str().unwrap();
+        assert!(
+            reason.contains("orders_net") && reason.contains("`net`"),
+            "{reason}"
+        );
+    }
+
+    // A harmless additive change is still committed with its data.
+    env.put(
+        "orders/coupon.jsonl",
+        with_field(&orders(5, 4), "coupon", "\"X\""),
+    )
+    .await;
+    let r = env.ingest(&ingestor, "orders/coupon.jsonl").await.unwrap();
+    assert_eq!(r.status, Status::Committed);
+    assert!(r.schema_change.is_some(), "{r:?}");
+    assert_eq!(r.records_committed, 5);
+    let table = ingestor.catalog().load_table(&env.ident()).await.unwrap();
+    assert!(table
+        .metadata()
+        .current_schema()
+        .field_by_name("coupon")
+        .is_some());
+
+    // Policy stop: the object fails, not retryable, nothing committed.
+    let mut env = TestEnv::new("sqlite").await;
+    reconfigure(&mut env, "on_consumer_break = \"stop\"", NET_PIPELINE);
+    let ingestor = env.ingestor().await;
+    env.put("orders/base.jsonl", orders(10, 1)).await;
+    env.ingest(&ingestor, "orders/base.jsonl").await.unwrap();
+    let before = ingestor
+        .catalog()
+        .load_table(&env.ident())
+        .await
+        .unwrap()
+        .metadata()
+        .current_snapshot_id();
+    env.put("orders/net.jsonl", with_field(&orders(4, 2), "net", "1.5"))
+        .await;
+    let e = env.ingest(&ingestor, "orders/net.jsonl").await.unwrap_err();
+    assert!(!e.is_retryable(), "{e}");
+    let text = e.to_string();
+    assert!(
+        text.contains("orders_net") && text.contains("`net`") && text.contains("stop"),
+        "{text}"
+    );
+    let table = ingestor.catalog().load_table(&env.ident()).await.unwrap();
+    assert_eq!(table.metadata().current_snapshot_id(), before);
+    assert!(table
+        .metadata()
+        .current_schema()
+        .field_by_name("net")
+        .is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deprecated_columns_are_listed_with_owner_dates_and_readers() {
+    let mut env = TestEnv::with_pipelines("sqlite", "").await;
+    let since = day(-30);
+    let after = day(30);
+    let text = env.toml.replace(
+        "{ name = \"payment_method\", type = \"string\" }",
+        &format!(
+            "{{ name = \"payment_method\", type = \"string\", owner = \"payments-team@example.com\", deprecated_since = \"{since}\", remove_after = \"{after}\" }}"
+        ),
+    );
+    env.config = Config::parse(&text, "test floe.toml").unwrap();
+    let ingestor = env.ingestor().await;
+    env.put("orders/a.jsonl", orders(20, 1)).await;
+    let r = env.ingest(&ingestor, "orders/a.jsonl").await.unwrap();
+    assert_eq!(r.deprecated_produced, vec!["payment_method".to_string()]);
+
+    let table = ingestor.catalog().load_table(&env.ident()).await.unwrap();
+    let planner = floe::consumers::Planner::default();
+    let status = floe::consumers::deprecation_status(
+        &planner,
+        &env.config,
+        "orders",
+        Some(table.metadata()),
+        chrono::Utc::now().date_naive(),
+    )
+    .await;
+    let pm = status
+        .iter()
+        .find(|d| d.deprecation.column == "payment_method")
+        .expect("payment_method listed");
+    assert_eq!(
+        pm.deprecation.owner.as_deref(),
+        Some("payments-team@example.com")
+    );
+    assert_eq!(pm.deprecation.since.map(|d| d.to_string()), Some(since));
+    assert_eq!(pm.deprecation.remove_after.to_string(), after);
+    assert_eq!(pm.produced, Some(true));
+    assert_eq!(pm.read_by, vec!["suspicious_orders".to_string()]);
+    assert!(!pm.removable);
+    assert!(pm.describe().contains("payments-team@example.com"));
+
+    let diff = floe::schema_diff::schema_diff(&env.config, "orders", None)
+        .await
+        .unwrap();
+    let d = diff
+        .deprecations
+        .iter()
+        .find(|d| d.deprecation.column == "payment_method")
+        .expect("schema-diff lists it");
+    assert_eq!(d.read_by, vec!["suspicious_orders".to_string()]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drop_column_is_refused_before_its_date_and_while_read_then_done() {
+    let mut env = TestEnv::with_pipelines("sqlite", "").await;
+    let deprecate = |toml: &str, col: &str, after: &str| {
+        toml.replace(
+            &format!("{{ name = \"{col}\", type = \"string\" }}"),
+            &format!(
+                "{{ name = \"{col}\", type = \"string\", owner = \"team-{col}\", remove_after = \"{after}\" }}"
+            ),
+        )
+    };
+    let base = env.toml.clone();
+    env.config = Config::parse(&deprecate(&base, "payment_method", &day(10)), "t").unwrap();
+    let ingestor = env.ingestor().await;
+    env.put("orders/a.jsonl", orders(20, 1)).await;
+    env.ingest(&ingestor, "orders/a.jsonl").await.unwrap();
+    let committer = {
+        let catalog = floe::catalog::connect(&env.config).await.unwrap();
+        let swap = floe::catalog::pointer_swap(&env.config).await.unwrap();
+        floe::commit::Committer::new(catalog, swap)
+    };
+    let req = |column: &str, force: bool, dry_run: bool| DropRequest {
+        table: "orders".into(),
+        column: column.into(),
+        dry_run,
+        force,
+        today: chrono::Utc::now().date_naive(),
+    };
+    let snapshots = |t: &iceberg::table::Table| t.metadata().snapshots().count();
+    let before = snapshots(&ingestor.catalog().load_table(&env.ident()).await.unwrap());
+
+    // Before its date: refused, naming the date and the owner; nothing committed.
+    let r = drop_column(&env.config, &committer, &req("payment_method", true, false))
+        .await
+        .unwrap();
+    let why = r.refused.clone().expect("refused before remove_after");
+    assert!(
+        why.contains(&day(10)) && why.contains("team-payment_method"),
+        "{why}"
+    );
+
+    // After its date, while suspicious_orders reads it: refused without --force (a dry run
+    // says the same).
+    env.config = Config::parse(&deprecate(&base, "payment_method", &day(-1)), "t").unwrap();
+    let r = drop_column(
+        &env.config,
+        &committer,
+        &req("payment_method", false, false),
+    )
+    .await
+    .unwrap();
+    let why = r.refused.clone().expect("refused while read");
+    assert!(why.contains("suspicious_orders"), "{why}");
+    assert_eq!(r.readers.len(), 1);
+    let dry = drop_column(&env.config, &committer, &req("payment_method", true, true))
+        .await
+        .unwrap();
+    assert!(
+        dry.refused.is_none() && dry.snapshot_id.is_none(),
+        "{dry:?}"
+    );
+    // A column that is not deprecated is refused too.
+    let r = drop_column(&env.config, &committer, &req("status", false, false))
+        .await
+        .unwrap();
+    assert!(r.refused.is_some());
+    let table = ingestor.catalog().load_table(&env.ident()).await.unwrap();
+    assert_eq!(snapshots(&table), before, "refusals commit nothing");
+
+    // With --force: dropped in a snapshot of its own, through the commit loop.
+    let r = drop_column(&env.config, &committer, &req("payment_method", true, false))
+        .await
+        .unwrap();
+    assert!(r.refused.is_none(), "{r:?}");
+    let id = r.snapshot_id.expect("a snapshot");
+    let table = ingestor.catalog().load_table(&env.ident()).await.unwrap();
+    let md = table.metadata();
+    assert_eq!(md.current_snapshot_id(), Some(id));
+    assert!(md
+        .current_schema()
+        .field_by_name("payment_method")
+        .is_none());
+    let summary = &md
+        .current_snapshot()
+        .unwrap()
+        .summary()
+        .additional_properties;
+    assert_eq!(
+        summary
+            .get(floe::summary::SCHEMA_CHANGE)
+            .map(String::as_str),
+        Some("dropped payment_method")
+    );
+    // Again: already dropped, nothing committed.
+    let again = drop_column(&env.config, &committer, &req("payment_method", true, false))
+        .await
+        .unwrap();
+    assert!(again.already_dropped && again.snapshot_id.is_none());
+
+    // No consumer reads `currency`: dropped once its date has come, no --force needed.
+    let both = deprecate(
+        &deprecate(&base, "payment_method", &day(-1)),
+        "currency",
+        &day(0),
+    );
+    env.config = Config::parse(&both, "t").unwrap();
+    let r = drop_column(&env.config, &committer, &req("currency", false, false))
+        .await
+        .unwrap();
+    assert!(r.refused.is_none() && r.readers.is_empty(), "{r:?}");
+    assert!(r.snapshot_id.is_some());
+
+    // Inputs still carrying the dropped columns: ingested, the columns not added back.
+    let ingestor = env.ingestor().await;
+    env.put("orders/b.jsonl", orders(7, 2)).await;
+    let r = env.ingest(&ingestor, "orders/b.jsonl").await.unwrap();
+    assert_eq!(r.status, Status::Committed, "{r:?}");
+    assert_eq!(r.records_committed, 7);
+    assert_eq!(r.schema_change, None, "{r:?}");
+    assert!(
+        r.unknown_fields.contains(&"payment_method".to_string())
+            && r.unknown_fields.contains(&"currency".to_string()),
+        "{r:?}"
+    );
+    let table = ingestor.catalog().load_table(&env.ident()).await.unwrap();
+    let schema = table.metadata().current_schema();
+    assert!(schema.field_by_name("payment_method").is_none());
+    assert!(schema.field_by_name("currency").is_none());
+
+    // An independent reader still reads every row, without the dropped columns.
+    let py = env.pyiceberg();
+    assert_eq!(py["rows"], 27, "{py}");
+    let cols: Vec<&str> = py["columns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c.as_str())
+        .collect();
+    assert!(
+        !cols.contains(&"payment_method") && !cols.contains(&"currency"),
+        "{cols:?}"
+    );
+    assert!(cols.contains(&"amount"));
+}
