@@ -398,3 +398,62 @@ async fn drop_column_is_refused_before_its_date_and_while_read_then_done() {
     );
     assert!(cols.contains(&"amount"));
 }
+
+/// The drop on Glue (floe's own UpdateTable with VersionId) and REST (the commit endpoint with
+/// schema requirements): the schema without the column is installed and PyIceberg reads it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drop_column_commits_on_glue_and_rest() {
+    for kind in ["glue", "rest"] {
+        let mut env = TestEnv::new(kind).await;
+        let text = env.toml.replace(
+            "{ name = \"currency\", type = \"string\" }",
+            &format!(
+                "{{ name = \"currency\", type = \"string\", owner = \"fx\", remove_after = \"{}\" }}",
+                day(-1)
+            ),
+        );
+        env.config = Config::parse(&text, "t").unwrap();
+        let ingestor = env.ingestor().await;
+        env.put("orders/a.jsonl", orders(12, 1)).await;
+        env.ingest(&ingestor, "orders/a.jsonl").await.unwrap();
+        let committer = {
+            let catalog = floe::catalog::connect(&env.config).await.unwrap();
+            let swap = floe::catalog::pointer_swap(&env.config).await.unwrap();
+            floe::commit::Committer::new(catalog, swap)
+        };
+        let req = DropRequest {
+            table: "orders".into(),
+            column: "currency".into(),
+            dry_run: false,
+            force: false,
+            today: chrono::Utc::now().date_naive(),
+        };
+        let r = drop_column(&env.config, &committer, &req).await.unwrap();
+        assert!(
+            r.refused.is_none() && r.snapshot_id.is_some(),
+            "{kind}: {r:?}"
+        );
+        let table = ingestor.catalog().load_table(&env.ident()).await.unwrap();
+        assert!(
+            table
+                .metadata()
+                .current_schema()
+                .field_by_name("currency")
+                .is_none(),
+            "{kind}"
+        );
+        env.put("orders/b.jsonl", orders(3, 2)).await;
+        let b = env.ingest(&ingestor, "orders/b.jsonl").await.unwrap();
+        assert_eq!(b.status, Status::Committed, "{kind}: {b:?}");
+        let py = env.pyiceberg();
+        assert_eq!(py["rows"], 15, "{kind}: {py}");
+        assert!(
+            !py["columns"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|c| c == "currency"),
+            "{kind}: {py}"
+        );
+    }
+}
