@@ -33,7 +33,11 @@ pub(super) struct Refusal {
     breaks: Vec<ConsumerReport>,
 }
 
+/// Most characters of the note added to each quarantined record's reason.
+const NOTE_MAX_CHARS: usize = 512;
+
 impl Refusal {
+    /// The whole story: the change, and each pipeline with column, position and reason.
     fn describe(&self) -> String {
         let who: Vec<String> = self.breaks.iter().map(|b| b.describe()).collect();
         format!(
@@ -41,6 +45,39 @@ impl Refusal {
             self.what,
             who.join("; ")
         )
+    }
+
+    /// The note for each quarantined record: pipelines, columns and positions without
+    /// DataFusion's text (which lists every field), at most [`NOTE_MAX_CHARS`], so that the
+    /// quarantine object stays near its `max_quarantine_bytes` budget.
+    fn note(&self) -> String {
+        let who: Vec<String> = self
+            .breaks
+            .iter()
+            .map(|b| match &b.verdict {
+                consumers::Verdict::Breaks {
+                    column, position, ..
+                } => format!(
+                    "pipeline `{}`{}{}",
+                    b.pipeline,
+                    column
+                        .as_deref()
+                        .map(|c| format!(" on column `{c}`"))
+                        .unwrap_or_default(),
+                    position
+                        .as_deref()
+                        .map(|p| format!(" (SQL {p})"))
+                        .unwrap_or_default()
+                ),
+                consumers::Verdict::Ok => format!("pipeline `{}`", b.pipeline),
+            })
+            .collect();
+        let note = format!(
+            "schema change refused ({}): it would break {}",
+            self.what,
+            who.join("; ")
+        );
+        note.chars().take(NOTE_MAX_CHARS).collect()
     }
 }
 
@@ -151,7 +188,7 @@ impl Ingestor {
         if let Ok(w) = &written {
             if let Some(spool) = &w.quarantine_spool {
                 let path = spool.path().to_path_buf();
-                let note = why.clone();
+                let note = refusal.note();
                 tokio::task::spawn_blocking(move || annotate(&path, &note))
                     .await
                     .map_err(|e| {
