@@ -971,6 +971,9 @@ format = "csv"
         );
         let c = Config::parse(&stop, "f.toml").unwrap();
         assert_eq!(c.tables[0].on_consumer_break, ConsumerBreak::Stop);
+        let by_default = format!("[defaults]\non_consumer_break = \"stop\"\n{GOOD}");
+        let c = Config::parse(&by_default, "f.toml").unwrap();
+        assert_eq!(c.tables[0].on_consumer_break, ConsumerBreak::Stop);
     }
 
     #[test]
