@@ -457,3 +457,59 @@ async fn drop_column_commits_on_glue_and_rest() {
         );
     }
 }
+
+/// The refusal note added to quarantined records counts against `max_quarantine_bytes`: an
+/// object whose rejected records fit the limit as spooled, but not once each reason carries the
+/// note, must not leave a quarantine object over the limit (the note used to be added by
+/// rewriting the spool after the limit was checked, up to 512 bytes more per record, with a
+/// second copy of the spool on local disk meanwhile).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_refusal_note_counts_against_max_quarantine_bytes() {
+    let mut env = TestEnv::new("sqlite").await;
+    reconfigure(&mut env, "", NET_PIPELINE);
+    let ingestor = env.ingestor().await;
+    env.put("orders/base.jsonl", orders(10, 1)).await;
+    env.ingest(&ingestor, "orders/base.jsonl").await.unwrap();
+    let net = with_field(&orders(20, 2), "net", "1.5");
+
+    // Unlimited: measure the quarantine object with and without the notes.
+    env.put("orders/net-a.jsonl", net.clone()).await;
+    let r = env.ingest(&ingestor, "orders/net-a.jsonl").await.unwrap();
+    assert_eq!(r.records_quarantined, 20, "{r:?}");
+    let q = r.quarantine.clone().expect("a quarantine object");
+    let key = q.split_once(&format!("{}/", env.bucket)).unwrap().1;
+    let body = String::from_utf8(env.get(key).await.unwrap()).unwrap();
+    let noted = body.len() as u64;
+    let mut plain = 0u64;
+    for line in body.lines() {
+        let mut v: serde_json::Value = serde_json::from_str(line).unwrap();
+        let reason = v["reason"].as_str().unwrap().to_string();
+        let (before, _) = reason
+            .split_once("; schema change refused")
+            .expect("the note");
+        v["reason"] = serde_json::Value::String(before.to_string());
+        plain += serde_json::to_vec(&v).unwrap().len() as u64 + 1;
+    }
+    assert!(plain < noted, "{plain} {noted}");
+    let limit = (plain + noted) / 2;
+
+    // A limit between the two: never a quarantine object over it.
+    env.config.ingest.max_quarantine_bytes = limit;
+    let ingestor = env.ingestor().await;
+    env.put("orders/net-b.jsonl", net).await;
+    match env.ingest(&ingestor, "orders/net-b.jsonl").await {
+        Ok(r) => {
+            let q = r.quarantine.clone().expect("a quarantine object");
+            let key = q.split_once(&format!("{}/", env.bucket)).unwrap().1;
+            let size = env.get(key).await.unwrap().len() as u64;
+            assert!(
+                size <= limit,
+                "quarantine object of {size} bytes over max_quarantine_bytes = {limit}: {r:?}"
+            );
+        }
+        Err(e) => {
+            assert!(!e.is_retryable(), "{e}");
+            assert!(e.to_string().contains("max_quarantine_bytes"), "{e}");
+        }
+    }
+}

@@ -12,8 +12,6 @@
 //! Plans are cached per (pipeline, evolved source relation) in the ingestor, so a warm container
 //! plans once per distinct change; tables nobody reads cost nothing.
 
-use std::io::{BufRead, Write};
-
 use iceberg::spec::Schema;
 use iceberg::table::Table;
 
@@ -140,7 +138,7 @@ impl Ingestor {
     /// The object under a refused change, per `on_consumer_break`: `stop` fails it (not
     /// retryable); `quarantine` writes it again on the current schema as the strict policy
     /// would (pinned to the version read first), records needing the change quarantined with
-    /// the refusal in their reason.
+    /// the refusal in their reason (added as they are spooled, so within `max_quarantine_bytes`).
     #[allow(clippy::too_many_arguments)]
     pub(super) async fn without_change(
         &self,
@@ -179,57 +177,15 @@ impl Ingestor {
                     e
                 }
             })?;
+        // The note is part of each quarantined line as it is spooled: within max_quarantine_bytes.
+        let note = refusal.note();
         let strict = WriteParams {
             allow_unknown: false,
             defer_quarantine_limit: false,
+            reason_note: Some(&note),
             ..*params
         };
         let written = write_object(table, tctx, route, reopened.body, &strict).await;
-        if let Ok(w) = &written {
-            if let Some(spool) = &w.quarantine_spool {
-                let path = spool.path().to_path_buf();
-                let note = refusal.note();
-                tokio::task::spawn_blocking(move || annotate(&path, &note))
-                    .await
-                    .map_err(|e| {
-                        Error::new(ErrorKind::Internal, format!("annotating quarantine: {e}"))
-                    })??;
-            }
-        }
         Ok((written, None))
     }
-}
-
-/// Appends `note` to the reason of every record in the quarantine spool at `path`.
-fn annotate(path: &std::path::Path, note: &str) -> Result<()> {
-    let io = |e: std::io::Error| {
-        Error::new(ErrorKind::Storage, "annotating the quarantine spool")
-            .with_retryable(true)
-            .with_source(e)
-    };
-    let tmp = path.with_extension("annotated");
-    let result = (|| -> Result<()> {
-        let reader = std::io::BufReader::new(std::fs::File::open(path).map_err(io)?);
-        let mut out = std::io::BufWriter::new(std::fs::File::create(&tmp).map_err(io)?);
-        for line in reader.lines() {
-            let line = line.map_err(io)?;
-            let mut v: serde_json::Value = serde_json::from_str(&line)
-                .map_err(|e| Error::new(ErrorKind::Internal, format!("quarantine spool: {e}")))?;
-            if let Some(o) = v.as_object_mut() {
-                let reason = o.get("reason").and_then(|r| r.as_str()).unwrap_or("");
-                let reason = format!("{reason}; {note}");
-                o.insert("reason".into(), serde_json::Value::String(reason));
-            }
-            let mut buf = serde_json::to_vec(&v)
-                .map_err(|e| Error::new(ErrorKind::Internal, format!("quarantine spool: {e}")))?;
-            buf.push(b'\n');
-            out.write_all(&buf).map_err(io)?;
-        }
-        out.flush().map_err(io)?;
-        std::fs::rename(&tmp, path).map_err(io)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
 }

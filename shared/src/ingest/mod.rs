@@ -260,6 +260,7 @@ impl Ingestor {
             max_quarantine_bytes: self.config.ingest.max_quarantine_bytes,
             defer_quarantine_limit: tctx.cfg.schema_policy == SchemaPolicy::Additive,
             object_size: Some(opened.meta.size).filter(|s| *s > 0),
+            reason_note: None,
         };
         let (written, evolved) = self
             .write_evolving(obj, &table, tctx, &route, opened, &read, &params)
