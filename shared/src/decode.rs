@@ -897,6 +897,7 @@ fn decode_csv(reader: Box<dyn Read + '_>, ctx: &mut Ctx<'_>) -> Result<(), Decod
         ctx.send(Piece::UnknownFields(unknown))?;
     }
     let csv_schema = Arc::new(Schema::new(csv_fields));
+    let allow_unknown = ctx.spec.allow_unknown;
     let decode_one = |data: &[u8], rows: usize| -> Result<RecordBatch, ArrowError> {
         let mut d = arrow::csv::ReaderBuilder::new(csv_schema.clone())
             .with_header(false)
@@ -918,6 +919,13 @@ fn decode_csv(reader: Box<dyn Read + '_>, ctx: &mut Ctx<'_>) -> Result<(), Decod
                 "expected {rows} rows, decoded {}",
                 b.num_rows()
             )));
+        }
+        // Unknown fields not allowed: a record with a value in a column the table lacks is
+        // rejected (isolated to the record), never committed without that value.
+        if !allow_unknown {
+            if let Some(name) = (0..b.num_rows()).find_map(|row| unknown_value(&b, &target, row)) {
+                return Err(ArrowError::CsvError(not_a_column(&name)));
+            }
         }
         project(&b, &target)
     };
@@ -997,6 +1005,22 @@ fn write_csv_record<'f>(out: &mut Vec<u8>, fields: impl Iterator<Item = &'f [u8]
 }
 
 /// Reorders `batch` into `target`'s columns by name; absent columns become nulls.
+/// The first column of `batch` that `target` lacks with a value (non-null) in `row`.
+fn unknown_value(batch: &RecordBatch, target: &SchemaRef, row: usize) -> Option<String> {
+    batch
+        .schema()
+        .fields()
+        .iter()
+        .zip(batch.columns())
+        .find(|(f, col)| target.field_with_name(f.name()).is_err() && col.is_valid(row))
+        .map(|(f, _)| f.name().clone())
+}
+
+/// The reason of a record rejected for a field the table lacks (unknown fields not allowed).
+fn not_a_column(name: &str) -> String {
+    format!("field `{name}` is not a column of the table (unknown fields are not allowed)")
+}
+
 fn project(batch: &RecordBatch, target: &SchemaRef) -> Result<RecordBatch, ArrowError> {
     let cols: Vec<ArrayRef> = target
         .fields()
@@ -1189,6 +1213,14 @@ fn emit_parquet_batch(
         };
         cols.push(col);
     }
+    // Unknown fields not allowed: a row with a value in a column the table lacks is rejected.
+    if !ctx.spec.allow_unknown {
+        for (row, slot) in reasons.iter_mut().enumerate() {
+            if slot.is_none() {
+                *slot = unknown_value(batch, &target, row).map(|name| not_a_column(&name));
+            }
+        }
+    }
     let typed =
         RecordBatch::try_new(target, cols).map_err(|e| DecodeFailure::Unreadable(e.to_string()))?;
     let raws = |row: usize| (row_base + row as u64 + 1, row_as_json(batch, row));
@@ -1290,6 +1322,57 @@ not json\n\
         assert_eq!(rejected[0].record, 3);
         assert!(rejected[0].raw.starts_with("b,zz"));
         assert!(unknown.contains_key("other"));
+    }
+
+    #[test]
+    fn csv_and_parquet_reject_values_in_unknown_columns_when_unknown_fields_are_not_allowed() {
+        let strict = DecodeSpec {
+            allow_unknown: false,
+            ..spec(Format::Csv)
+        };
+        let csv = "id,n,t,other\na,1,2026-11-30T10:00:00Z,x\nb,2,2026-11-30T10:00:00Z,\nc,3,2026-11-30T10:00:00Z,z\n";
+        let (seen, rows, rejected, _) = run(csv.as_bytes(), &strict);
+        assert_eq!((seen, rows, rejected.len()), (3, 1, 2), "{rejected:?}");
+        assert_eq!(rejected[0].record, 2);
+        assert!(rejected[0].reason.contains("`other`"), "{rejected:?}");
+        // Allowed: the column is reported and every record kept.
+        let (_, rows, rejected, _) = run(csv.as_bytes(), &spec(Format::Csv));
+        assert_eq!((rows, rejected.len()), (3, 0));
+
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Utf8, true),
+            Field::new(
+                "t",
+                DataType::Timestamp(TimeUnit::Microsecond, Some("+00:00".into())),
+                true,
+            ),
+            Field::new("other", DataType::Utf8, true),
+        ]));
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                Arc::new(arrow::array::StringArray::from(vec!["a", "b"])),
+                Arc::new(
+                    arrow::array::TimestampMicrosecondArray::from(vec![1, 2])
+                        .with_timezone("+00:00"),
+                ),
+                Arc::new(arrow::array::StringArray::from(vec![Some("x"), None])),
+            ],
+        )
+        .unwrap();
+        let mut buf = Vec::new();
+        let mut w = parquet::arrow::ArrowWriter::try_new(&mut buf, schema, None).unwrap();
+        w.write(&batch).unwrap();
+        w.close().unwrap();
+        let strict = DecodeSpec {
+            allow_unknown: false,
+            ..spec(Format::Parquet)
+        };
+        let (seen, rows, rejected, _) = run(&buf, &strict);
+        assert_eq!((seen, rows, rejected.len()), (2, 1, 1), "{rejected:?}");
+        assert!(rejected[0].reason.contains("`other`"), "{rejected:?}");
+        let (_, rows, rejected, _) = run(&buf, &spec(Format::Parquet));
+        assert_eq!((rows, rejected.len()), (2, 0));
     }
 
     #[test]

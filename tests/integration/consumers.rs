@@ -513,3 +513,45 @@ async fn the_refusal_note_counts_against_max_quarantine_bytes() {
         }
     }
 }
+
+/// A CSV object bringing a refused column: under `quarantine` the records carrying a value for
+/// it are quarantined, never committed without it (the CSV and Parquet decoders used to drop a
+/// column the table lacks even when unknown fields were not allowed, so the "strict" second pass
+/// committed every record and silently lost the refused column's values). Records with the
+/// field empty commit; counts reconcile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_csv_column_quarantines_its_records_instead_of_losing_its_values() {
+    let mut env = TestEnv::new("sqlite").await;
+    reconfigure(&mut env, "", NET_PIPELINE);
+    let ingestor = env.ingestor().await;
+    env.put("orders/base.jsonl", orders(10, 1)).await;
+    env.ingest(&ingestor, "orders/base.jsonl").await.unwrap();
+
+    let mut csv = String::from("event_time,order_id,customer_id,amount,net\n");
+    for i in 0..4 {
+        csv.push_str(&format!("2026-11-30T10:00:00Z,n{i},{i},{i}.5,{i}.25\n"));
+    }
+    for i in 0..3 {
+        csv.push_str(&format!("2026-11-30T10:00:00Z,e{i},{i},{i}.5,\n"));
+    }
+    env.put("csv/net.csv", csv).await;
+    let r = env.ingest(&ingestor, "csv/net.csv").await.unwrap();
+    assert_eq!(r.schema_change, None, "{r:?}");
+    assert_eq!(
+        (r.records_in, r.records_committed, r.records_quarantined),
+        (7, 3, 4),
+        "the 4 records with a `net` value must not commit without it: {r:?}"
+    );
+    let q = r.quarantine.clone().expect("a quarantine object");
+    let key = q.split_once(&format!("{}/", env.bucket)).unwrap().1;
+    let body = String::from_utf8(env.get(key).await.unwrap()).unwrap();
+    assert_eq!(body.lines().count(), 4, "{body}");
+    for line in body.lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        let reason = v["reason"].as_str().unwrap();
+        assert!(
+            reason.contains("`net`") && reason.contains("orders_net"),
+            "{reason}"
+        );
+    }
+}
