@@ -194,6 +194,9 @@ pub(crate) struct DecodeSpec {
     pub chunk_records: usize,
     /// Whether fields the table lacks are tolerated (else the record is rejected: strict policy).
     pub allow_unknown: bool,
+    /// Fields tolerated (and dropped) even when unknown fields are not: columns the table dropped,
+    /// which inputs keep carrying for a while.
+    pub ignored: std::collections::BTreeSet<String>,
 }
 
 /// [`decode_within`] with the default [`Limits`] and no known size (the unit tests' shorthand; ingest
@@ -635,6 +638,7 @@ fn decode_jsonl(reader: Box<dyn Read + '_>, ctx: &mut Ctx<'_>) -> Result<(), Dec
         .iter()
         .map(|f| (f.name().clone(), f.data_type().clone()))
         .collect();
+    let ignored = ctx.spec.ignored.clone();
     let mut reported: BTreeMap<String, Option<PrimitiveType>> = BTreeMap::new();
     let mut widened: BTreeMap<String, PrimitiveType> = BTreeMap::new();
     let mut chunk = TextChunk::default();
@@ -704,10 +708,18 @@ fn decode_jsonl(reader: Box<dyn Read + '_>, ctx: &mut Ctx<'_>) -> Result<(), Dec
                         widened.extend(widen.clone());
                         ctx.send(Piece::Widen(widen))?;
                     }
-                    // Under a strict schema policy, lines with unknown fields are rejected.
+                    // Under a strict schema policy, lines with unknown fields are rejected
+                    // (dropped columns aside: checked by key, then decoded leniently).
                     let lenient_ok = ctx.spec.allow_unknown;
-                    let decode =
-                        |d: &[u8], rows: usize| decode_json_bytes(&schema, !lenient_ok, d, rows);
+                    let decode = |d: &[u8], rows: usize| {
+                        if lenient_ok || ignored.is_empty() {
+                            return decode_json_bytes(&schema, !lenient_ok, d, rows);
+                        }
+                        if let Some(name) = unknown_key(d, &known, &ignored) {
+                            return Err(ArrowError::JsonError(not_a_column(&name)));
+                        }
+                        decode_json_bytes(&schema, false, d, rows)
+                    };
                     emit_text_chunk(ctx, &chunk, &decode)?;
                 }
                 None => {}
@@ -898,6 +910,7 @@ fn decode_csv(reader: Box<dyn Read + '_>, ctx: &mut Ctx<'_>) -> Result<(), Decod
     }
     let csv_schema = Arc::new(Schema::new(csv_fields));
     let allow_unknown = ctx.spec.allow_unknown;
+    let ignored = ctx.spec.ignored.clone();
     let decode_one = |data: &[u8], rows: usize| -> Result<RecordBatch, ArrowError> {
         let mut d = arrow::csv::ReaderBuilder::new(csv_schema.clone())
             .with_header(false)
@@ -923,7 +936,9 @@ fn decode_csv(reader: Box<dyn Read + '_>, ctx: &mut Ctx<'_>) -> Result<(), Decod
         // Unknown fields not allowed: a record with a value in a column the table lacks is
         // rejected (isolated to the record), never committed without that value.
         if !allow_unknown {
-            if let Some(name) = (0..b.num_rows()).find_map(|row| unknown_value(&b, &target, row)) {
+            if let Some(name) =
+                (0..b.num_rows()).find_map(|row| unknown_value(&b, &target, &ignored, row))
+            {
                 return Err(ArrowError::CsvError(not_a_column(&name)));
             }
         }
@@ -1005,15 +1020,42 @@ fn write_csv_record<'f>(out: &mut Vec<u8>, fields: impl Iterator<Item = &'f [u8]
 }
 
 /// Reorders `batch` into `target`'s columns by name; absent columns become nulls.
-/// The first column of `batch` that `target` lacks with a value (non-null) in `row`.
-fn unknown_value(batch: &RecordBatch, target: &SchemaRef, row: usize) -> Option<String> {
+/// The first column of `batch` that `target` lacks (and `ignored` does not name) with a value
+/// (non-null) in `row`.
+fn unknown_value(
+    batch: &RecordBatch,
+    target: &SchemaRef,
+    ignored: &std::collections::BTreeSet<String>,
+    row: usize,
+) -> Option<String> {
     batch
         .schema()
         .fields()
         .iter()
         .zip(batch.columns())
-        .find(|(f, col)| target.field_with_name(f.name()).is_err() && col.is_valid(row))
+        .find(|(f, col)| {
+            target.field_with_name(f.name()).is_err()
+                && !ignored.contains(f.name())
+                && col.is_valid(row)
+        })
         .map(|(f, _)| f.name().clone())
+}
+
+/// The first top-level key of the JSON lines in `data` that is neither in `known` nor in
+/// `ignored` (columns are primitive: a top-level check is arrow's strict mode).
+fn unknown_key(
+    data: &[u8],
+    known: &BTreeMap<String, DataType>,
+    ignored: &std::collections::BTreeSet<String>,
+) -> Option<String> {
+    data.split(|b| *b == b'\n').find_map(|line| {
+        let Ok(serde_json::Value::Object(map)) = serde_json::from_slice(line) else {
+            return None;
+        };
+        map.into_iter()
+            .map(|(k, _)| k)
+            .find(|k| !known.contains_key(k) && !ignored.contains(k))
+    })
 }
 
 /// The reason of a record rejected for a field the table lacks (unknown fields not allowed).
@@ -1217,7 +1259,8 @@ fn emit_parquet_batch(
     if !ctx.spec.allow_unknown {
         for (row, slot) in reasons.iter_mut().enumerate() {
             if slot.is_none() {
-                *slot = unknown_value(batch, &target, row).map(|name| not_a_column(&name));
+                *slot = unknown_value(batch, &target, &ctx.spec.ignored, row)
+                    .map(|name| not_a_column(&name));
             }
         }
     }
@@ -1255,6 +1298,7 @@ mod tests {
             required: vec!["id".into(), "t".into()],
             chunk_records: 4,
             allow_unknown: true,
+            ignored: Default::default(),
         }
     }
 
@@ -1376,6 +1420,28 @@ not json\n\
     }
 
     #[test]
+    fn dropped_columns_are_tolerated_when_unknown_fields_are_not_allowed() {
+        let strict = |format| DecodeSpec {
+            allow_unknown: false,
+            ignored: ["old".to_string()].into(),
+            ..spec(format)
+        };
+        let jsonl = b"{\"id\":\"a\",\"t\":\"2026-11-30T10:00:00Z\",\"old\":\"x\"}\n\
+{\"id\":\"b\",\"t\":\"2026-11-30T10:00:00Z\",\"old\":1,\"new\":2}\n\
+{\"id\":\"c\",\"n\":\"x\",\"t\":\"2026-11-30T10:00:00Z\"}\n\
+{\"id\":\"d\",\"t\":\"2026-11-30T10:00:00Z\"}\n";
+        let (seen, rows, rejected, _) = run(jsonl, &strict(Format::Jsonl));
+        assert_eq!((seen, rows), (4, 2), "{rejected:?}");
+        let lines: Vec<u64> = rejected.iter().map(|r| r.record).collect();
+        assert_eq!(lines, vec![2, 3], "{rejected:?}");
+        assert!(rejected[0].reason.contains("`new`"), "{rejected:?}");
+        let csv = "id,t,old,new\na,2026-11-30T10:00:00Z,x,\nb,2026-11-30T10:00:00Z,y,z\n";
+        let (_, rows, rejected, _) = run(csv.as_bytes(), &strict(Format::Csv));
+        assert_eq!((rows, rejected.len()), (1, 1), "{rejected:?}");
+        assert!(rejected[0].reason.contains("`new`"), "{rejected:?}");
+    }
+
+    #[test]
     fn corrupt_and_empty_objects_are_unreadable() {
         let mut bytes = vec![0x1f, 0x8b, 8, 0, 0, 0, 0, 0];
         bytes.extend_from_slice(b"garbage garbage garbage");
@@ -1475,6 +1541,7 @@ mod limit_tests {
             required: vec!["id".into(), "t".into()],
             chunk_records: 4,
             allow_unknown: true,
+            ignored: Default::default(),
         }
     }
 

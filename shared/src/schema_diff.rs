@@ -204,6 +204,7 @@ async fn scan_object(
             .collect(),
         chunk_records: config.ingest.chunk_records,
         allow_unknown: true,
+        ignored: Default::default(),
     };
     let body = opened.body;
     let limits = crate::decode::Limits::from(&config.ingest);

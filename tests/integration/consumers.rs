@@ -555,3 +555,59 @@ async fn a_refused_csv_column_quarantines_its_records_instead_of_losing_its_valu
         );
     }
 }
+
+/// After `drop-column`, inputs keep carrying the dropped column for a while and ingest ignores
+/// it. The consumer gate's second pass (unknown fields not allowed) must ignore it too: only the
+/// records needing the refused change are quarantined, not every record still carrying the
+/// dropped column (they used to be quarantined for nothing).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_change_does_not_quarantine_records_for_a_dropped_column() {
+    let mut env = TestEnv::new("sqlite").await;
+    let dep = format!(
+        "{{ name = \"currency\", type = \"string\", owner = \"team\", remove_after = \"{}\" }}",
+        day(-1)
+    );
+    env.toml = env
+        .toml
+        .replace("{ name = \"currency\", type = \"string\" }", &dep);
+    reconfigure(&mut env, "", NET_PIPELINE);
+    let ingestor = env.ingestor().await;
+    env.put("orders/base.jsonl", orders(10, 1)).await;
+    env.ingest(&ingestor, "orders/base.jsonl").await.unwrap();
+    let committer = {
+        let catalog = floe::catalog::connect(&env.config).await.unwrap();
+        let swap = floe::catalog::pointer_swap(&env.config).await.unwrap();
+        floe::commit::Committer::new(catalog, swap)
+    };
+    let req = DropRequest {
+        table: "orders".into(),
+        column: "currency".into(),
+        dry_run: false,
+        // `SELECT *` reads every column.
+        force: true,
+        today: chrono::Utc::now().date_naive(),
+    };
+    let r = drop_column(&env.config, &committer, &req).await.unwrap();
+    assert!(r.snapshot_id.is_some(), "{r:?}");
+
+    // Every record still carries `currency`; 4 bring the refused `net`.
+    let ingestor = env.ingestor().await;
+    let mixed = format!(
+        "{}{}",
+        with_field(&orders(4, 2), "net", "1.5"),
+        orders(6, 3)
+    );
+    assert!(mixed.lines().all(|l| l.contains("\"currency\"")));
+    env.put("orders/net.jsonl", mixed).await;
+    let r = env.ingest(&ingestor, "orders/net.jsonl").await.unwrap();
+    assert_eq!(r.schema_change, None, "{r:?}");
+    assert_eq!(
+        (r.records_in, r.records_committed, r.records_quarantined),
+        (10, 6, 4),
+        "only the records with `net` are quarantined: {r:?}"
+    );
+    let table = ingestor.catalog().load_table(&env.ident()).await.unwrap();
+    let schema = table.metadata().current_schema();
+    assert!(schema.field_by_name("currency").is_none());
+    assert!(schema.field_by_name("net").is_none());
+}

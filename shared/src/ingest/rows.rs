@@ -158,6 +158,11 @@ pub(super) async fn write_object(
         required,
         chunk_records,
         allow_unknown,
+        // Columns the table dropped: inputs still carrying them are not refused for it.
+        ignored: crate::evolve::dropped_columns(table.metadata())
+            .into_iter()
+            .map(str::to_string)
+            .collect(),
     };
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Piece>(2);
     let decoder = tokio::task::spawn_blocking(move || {
