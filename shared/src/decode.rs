@@ -197,6 +197,9 @@ pub(crate) struct DecodeSpec {
     /// Fields tolerated (and dropped) even when unknown fields are not: columns the table dropped,
     /// which inputs keep carrying for a while.
     pub ignored: std::collections::BTreeSet<String>,
+    /// Fields whose value (non-null) rejects the record even where unknown fields are allowed:
+    /// the new fields of a schema change the consumer gate refused.
+    pub refused: std::collections::BTreeSet<String>,
 }
 
 /// [`decode_within`] with the default [`Limits`] and no known size (the unit tests' shorthand; ingest
@@ -639,6 +642,7 @@ fn decode_jsonl(reader: Box<dyn Read + '_>, ctx: &mut Ctx<'_>) -> Result<(), Dec
         .map(|f| (f.name().clone(), f.data_type().clone()))
         .collect();
     let ignored = ctx.spec.ignored.clone();
+    let refused = ctx.spec.refused.clone();
     let mut reported: BTreeMap<String, Option<PrimitiveType>> = BTreeMap::new();
     let mut widened: BTreeMap<String, PrimitiveType> = BTreeMap::new();
     let mut chunk = TextChunk::default();
@@ -712,6 +716,9 @@ fn decode_jsonl(reader: Box<dyn Read + '_>, ctx: &mut Ctx<'_>) -> Result<(), Dec
                     // (dropped columns aside: checked by key, then decoded leniently).
                     let lenient_ok = ctx.spec.allow_unknown;
                     let decode = |d: &[u8], rows: usize| {
+                        if let Some(name) = refused_key(d, &refused) {
+                            return Err(ArrowError::JsonError(refused_field(&name)));
+                        }
                         if lenient_ok || ignored.is_empty() {
                             return decode_json_bytes(&schema, !lenient_ok, d, rows);
                         }
@@ -911,6 +918,7 @@ fn decode_csv(reader: Box<dyn Read + '_>, ctx: &mut Ctx<'_>) -> Result<(), Decod
     let csv_schema = Arc::new(Schema::new(csv_fields));
     let allow_unknown = ctx.spec.allow_unknown;
     let ignored = ctx.spec.ignored.clone();
+    let refused = ctx.spec.refused.clone();
     let decode_one = |data: &[u8], rows: usize| -> Result<RecordBatch, ArrowError> {
         let mut d = arrow::csv::ReaderBuilder::new(csv_schema.clone())
             .with_header(false)
@@ -933,8 +941,11 @@ fn decode_csv(reader: Box<dyn Read + '_>, ctx: &mut Ctx<'_>) -> Result<(), Decod
                 b.num_rows()
             )));
         }
-        // Unknown fields not allowed: a record with a value in a column the table lacks is
-        // rejected (isolated to the record), never committed without that value.
+        // A value for a refused field, or (unknown fields not allowed) in a column the table
+        // lacks, rejects the record (isolated to it): never committed without that value.
+        if let Some(name) = (0..b.num_rows()).find_map(|row| refused_value(&b, &refused, row)) {
+            return Err(ArrowError::CsvError(refused_field(&name)));
+        }
         if !allow_unknown {
             if let Some(name) =
                 (0..b.num_rows()).find_map(|row| unknown_value(&b, &target, &ignored, row))
@@ -1056,6 +1067,44 @@ fn unknown_key(
             .map(|(k, _)| k)
             .find(|k| !known.contains_key(k) && !ignored.contains(k))
     })
+}
+
+/// The first column of `batch` named in `refused` with a value (non-null) in `row`.
+fn refused_value(
+    batch: &RecordBatch,
+    refused: &std::collections::BTreeSet<String>,
+    row: usize,
+) -> Option<String> {
+    if refused.is_empty() {
+        return None;
+    }
+    batch
+        .schema()
+        .fields()
+        .iter()
+        .zip(batch.columns())
+        .find(|(f, col)| refused.contains(f.name()) && col.is_valid(row))
+        .map(|(f, _)| f.name().clone())
+}
+
+/// The first key named in `refused` with a non-null value in the JSON lines in `data`.
+fn refused_key(data: &[u8], refused: &std::collections::BTreeSet<String>) -> Option<String> {
+    if refused.is_empty() {
+        return None;
+    }
+    data.split(|b| *b == b'\n').find_map(|line| {
+        let Ok(serde_json::Value::Object(map)) = serde_json::from_slice(line) else {
+            return None;
+        };
+        map.into_iter()
+            .find(|(k, v)| !v.is_null() && refused.contains(k))
+            .map(|(k, _)| k)
+    })
+}
+
+/// The reason of a record rejected for a value in a refused field.
+fn refused_field(name: &str) -> String {
+    format!("field `{name}` needs a schema change that was refused")
 }
 
 /// The reason of a record rejected for a field the table lacks (unknown fields not allowed).
@@ -1255,7 +1304,15 @@ fn emit_parquet_batch(
         };
         cols.push(col);
     }
-    // Unknown fields not allowed: a row with a value in a column the table lacks is rejected.
+    // A value for a refused field rejects the row; so does one in a column the table lacks
+    // when unknown fields are not allowed.
+    if !ctx.spec.refused.is_empty() {
+        for (row, slot) in reasons.iter_mut().enumerate() {
+            if slot.is_none() {
+                *slot = refused_value(batch, &ctx.spec.refused, row).map(|n| refused_field(&n));
+            }
+        }
+    }
     if !ctx.spec.allow_unknown {
         for (row, slot) in reasons.iter_mut().enumerate() {
             if slot.is_none() {
@@ -1299,6 +1356,7 @@ mod tests {
             chunk_records: 4,
             allow_unknown: true,
             ignored: Default::default(),
+            refused: Default::default(),
         }
     }
 
@@ -1417,6 +1475,25 @@ not json\n\
         assert!(rejected[0].reason.contains("`other`"), "{rejected:?}");
         let (_, rows, rejected, _) = run(&buf, &spec(Format::Parquet));
         assert_eq!((rows, rejected.len()), (2, 0));
+    }
+
+    #[test]
+    fn a_value_for_a_refused_field_rejects_its_record_in_every_format() {
+        let refusing = |format| DecodeSpec {
+            refused: ["new".to_string()].into(),
+            ..spec(format)
+        };
+        let jsonl = b"{\"id\":\"a\",\"t\":\"2026-11-30T10:00:00Z\",\"new\":1}\n\
+{\"id\":\"b\",\"t\":\"2026-11-30T10:00:00Z\",\"new\":null,\"other\":{\"x\":1}}\n\
+{\"id\":\"c\",\"t\":\"2026-11-30T10:00:00Z\"}\n";
+        let (seen, rows, rejected, _) = run(jsonl, &refusing(Format::Jsonl));
+        assert_eq!((seen, rows, rejected.len()), (3, 2, 1), "{rejected:?}");
+        assert_eq!(rejected[0].record, 1);
+        assert!(rejected[0].reason.contains("`new`"), "{rejected:?}");
+        let csv = "id,t,new\na,2026-11-30T10:00:00Z,\nb,2026-11-30T10:00:00Z,y\n";
+        let (_, rows, rejected, _) = run(csv.as_bytes(), &refusing(Format::Csv));
+        assert_eq!((rows, rejected.len()), (1, 1), "{rejected:?}");
+        assert_eq!(rejected[0].record, 3, "{rejected:?}");
     }
 
     #[test]
@@ -1542,6 +1619,7 @@ mod limit_tests {
             chunk_records: 4,
             allow_unknown: true,
             ignored: Default::default(),
+            refused: Default::default(),
         }
     }
 

@@ -205,6 +205,7 @@ async fn scan_object(
         chunk_records: config.ingest.chunk_records,
         allow_unknown: true,
         ignored: Default::default(),
+        refused: Default::default(),
     };
     let body = opened.body;
     let limits = crate::decode::Limits::from(&config.ingest);

@@ -611,3 +611,53 @@ async fn a_refused_change_does_not_quarantine_records_for_a_dropped_column() {
     assert!(schema.field_by_name("currency").is_none());
     assert!(schema.field_by_name("net").is_none());
 }
+
+/// Only what breaks a consumer is refused: an object bringing a breaking field (`net`) and a
+/// harmless one (`coupon`) still adds `coupon` with its records; a field additive ingest ignores
+/// anyway (nested value) does not quarantine its record. Only the records with `net` are
+/// quarantined (they used to be all quarantined: the whole change was refused and the second pass
+/// refused every unknown field).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_breaking_part_of_a_change_is_refused() {
+    let mut env = TestEnv::new("sqlite").await;
+    reconfigure(&mut env, "", NET_PIPELINE);
+    let ingestor = env.ingestor().await;
+    env.put("orders/base.jsonl", orders(10, 1)).await;
+    env.ingest(&ingestor, "orders/base.jsonl").await.unwrap();
+
+    let mixed = format!(
+        "{}{}{}",
+        with_field(&orders(4, 2), "net", "1.5"),
+        with_field(&orders(5, 3), "coupon", "\"X\""),
+        with_field(&orders(3, 4), "extra", "{\"a\":1}"),
+    );
+    env.put("orders/mixed.jsonl", mixed).await;
+    let r = env.ingest(&ingestor, "orders/mixed.jsonl").await.unwrap();
+    assert_eq!(r.status, Status::Committed, "{r:?}");
+    assert_eq!(
+        (r.records_in, r.records_committed, r.records_quarantined),
+        (12, 8, 4),
+        "{r:?}"
+    );
+    assert_eq!(
+        r.schema_change.as_deref(),
+        Some("added coupon (string)"),
+        "{r:?}"
+    );
+    let table = ingestor.catalog().load_table(&env.ident()).await.unwrap();
+    let schema = table.metadata().current_schema();
+    assert!(schema.field_by_name("coupon").is_some());
+    assert!(schema.field_by_name("net").is_none());
+    let q = r.quarantine.clone().expect("a quarantine object");
+    let key = q.split_once(&format!("{}/", env.bucket)).unwrap().1;
+    let body = String::from_utf8(env.get(key).await.unwrap()).unwrap();
+    assert_eq!(body.lines().count(), 4, "{body}");
+    for line in body.lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        let reason = v["reason"].as_str().unwrap();
+        assert!(
+            reason.contains("added net") && !reason.contains("coupon"),
+            "{reason}"
+        );
+    }
+}

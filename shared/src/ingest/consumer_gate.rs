@@ -3,16 +3,20 @@
 //! checked against its sink ([`crate::consumers`]). A change that would break a pipeline the
 //! current schema does not break follows the table's `on_consumer_break`:
 //!
-//! * `quarantine` (default): the object is ingested without the change, as under the `strict`
-//!   policy: records that need it (unknown fields, values that need the widening) are
-//!   quarantined, their reason naming the change, the pipeline and the column;
-//! * `stop`: the object fails (nothing committed, not retryable: it lands in the DLQ with the
-//!   reason).
+//! * `quarantine` (default): the object is ingested without the breaking part of the change:
+//!   each new field and widening is checked alone, and those no consumer minds are kept (if they
+//!   still break none together); records with a value for a refused field, or needing a refused
+//!   widening, are quarantined, their reason naming the refused change, the pipeline and the
+//!   column; every other record commits as it would have (dropped and untyped fields ignored);
+//! * `stop`: the object fails (nothing committed; marked not retryable, but SQS redelivers it
+//!   until `maxReceiveCount` and then moves the event to the DLQ; the reason is logged).
 //!
 //! Plans are cached per (pipeline, evolved source relation) in the ingestor, so a warm container
 //! plans once per distinct change; tables nobody reads cost nothing.
 
-use iceberg::spec::Schema;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use iceberg::spec::{PrimitiveType, Schema};
 use iceberg::table::Table;
 
 use super::rows::{write_object, WriteFailure, WriteParams, Written};
@@ -79,13 +83,61 @@ impl Refusal {
     }
 }
 
-/// What an object written without its schema change returns: the rows, and no evolution.
+/// What an object written without the refused part of its change returns: the rows, and the
+/// part of the change kept (if any).
 pub(super) type Unchanged = (
     std::result::Result<Written, WriteFailure>,
     Option<(Schema, String)>,
 );
 
+/// An object's proposed change: new fields (with their type) and widenings.
+pub(super) struct Proposed {
+    pub(super) unknown: BTreeMap<String, Option<PrimitiveType>>,
+    pub(super) widen: BTreeMap<String, PrimitiveType>,
+}
+
 impl Ingestor {
+    /// The current schemas of the sinks of `tctx`'s consumers (loaded once per check; a sink
+    /// that cannot be read is skipped with a warning: its SQL is still planned).
+    async fn consumer_sinks(&self, tctx: &TableCtx) -> HashMap<String, Schema> {
+        let mut sinks = HashMap::new();
+        for p in consumers::consumers_of(&self.config, &tctx.cfg.name) {
+            match consumers::sink_schema(&self.config, self.catalog().as_ref(), p).await {
+                Ok(Some(s)) => {
+                    sinks.insert(p.name.clone(), s);
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!(pipeline = %p.name, sink = %p.sink, error = %e, "cannot read the sink to check a schema change against it")
+                }
+            }
+        }
+        sinks
+    }
+
+    /// The consumers `evolved` would break that the table's current schema does not.
+    async fn breaks(
+        &self,
+        tctx: &TableCtx,
+        table: &Table,
+        evolved: &Schema,
+        sinks: &HashMap<String, Schema>,
+    ) -> Vec<ConsumerReport> {
+        let current = table.metadata().current_schema();
+        consumers::check(
+            &self.planner,
+            &self.config,
+            &tctx.cfg.name,
+            Some(current.as_ref()),
+            evolved,
+            sinks,
+        )
+        .await
+        .into_iter()
+        .filter(|r| r.verdict.breaks() && !r.already_broken)
+        .collect()
+    }
+
     /// The consumers `evolved` (the schema `table` would evolve to, by `what`) would break that
     /// the table's current schema does not; None when the change may be committed.
     pub(super) async fn consumer_refusal(
@@ -95,37 +147,11 @@ impl Ingestor {
         evolved: &Schema,
         what: &str,
     ) -> Result<Option<Refusal>> {
-        let pipelines = consumers::consumers_of(&self.config, &tctx.cfg.name);
-        if pipelines.is_empty() {
+        if consumers::consumers_of(&self.config, &tctx.cfg.name).is_empty() {
             return Ok(None);
         }
-        let mut sinks = std::collections::HashMap::new();
-        for p in pipelines {
-            match consumers::sink_schema(&self.config, self.catalog().as_ref(), p).await {
-                Ok(Some(s)) => {
-                    sinks.insert(p.name.clone(), s);
-                }
-                Ok(None) => {}
-                // The SQL is still planned; only the comparison with this sink is skipped.
-                Err(e) => {
-                    tracing::warn!(pipeline = %p.name, sink = %p.sink, error = %e, "cannot read the sink to check a schema change against it")
-                }
-            }
-        }
-        let current = table.metadata().current_schema();
-        let reports = consumers::check(
-            &self.planner,
-            &self.config,
-            &tctx.cfg.name,
-            Some(current.as_ref()),
-            evolved,
-            &sinks,
-        )
-        .await;
-        let breaks: Vec<ConsumerReport> = reports
-            .into_iter()
-            .filter(|r| r.verdict.breaks() && !r.already_broken)
-            .collect();
+        let sinks = self.consumer_sinks(tctx).await;
+        let breaks = self.breaks(tctx, table, evolved, &sinks).await;
         if breaks.is_empty() {
             return Ok(None);
         }
@@ -135,10 +161,68 @@ impl Ingestor {
         }))
     }
 
+    /// Splits a refused change into the part no consumer minds (each field checked alone, then
+    /// all of them together) and the refused rest: (the schema of the part kept, if any; the
+    /// refused new fields; what the refused part is).
+    async fn split_change(
+        &self,
+        tctx: &TableCtx,
+        table: &Table,
+        proposed: &Proposed,
+        refusal: &Refusal,
+    ) -> Result<(Option<(Schema, String)>, BTreeSet<String>, String)> {
+        let md = table.metadata();
+        let evolve = |u: &BTreeMap<String, Option<PrimitiveType>>,
+                      w: &BTreeMap<String, PrimitiveType>| {
+            crate::evolve::evolve_ingest_schema(md, u, w)
+                .map_err(|e| Error::iceberg(format!("evolving the schema of {}", tctx.ident), e))
+        };
+        let sinks = self.consumer_sinks(tctx).await;
+        let (mut keep_u, mut keep_w) = (BTreeMap::new(), BTreeMap::new());
+        let (mut refused_u, mut refused_w) = (BTreeMap::new(), BTreeMap::new());
+        for (name, ty) in &proposed.unknown {
+            let one = BTreeMap::from([(name.clone(), ty.clone())]);
+            // None: the field changes nothing (no type, dropped, reserved): ignored as ever.
+            if let Some((s, _)) = evolve(&one, &BTreeMap::new())? {
+                if self.breaks(tctx, table, &s, &sinks).await.is_empty() {
+                    keep_u.extend(one);
+                } else {
+                    refused_u.extend(one);
+                }
+            }
+        }
+        for (name, ty) in &proposed.widen {
+            let one = BTreeMap::from([(name.clone(), ty.clone())]);
+            if let Some((s, _)) = evolve(&BTreeMap::new(), &one)? {
+                if self.breaks(tctx, table, &s, &sinks).await.is_empty() {
+                    keep_w.extend(one);
+                } else {
+                    refused_w.extend(one);
+                }
+            }
+        }
+        let mut kept = evolve(&keep_u, &keep_w)?;
+        let together_break = match &kept {
+            Some((s, _)) => !self.breaks(tctx, table, s, &sinks).await.is_empty(),
+            None => false,
+        };
+        if together_break || (refused_u.is_empty() && refused_w.is_empty()) {
+            // Not separable: the whole change is refused.
+            refused_u.extend(keep_u);
+            refused_w.extend(keep_w);
+            kept = None;
+        }
+        let what = evolve(&refused_u, &refused_w)?
+            .map(|(_, w)| w)
+            .unwrap_or_else(|| refusal.what.clone());
+        Ok((kept, refused_u.into_keys().collect(), what))
+    }
+
     /// The object under a refused change, per `on_consumer_break`: `stop` fails it (not
-    /// retryable); `quarantine` writes it again on the current schema as the strict policy
-    /// would (pinned to the version read first), records needing the change quarantined with
-    /// the refusal in their reason (added as they are spooled, so within `max_quarantine_bytes`).
+    /// retryable); `quarantine` writes it again with only the part of the change no consumer
+    /// minds (pinned to the version read first): records with a value for a refused field (or
+    /// one needing a refused widening) are quarantined with the refusal in their reason (added
+    /// as they are spooled, so within `max_quarantine_bytes`); the rest commits as usual.
     #[allow(clippy::too_many_arguments)]
     pub(super) async fn without_change(
         &self,
@@ -148,7 +232,8 @@ impl Ingestor {
         route: &RouteConfig,
         read: &Version,
         params: &WriteParams<'_>,
-        refusal: Refusal,
+        mut refusal: Refusal,
+        proposed: &Proposed,
     ) -> Result<Unchanged> {
         let uri = params.uri;
         let why = refusal.describe();
@@ -160,7 +245,13 @@ impl Ingestor {
             )
             .with_retryable(false));
         }
-        tracing::warn!(object = %uri, table = %tctx.ident, reason = %why, "schema change would break a consumer; ingesting without it");
+        let (kept, refused, what) = self.split_change(tctx, table, proposed, &refusal).await?;
+        refusal.what = what;
+        tracing::warn!(object = %uri, table = %tctx.ident, reason = %why, refused = %refusal.what, kept = ?kept.as_ref().map(|k| &k.1), "schema change would break a consumer; ingesting without its breaking part");
+        let target = match &kept {
+            Some((s, _)) => crate::write::with_schema(table, s.clone())?,
+            None => table.clone(),
+        };
         let reopened = self
             .store
             .open(&obj.bucket, &obj.key, read)
@@ -179,13 +270,13 @@ impl Ingestor {
             })?;
         // The note is part of each quarantined line as it is spooled: within max_quarantine_bytes.
         let note = refusal.note();
-        let strict = WriteParams {
-            allow_unknown: false,
+        let second = WriteParams {
             defer_quarantine_limit: false,
             reason_note: Some(&note),
+            refused: Some(&refused),
             ..*params
         };
-        let written = write_object(table, tctx, route, reopened.body, &strict).await;
-        Ok((written, None))
+        let written = write_object(&target, tctx, route, reopened.body, &second).await;
+        Ok((written, kept))
     }
 }

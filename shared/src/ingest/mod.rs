@@ -261,6 +261,7 @@ impl Ingestor {
             defer_quarantine_limit: tctx.cfg.schema_policy == SchemaPolicy::Additive,
             object_size: Some(opened.meta.size).filter(|s| *s > 0),
             reason_note: None,
+            refused: None,
         };
         let (written, evolved) = self
             .write_evolving(obj, &table, tctx, &route, opened, &read, &params)
@@ -406,9 +407,13 @@ impl Ingestor {
         crate::write::delete_uncommitted(table, &first.files).await;
         // A change that would break a pipeline reading the table follows `on_consumer_break`.
         if let Some(refusal) = self.consumer_refusal(tctx, table, schema, what).await? {
+            let proposed = consumer_gate::Proposed {
+                unknown: first.unknown.clone(),
+                widen: first.widen.clone(),
+            };
             drop(written);
             return self
-                .without_change(obj, table, tctx, route, read, params, refusal)
+                .without_change(obj, table, tctx, route, read, params, refusal, &proposed)
                 .await;
         }
         let evolved_table = crate::write::with_schema(table, schema.clone())?;

@@ -113,6 +113,8 @@ pub(super) struct WriteParams<'a> {
     /// Appended to every quarantined record's reason (a refused schema change, see
     /// `consumer_gate`); counted against `max_quarantine_bytes` like the rest of the line.
     pub(super) reason_note: Option<&'a str>,
+    /// Fields whose value quarantines the record (the refused part of a schema change).
+    pub(super) refused: Option<&'a std::collections::BTreeSet<String>>,
 }
 
 pub(super) async fn write_object(
@@ -136,6 +138,7 @@ pub(super) async fn write_object(
         defer_quarantine_limit,
         object_size,
         reason_note,
+        refused,
     } = *params;
     let deprecated: Vec<String> = tctx.cfg.deprecations().into_keys().collect();
     let iceberg_schema = table.metadata().current_schema().clone();
@@ -163,6 +166,7 @@ pub(super) async fn write_object(
             .into_iter()
             .map(str::to_string)
             .collect(),
+        refused: refused.cloned().unwrap_or_default(),
     };
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Piece>(2);
     let decoder = tokio::task::spawn_blocking(move || {
