@@ -587,8 +587,45 @@ async fn a_refused_change_does_not_quarantine_records_for_a_dropped_column() {
         force: true,
         today: chrono::Utc::now().date_naive(),
     };
+    let before_drop = ingestor
+        .catalog()
+        .load_table(&env.ident())
+        .await
+        .unwrap()
+        .metadata()
+        .current_snapshot_id()
+        .unwrap();
     let r = drop_column(&env.config, &committer, &req).await.unwrap();
     assert!(r.snapshot_id.is_some(), "{r:?}");
+    // Time travel: the snapshot before the drop still reads the column's values (old files keep
+    // them under its id; the snapshot names its own schema).
+    let table = ingestor.catalog().load_table(&env.ident()).await.unwrap();
+    let batches: Vec<arrow::array::RecordBatch> = futures::TryStreamExt::try_collect(
+        table
+            .scan()
+            .snapshot_id(before_drop)
+            .select_all()
+            .build()
+            .unwrap()
+            .to_arrow()
+            .await
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    let old_values: usize = batches
+        .iter()
+        .map(|b| {
+            let c = b
+                .column_by_name("currency")
+                .expect("currency at the old snapshot");
+            c.len() - c.null_count()
+        })
+        .sum();
+    assert_eq!(
+        old_values, 10,
+        "the pre-drop snapshot reads every currency value"
+    );
 
     // Every record still carries `currency`; 4 bring the refused `net`.
     let ingestor = env.ingestor().await;
