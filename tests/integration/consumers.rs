@@ -587,6 +587,10 @@ async fn a_refused_change_does_not_quarantine_records_for_a_dropped_column() {
         force: true,
         today: chrono::Utc::now().date_naive(),
     };
+    let p = env.processor().await;
+    let soon = || std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let run = p.run("orders_net", soon()).await.unwrap();
+    assert_eq!(run.rows_in, 10, "{run:?}");
     let before_drop = ingestor
         .catalog()
         .load_table(&env.ident())
@@ -647,6 +651,14 @@ async fn a_refused_change_does_not_quarantine_records_for_a_dropped_column() {
     let schema = table.metadata().current_schema();
     assert!(schema.field_by_name("currency").is_none());
     assert!(schema.field_by_name("net").is_none());
+
+    // The process function skips the drop's `replace` snapshot and reads only the new rows
+    // (its checkpoint carried over it), with the current schema.
+    let p = env.processor().await;
+    let run = p.run("orders_net", soon()).await.unwrap();
+    assert_eq!(run.rows_in, 6, "{run:?}");
+    let run = p.run("orders_net", soon()).await.unwrap();
+    assert_eq!(run.rows_in, 0, "{run:?}");
 }
 
 /// Only what breaks a consumer is refused: an object bringing a breaking field (`net`) and a
