@@ -33,6 +33,8 @@ pub(super) struct Refusal {
     what: String,
     /// The pipelines it would break (and the current schema does not).
     breaks: Vec<ConsumerReport>,
+    /// The sinks' schemas it was checked against (reused to split the change).
+    sinks: HashMap<String, Schema>,
 }
 
 /// Most characters of the note added to each quarantined record's reason.
@@ -158,6 +160,7 @@ impl Ingestor {
         Ok(Some(Refusal {
             what: what.to_string(),
             breaks,
+            sinks,
         }))
     }
 
@@ -177,14 +180,14 @@ impl Ingestor {
             crate::evolve::evolve_ingest_schema(md, u, w)
                 .map_err(|e| Error::iceberg(format!("evolving the schema of {}", tctx.ident), e))
         };
-        let sinks = self.consumer_sinks(tctx).await;
+        let sinks = &refusal.sinks;
         let (mut keep_u, mut keep_w) = (BTreeMap::new(), BTreeMap::new());
         let (mut refused_u, mut refused_w) = (BTreeMap::new(), BTreeMap::new());
         for (name, ty) in &proposed.unknown {
             let one = BTreeMap::from([(name.clone(), ty.clone())]);
             // None: the field changes nothing (no type, dropped, reserved): ignored as ever.
             if let Some((s, _)) = evolve(&one, &BTreeMap::new())? {
-                if self.breaks(tctx, table, &s, &sinks).await.is_empty() {
+                if self.breaks(tctx, table, &s, sinks).await.is_empty() {
                     keep_u.extend(one);
                 } else {
                     refused_u.extend(one);
@@ -194,7 +197,7 @@ impl Ingestor {
         for (name, ty) in &proposed.widen {
             let one = BTreeMap::from([(name.clone(), ty.clone())]);
             if let Some((s, _)) = evolve(&BTreeMap::new(), &one)? {
-                if self.breaks(tctx, table, &s, &sinks).await.is_empty() {
+                if self.breaks(tctx, table, &s, sinks).await.is_empty() {
                     keep_w.extend(one);
                 } else {
                     refused_w.extend(one);
@@ -203,7 +206,7 @@ impl Ingestor {
         }
         let mut kept = evolve(&keep_u, &keep_w)?;
         let together_break = match &kept {
-            Some((s, _)) => !self.breaks(tctx, table, s, &sinks).await.is_empty(),
+            Some((s, _)) => !self.breaks(tctx, table, s, sinks).await.is_empty(),
             None => false,
         };
         if together_break || (refused_u.is_empty() && refused_w.is_empty()) {
