@@ -129,6 +129,16 @@ pub async fn drop_column(
             "`{column}` is an identifier field or a partition source; it cannot be dropped"
         )));
     }
+    // Every sort order (other engines bind them all to the current schema on load; the default
+    // one must bind for the metadata to build at all).
+    if md
+        .sort_orders_iter()
+        .any(|o| o.fields.iter().any(|f| f.source_id == id))
+    {
+        return Ok(report.refuse(format!(
+            "`{column}` is in a sort order of the table (`sort`); it cannot be dropped while the table sorts by it"
+        )));
+    }
     let planner = Planner::default();
     report.readers = consumers::readers_of(&planner, config, &req.table, schema, column).await;
     if !report.readers.is_empty() && !req.force {

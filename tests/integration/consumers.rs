@@ -710,3 +710,46 @@ async fn only_the_breaking_part_of_a_change_is_refused() {
         );
     }
 }
+
+/// A column the table's sort order uses is refused like a partition source: the metadata
+/// without it would not build (iceberg: "Cannot find source column for sort field"), and other
+/// engines refuse to load such a table. It used to pass every check and then fail the commit
+/// with an internal error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drop_column_refuses_a_sort_order_column() {
+    let mut env = TestEnv::with_orders_toml("sqlite", "sort = [\"region\"]").await;
+    let dep = format!(
+        "{{ name = \"region\", type = \"string\", owner = \"team\", remove_after = \"{}\" }}",
+        day(-1)
+    );
+    env.toml = env
+        .toml
+        .replace("{ name = \"region\", type = \"string\" }", &dep);
+    env.config = Config::parse(&env.toml, "t").unwrap();
+    let ingestor = env.ingestor().await;
+    env.put("orders/a.jsonl", orders(5, 1)).await;
+    env.ingest(&ingestor, "orders/a.jsonl").await.unwrap();
+    let committer = {
+        let catalog = floe::catalog::connect(&env.config).await.unwrap();
+        let swap = floe::catalog::pointer_swap(&env.config).await.unwrap();
+        floe::commit::Committer::new(catalog, swap)
+    };
+    let req = DropRequest {
+        table: "orders".into(),
+        column: "region".into(),
+        dry_run: false,
+        force: true,
+        today: chrono::Utc::now().date_naive(),
+    };
+    let r = drop_column(&env.config, &committer, &req)
+        .await
+        .expect("a refusal, not an error");
+    let why = r.refused.clone().expect("refused");
+    assert!(why.contains("sort"), "{why}");
+    let table = ingestor.catalog().load_table(&env.ident()).await.unwrap();
+    assert!(table
+        .metadata()
+        .current_schema()
+        .field_by_name("region")
+        .is_some());
+}
