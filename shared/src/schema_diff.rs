@@ -28,7 +28,8 @@ pub struct DiffReport {
     pub breaking: bool,
     /// Every pipeline reading the table, planned against the proposed schema.
     pub consumers: Vec<ConsumerReport>,
-    /// Whether any consumer breaks on the proposed schema (exit 2 like a breaking change).
+    /// Whether the proposal breaks a consumer the current schema does not (exit 2 like a
+    /// breaking change); consumers broken either way are listed as `already_broken`.
     pub consumers_break: bool,
     /// Deprecated columns: owner, dates, still produced (by the object, with `--object`; else
     /// by the newest ingest commit), read by which pipelines.
@@ -83,7 +84,10 @@ pub async fn schema_diff(config: &Config, table: &str, object: Option<&str>) -> 
         changes,
         warnings,
         breaking,
-        consumers_break: consumers.iter().any(|c| c.verdict.breaks()),
+        // A consumer broken on the current schema too is reported, not blamed on the proposal.
+        consumers_break: consumers
+            .iter()
+            .any(|c| c.verdict.breaks() && !c.already_broken),
         consumers,
         deprecations,
     })

@@ -753,3 +753,38 @@ async fn drop_column_refuses_a_sort_order_column() {
         .field_by_name("region")
         .is_some());
 }
+
+/// A pipeline that already fails on the current schema (it reads a column the table does not
+/// have yet) is reported as already broken, and does not make every schema-diff exit 2: only a
+/// break the proposal causes does (as at ingest).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schema_diff_does_not_blame_the_proposal_for_an_already_broken_consumer() {
+    let mut env = TestEnv::new("sqlite").await;
+    reconfigure(
+        &mut env,
+        "",
+        r#"
+[[pipelines]]
+name = "coupons"
+source = "orders"
+sink = "coupons"
+mode = "append"
+sql = "SELECT order_id, coupon FROM source"
+"#,
+    );
+    let ingestor = env.ingestor().await;
+    env.put("orders/a.jsonl", orders(5, 1)).await;
+    env.ingest(&ingestor, "orders/a.jsonl").await.unwrap();
+    let r = floe::schema_diff::schema_diff(&env.config, "orders", None)
+        .await
+        .unwrap();
+    assert_eq!(r.consumers.len(), 1, "{r:?}");
+    assert!(
+        r.consumers[0].verdict.breaks() && r.consumers[0].already_broken,
+        "{r:?}"
+    );
+    assert!(
+        !r.consumers_break,
+        "the unchanged config breaks nothing new: {r:?}"
+    );
+}
