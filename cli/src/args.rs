@@ -15,7 +15,9 @@ const EXIT_CODES: &str = "\
 Exit codes:
   0  success
   1  failure, or `process reconcile` found a difference between batch and sink
-  2  usage error (bad flag or value), or `schema-diff` found a breaking change
+  2  usage error (bad flag or value); `schema-diff` found a breaking change or a
+     pipeline that would break; `schema drop-column` refused (before the column's
+     remove_after date, or pipelines still read it and --force was not given)
 
 The config (--config) falls back to $FLOE_CONFIG, then ./floe.toml.";
 
@@ -78,11 +80,14 @@ pub enum Command {
     /// Defaults come from `[maintain]` in the config; table properties win; the flags below win
     /// over both.
     Maintain(MaintainArgs),
-    /// Classify schema changes as additive, compatible or breaking (exit 2 if breaking).
+    /// Classify schema changes and plan every consumer against them (exit 2 if anything breaks).
     ///
     /// Compares the table's current schema with the config's (or with what an input object
-    /// carries, with --object), prints every change with its class, and exits 2 when any change
-    /// is breaking, so that CI stops the rollout.
+    /// carries, with --object), prints every change with its class, plans every pipeline whose
+    /// source is the table against the proposed schema (ok, or breaks naming the column and its
+    /// line:column in the SQL), lists deprecated columns with owner, dates and who still produces
+    /// or reads them, and exits 2 when any change is breaking or any consumer breaks, so that CI
+    /// stops the rollout.
     SchemaDiff(SchemaDiffArgs),
     /// Compare a table with what the system it replaces produced (exit 1 on a difference).
     ///
@@ -94,6 +99,8 @@ pub enum Command {
     /// Defaults come from the table's `[[compare]]` entry; flags win. Exit 1 when anything
     /// differs beyond --tolerance.
     Compare(CompareArgs),
+    /// Schema operations on a table: drop-column (the end of a deprecation).
+    Schema(SchemaArgs),
     /// SQL pipelines: incremental run, batch refresh, batch-vs-sink reconcile.
     ///
     /// The process function's work by hand, and the batch side of it.
@@ -414,6 +421,49 @@ pub struct CompareArgs {
     pub json: bool,
 }
 
+/// `floe schema`.
+#[derive(Debug, Args)]
+pub struct SchemaArgs {
+    /// The operation.
+    #[command(subcommand)]
+    pub action: SchemaAction,
+}
+
+/// `floe schema drop-column`.
+#[derive(Debug, Subcommand)]
+pub enum SchemaAction {
+    /// Remove a deprecated column once its remove_after date has come (exit 2 if refused).
+    ///
+    /// Refuses before the column's remove_after date (naming the date and the owner), and while
+    /// pipelines still read it (each is planned against the schema without it; listed), unless
+    /// --force. Otherwise commits the drop as a new table version (a snapshot without data
+    /// changes, summary floe.schema-change). Old files keep their values; ingest no longer adds
+    /// the column back when inputs still carry it (counted as an unknown field).
+    DropColumn(DropColumnArgs),
+}
+
+/// The options of `floe schema drop-column`.
+#[derive(Debug, Args)]
+pub struct DropColumnArgs {
+    #[command(flatten)]
+    pub config: ConfigArg,
+    /// The table.
+    #[arg(long, value_name = "T", required = true)]
+    pub table: String,
+    /// The column to drop.
+    #[arg(long, value_name = "C", required = true)]
+    pub column: String,
+    /// Check and report only; commit nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Drop although pipelines still read the column (never before its remove_after date).
+    #[arg(long)]
+    pub force: bool,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
 /// `floe template`.
 #[derive(Debug, Args)]
 pub struct TemplateArgs {
@@ -589,6 +639,9 @@ impl Command {
             Command::Maintain(a) => Some(&mut a.config),
             Command::SchemaDiff(a) => Some(&mut a.config),
             Command::Compare(a) => Some(&mut a.config),
+            Command::Schema(s) => Some(match &mut s.action {
+                SchemaAction::DropColumn(a) => &mut a.config,
+            }),
             Command::Template(a) => Some(&mut a.config),
             Command::Process(p) => Some(match &mut p.action {
                 ProcessAction::Run(o) | ProcessAction::Refresh(o) | ProcessAction::Reconcile(o) => {
@@ -683,6 +736,7 @@ mod tests {
             "floe maintain",
             "floe schema-diff",
             "floe compare",
+            "floe schema drop-column",
             "floe process run",
             "floe process refresh",
             "floe process reconcile",

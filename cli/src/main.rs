@@ -7,8 +7,9 @@
 //! floe status --config F [--json]           per table: snapshots, files, records, freshness, quarantine
 //! floe maintain --config F [--table T] [--only compact,expire,orphans,manifests] [--dry-run]
 //!               [--older-than-hours H] [--retain-last N] [--orphan-older-than-hours H] [--json]
-//! floe schema-diff --config F --table T [--object s3://b/k] [--json]   classify schema changes (exit 2 if breaking)
+//! floe schema-diff --config F --table T [--object s3://b/k] [--json]   classify schema changes, plan consumers (exit 2 if anything breaks)
 //! floe compare --config F --table T --against s3://b/p|PATH|iceberg:T [--keys K] [--measures M] [--json]   beside the old system (exit 1 on difference)
+//! floe schema drop-column --config F --table T --column C [--dry-run] [--force] [--json]   remove a deprecated column (exit 2 if refused)
 //! floe process run|refresh|reconcile --config F [--pipeline P] [--json]   incremental run, batch refresh, batch-vs-sink check (exit 1 on difference)
 //! floe local [--port 5000] [--dir D]        the deployed topology on moto_server: S3 → SQS → ingest, schedule → maintain
 //! floe bench [--big-mb N] [--small N] ...   ingest benchmark vs PyIceberg and plain arrow-rs
@@ -37,6 +38,7 @@ mod local;
 mod maintain_cmd;
 mod process_cmd;
 mod progress;
+mod schema_cmd;
 mod schema_diff;
 mod status;
 mod template;
@@ -50,7 +52,8 @@ enum Outcome {
     Done,
     /// `process reconcile` found a difference between batch and sink: exit 1.
     Different,
-    /// `schema-diff` found a breaking change: exit 2.
+    /// `schema-diff` found a breaking change or a breaking consumer, or `schema drop-column`
+    /// refused: exit 2.
     Breaking,
 }
 
@@ -139,6 +142,14 @@ async fn run(command: Command) -> Result<Outcome> {
                 return Ok(Outcome::Different);
             }
         }
+        Command::Schema(s) => match s.action {
+            args::SchemaAction::DropColumn(a) => {
+                let config = load_config(&a.config).await?;
+                if !schema_cmd::drop_column(&config, &a).await? {
+                    return Ok(Outcome::Breaking);
+                }
+            }
+        },
         Command::Process(p) => {
             if !process_cmd::run(&p.action).await? {
                 // The two speeds disagree: fail the caller's job.

@@ -4,7 +4,8 @@
 use anyhow::Result;
 use floe::config::Config;
 
-/// Prints the diff; returns whether any change is breaking.
+/// Prints the diff, the consumers and the deprecations; returns whether any change is breaking
+/// or any consumer breaks.
 pub async fn run(config: &Config, table: &str, object: Option<String>, json: bool) -> Result<bool> {
     let report = floe::schema_diff::schema_diff(config, table, object.as_deref()).await?;
     if json {
@@ -25,6 +26,26 @@ pub async fn run(config: &Config, table: &str, object: Option<String>, json: boo
         for w in &report.warnings {
             println!("warning: {w}");
         }
+        println!();
+        println!("consumers:");
+        for c in &report.consumers {
+            let note = if c.already_broken {
+                " (already broken on the current schema)"
+            } else {
+                ""
+            };
+            println!("  {}{note}", c.describe());
+        }
+        if report.consumers.is_empty() {
+            println!("  (no pipeline reads {})", report.table);
+        }
+        if !report.deprecations.is_empty() {
+            println!();
+            println!("deprecated:");
+            for d in &report.deprecations {
+                println!("  {}", d.describe());
+            }
+        }
     }
-    Ok(report.breaking)
+    Ok(report.breaking || report.consumers_break)
 }

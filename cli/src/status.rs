@@ -21,6 +21,8 @@ pub struct TableStatus {
     pub records_quarantined: u64,
     /// Consumers of this table: (consumer table, snapshots behind, seconds behind).
     pub processor_lag: Vec<(String, usize, f64)>,
+    /// Deprecated columns: owner, since, remove after, still produced, read by which pipeline.
+    pub deprecated: Vec<floe::consumers::DeprecationStatus>,
 }
 
 pub async fn collect(config: &Config) -> Result<Vec<TableStatus>> {
@@ -39,10 +41,21 @@ pub async fn collect(config: &Config) -> Result<Vec<TableStatus>> {
         ));
     }
     let mut out = Vec::new();
+    let planner = floe::consumers::Planner::default();
+    let today = Utc::now().date_naive();
     for (target_mb, ident, table) in &loaded {
+        let deprecated = floe::consumers::deprecation_status(
+            &planner,
+            config,
+            ident.name(),
+            table.as_ref().map(|t| t.metadata()),
+            today,
+        )
+        .await;
         let Some(table) = table else {
             out.push(TableStatus {
                 table: ident.to_string(),
+                deprecated,
                 ..Default::default()
             });
             continue;
@@ -109,6 +122,7 @@ pub async fn collect(config: &Config) -> Result<Vec<TableStatus>> {
                 .filter_map(|v| v.parse::<u64>().ok())
                 .sum(),
             processor_lag: lag,
+            deprecated,
         });
     }
     Ok(out)
@@ -154,6 +168,9 @@ pub fn print(rows: &[TableStatus]) {
         );
         for (consumer, behind, secs) in &r.processor_lag {
             println!("    consumer {consumer}: {behind} snapshot(s), {secs:.1} s behind");
+        }
+        for d in &r.deprecated {
+            println!("    deprecated {}", d.describe());
         }
     }
 }

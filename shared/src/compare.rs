@@ -502,6 +502,8 @@ fn against_spec(
         required: Vec::new(),
         chunk_records: config.ingest.chunk_records,
         allow_unknown: true,
+        ignored: Default::default(),
+        refused: Default::default(),
     })
 }
 

@@ -194,6 +194,12 @@ pub(crate) struct DecodeSpec {
     pub chunk_records: usize,
     /// Whether fields the table lacks are tolerated (else the record is rejected: strict policy).
     pub allow_unknown: bool,
+    /// Fields tolerated (and dropped) even when unknown fields are not: columns the table dropped,
+    /// which inputs keep carrying for a while.
+    pub ignored: std::collections::BTreeSet<String>,
+    /// Fields whose value (non-null) rejects the record even where unknown fields are allowed:
+    /// the new fields of a schema change the consumer gate refused.
+    pub refused: std::collections::BTreeSet<String>,
 }
 
 /// [`decode_within`] with the default [`Limits`] and no known size (the unit tests' shorthand; ingest
@@ -635,6 +641,8 @@ fn decode_jsonl(reader: Box<dyn Read + '_>, ctx: &mut Ctx<'_>) -> Result<(), Dec
         .iter()
         .map(|f| (f.name().clone(), f.data_type().clone()))
         .collect();
+    let ignored = ctx.spec.ignored.clone();
+    let refused = ctx.spec.refused.clone();
     let mut reported: BTreeMap<String, Option<PrimitiveType>> = BTreeMap::new();
     let mut widened: BTreeMap<String, PrimitiveType> = BTreeMap::new();
     let mut chunk = TextChunk::default();
@@ -704,10 +712,21 @@ fn decode_jsonl(reader: Box<dyn Read + '_>, ctx: &mut Ctx<'_>) -> Result<(), Dec
                         widened.extend(widen.clone());
                         ctx.send(Piece::Widen(widen))?;
                     }
-                    // Under a strict schema policy, lines with unknown fields are rejected.
+                    // Under a strict schema policy, lines with unknown fields are rejected
+                    // (dropped columns aside: checked by key, then decoded leniently).
                     let lenient_ok = ctx.spec.allow_unknown;
-                    let decode =
-                        |d: &[u8], rows: usize| decode_json_bytes(&schema, !lenient_ok, d, rows);
+                    let decode = |d: &[u8], rows: usize| {
+                        if let Some(name) = refused_key(d, &refused) {
+                            return Err(ArrowError::JsonError(refused_field(&name)));
+                        }
+                        if lenient_ok || ignored.is_empty() {
+                            return decode_json_bytes(&schema, !lenient_ok, d, rows);
+                        }
+                        if let Some(name) = unknown_key(d, &known, &ignored) {
+                            return Err(ArrowError::JsonError(not_a_column(&name)));
+                        }
+                        decode_json_bytes(&schema, false, d, rows)
+                    };
                     emit_text_chunk(ctx, &chunk, &decode)?;
                 }
                 None => {}
@@ -897,6 +916,9 @@ fn decode_csv(reader: Box<dyn Read + '_>, ctx: &mut Ctx<'_>) -> Result<(), Decod
         ctx.send(Piece::UnknownFields(unknown))?;
     }
     let csv_schema = Arc::new(Schema::new(csv_fields));
+    let allow_unknown = ctx.spec.allow_unknown;
+    let ignored = ctx.spec.ignored.clone();
+    let refused = ctx.spec.refused.clone();
     let decode_one = |data: &[u8], rows: usize| -> Result<RecordBatch, ArrowError> {
         let mut d = arrow::csv::ReaderBuilder::new(csv_schema.clone())
             .with_header(false)
@@ -918,6 +940,18 @@ fn decode_csv(reader: Box<dyn Read + '_>, ctx: &mut Ctx<'_>) -> Result<(), Decod
                 "expected {rows} rows, decoded {}",
                 b.num_rows()
             )));
+        }
+        // A value for a refused field, or (unknown fields not allowed) in a column the table
+        // lacks, rejects the record (isolated to it): never committed without that value.
+        if let Some(name) = (0..b.num_rows()).find_map(|row| refused_value(&b, &refused, row)) {
+            return Err(ArrowError::CsvError(refused_field(&name)));
+        }
+        if !allow_unknown {
+            if let Some(name) =
+                (0..b.num_rows()).find_map(|row| unknown_value(&b, &target, &ignored, row))
+            {
+                return Err(ArrowError::CsvError(not_a_column(&name)));
+            }
         }
         project(&b, &target)
     };
@@ -997,6 +1031,87 @@ fn write_csv_record<'f>(out: &mut Vec<u8>, fields: impl Iterator<Item = &'f [u8]
 }
 
 /// Reorders `batch` into `target`'s columns by name; absent columns become nulls.
+/// The first column of `batch` that `target` lacks (and `ignored` does not name) with a value
+/// (non-null) in `row`.
+fn unknown_value(
+    batch: &RecordBatch,
+    target: &SchemaRef,
+    ignored: &std::collections::BTreeSet<String>,
+    row: usize,
+) -> Option<String> {
+    batch
+        .schema()
+        .fields()
+        .iter()
+        .zip(batch.columns())
+        .find(|(f, col)| {
+            target.field_with_name(f.name()).is_err()
+                && !ignored.contains(f.name())
+                && col.is_valid(row)
+        })
+        .map(|(f, _)| f.name().clone())
+}
+
+/// The first top-level key of the JSON lines in `data` that is neither in `known` nor in
+/// `ignored` (columns are primitive: a top-level check is arrow's strict mode).
+fn unknown_key(
+    data: &[u8],
+    known: &BTreeMap<String, DataType>,
+    ignored: &std::collections::BTreeSet<String>,
+) -> Option<String> {
+    data.split(|b| *b == b'\n').find_map(|line| {
+        let Ok(serde_json::Value::Object(map)) = serde_json::from_slice(line) else {
+            return None;
+        };
+        map.into_iter()
+            .map(|(k, _)| k)
+            .find(|k| !known.contains_key(k) && !ignored.contains(k))
+    })
+}
+
+/// The first column of `batch` named in `refused` with a value (non-null) in `row`.
+fn refused_value(
+    batch: &RecordBatch,
+    refused: &std::collections::BTreeSet<String>,
+    row: usize,
+) -> Option<String> {
+    if refused.is_empty() {
+        return None;
+    }
+    batch
+        .schema()
+        .fields()
+        .iter()
+        .zip(batch.columns())
+        .find(|(f, col)| refused.contains(f.name()) && col.is_valid(row))
+        .map(|(f, _)| f.name().clone())
+}
+
+/// The first key named in `refused` with a non-null value in the JSON lines in `data`.
+fn refused_key(data: &[u8], refused: &std::collections::BTreeSet<String>) -> Option<String> {
+    if refused.is_empty() {
+        return None;
+    }
+    data.split(|b| *b == b'\n').find_map(|line| {
+        let Ok(serde_json::Value::Object(map)) = serde_json::from_slice(line) else {
+            return None;
+        };
+        map.into_iter()
+            .find(|(k, v)| !v.is_null() && refused.contains(k))
+            .map(|(k, _)| k)
+    })
+}
+
+/// The reason of a record rejected for a value in a refused field.
+fn refused_field(name: &str) -> String {
+    format!("field `{name}` needs a schema change that was refused")
+}
+
+/// The reason of a record rejected for a field the table lacks (unknown fields not allowed).
+fn not_a_column(name: &str) -> String {
+    format!("field `{name}` is not a column of the table (unknown fields are not allowed)")
+}
+
 fn project(batch: &RecordBatch, target: &SchemaRef) -> Result<RecordBatch, ArrowError> {
     let cols: Vec<ArrayRef> = target
         .fields()
@@ -1189,6 +1304,23 @@ fn emit_parquet_batch(
         };
         cols.push(col);
     }
+    // A value for a refused field rejects the row; so does one in a column the table lacks
+    // when unknown fields are not allowed.
+    if !ctx.spec.refused.is_empty() {
+        for (row, slot) in reasons.iter_mut().enumerate() {
+            if slot.is_none() {
+                *slot = refused_value(batch, &ctx.spec.refused, row).map(|n| refused_field(&n));
+            }
+        }
+    }
+    if !ctx.spec.allow_unknown {
+        for (row, slot) in reasons.iter_mut().enumerate() {
+            if slot.is_none() {
+                *slot = unknown_value(batch, &target, &ctx.spec.ignored, row)
+                    .map(|name| not_a_column(&name));
+            }
+        }
+    }
     let typed =
         RecordBatch::try_new(target, cols).map_err(|e| DecodeFailure::Unreadable(e.to_string()))?;
     let raws = |row: usize| (row_base + row as u64 + 1, row_as_json(batch, row));
@@ -1223,6 +1355,8 @@ mod tests {
             required: vec!["id".into(), "t".into()],
             chunk_records: 4,
             allow_unknown: true,
+            ignored: Default::default(),
+            refused: Default::default(),
         }
     }
 
@@ -1290,6 +1424,98 @@ not json\n\
         assert_eq!(rejected[0].record, 3);
         assert!(rejected[0].raw.starts_with("b,zz"));
         assert!(unknown.contains_key("other"));
+    }
+
+    #[test]
+    fn csv_and_parquet_reject_values_in_unknown_columns_when_unknown_fields_are_not_allowed() {
+        let strict = DecodeSpec {
+            allow_unknown: false,
+            ..spec(Format::Csv)
+        };
+        let csv = "id,n,t,other\na,1,2026-11-30T10:00:00Z,x\nb,2,2026-11-30T10:00:00Z,\nc,3,2026-11-30T10:00:00Z,z\n";
+        let (seen, rows, rejected, _) = run(csv.as_bytes(), &strict);
+        assert_eq!((seen, rows, rejected.len()), (3, 1, 2), "{rejected:?}");
+        assert_eq!(rejected[0].record, 2);
+        assert!(rejected[0].reason.contains("`other`"), "{rejected:?}");
+        // Allowed: the column is reported and every record kept.
+        let (_, rows, rejected, _) = run(csv.as_bytes(), &spec(Format::Csv));
+        assert_eq!((rows, rejected.len()), (3, 0));
+
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Utf8, true),
+            Field::new(
+                "t",
+                DataType::Timestamp(TimeUnit::Microsecond, Some("+00:00".into())),
+                true,
+            ),
+            Field::new("other", DataType::Utf8, true),
+        ]));
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                Arc::new(arrow::array::StringArray::from(vec!["a", "b"])),
+                Arc::new(
+                    arrow::array::TimestampMicrosecondArray::from(vec![1, 2])
+                        .with_timezone("+00:00"),
+                ),
+                Arc::new(arrow::array::StringArray::from(vec![Some("x"), None])),
+            ],
+        )
+        .unwrap();
+        let mut buf = Vec::new();
+        let mut w = parquet::arrow::ArrowWriter::try_new(&mut buf, schema, None).unwrap();
+        w.write(&batch).unwrap();
+        w.close().unwrap();
+        let strict = DecodeSpec {
+            allow_unknown: false,
+            ..spec(Format::Parquet)
+        };
+        let (seen, rows, rejected, _) = run(&buf, &strict);
+        assert_eq!((seen, rows, rejected.len()), (2, 1, 1), "{rejected:?}");
+        assert!(rejected[0].reason.contains("`other`"), "{rejected:?}");
+        let (_, rows, rejected, _) = run(&buf, &spec(Format::Parquet));
+        assert_eq!((rows, rejected.len()), (2, 0));
+    }
+
+    #[test]
+    fn a_value_for_a_refused_field_rejects_its_record_in_every_format() {
+        let refusing = |format| DecodeSpec {
+            refused: ["new".to_string()].into(),
+            ..spec(format)
+        };
+        let jsonl = b"{\"id\":\"a\",\"t\":\"2026-11-30T10:00:00Z\",\"new\":1}\n\
+{\"id\":\"b\",\"t\":\"2026-11-30T10:00:00Z\",\"new\":null,\"other\":{\"x\":1}}\n\
+{\"id\":\"c\",\"t\":\"2026-11-30T10:00:00Z\"}\n";
+        let (seen, rows, rejected, _) = run(jsonl, &refusing(Format::Jsonl));
+        assert_eq!((seen, rows, rejected.len()), (3, 2, 1), "{rejected:?}");
+        assert_eq!(rejected[0].record, 1);
+        assert!(rejected[0].reason.contains("`new`"), "{rejected:?}");
+        let csv = "id,t,new\na,2026-11-30T10:00:00Z,\nb,2026-11-30T10:00:00Z,y\n";
+        let (_, rows, rejected, _) = run(csv.as_bytes(), &refusing(Format::Csv));
+        assert_eq!((rows, rejected.len()), (1, 1), "{rejected:?}");
+        assert_eq!(rejected[0].record, 3, "{rejected:?}");
+    }
+
+    #[test]
+    fn dropped_columns_are_tolerated_when_unknown_fields_are_not_allowed() {
+        let strict = |format| DecodeSpec {
+            allow_unknown: false,
+            ignored: ["old".to_string()].into(),
+            ..spec(format)
+        };
+        let jsonl = b"{\"id\":\"a\",\"t\":\"2026-11-30T10:00:00Z\",\"old\":\"x\"}\n\
+{\"id\":\"b\",\"t\":\"2026-11-30T10:00:00Z\",\"old\":1,\"new\":2}\n\
+{\"id\":\"c\",\"n\":\"x\",\"t\":\"2026-11-30T10:00:00Z\"}\n\
+{\"id\":\"d\",\"t\":\"2026-11-30T10:00:00Z\"}\n";
+        let (seen, rows, rejected, _) = run(jsonl, &strict(Format::Jsonl));
+        assert_eq!((seen, rows), (4, 2), "{rejected:?}");
+        let lines: Vec<u64> = rejected.iter().map(|r| r.record).collect();
+        assert_eq!(lines, vec![2, 3], "{rejected:?}");
+        assert!(rejected[0].reason.contains("`new`"), "{rejected:?}");
+        let csv = "id,t,old,new\na,2026-11-30T10:00:00Z,x,\nb,2026-11-30T10:00:00Z,y,z\n";
+        let (_, rows, rejected, _) = run(csv.as_bytes(), &strict(Format::Csv));
+        assert_eq!((rows, rejected.len()), (1, 1), "{rejected:?}");
+        assert!(rejected[0].reason.contains("`new`"), "{rejected:?}");
     }
 
     #[test]
@@ -1392,6 +1618,8 @@ mod limit_tests {
             required: vec!["id".into(), "t".into()],
             chunk_records: 4,
             allow_unknown: true,
+            ignored: Default::default(),
+            refused: Default::default(),
         }
     }
 

@@ -173,9 +173,10 @@ pub fn diff(
     out
 }
 
-/// The schema a table evolves to under the additive policy ([`evolve_schema`]), with new column
+/// The schema a table evolves to under the additive policy ([`evolve_above`]), with new column
 /// ids above the table's `last-column-id`: ids of dropped columns are never reused (old files
 /// still hold values under them, which would reappear under the new name).
+///
 pub(crate) fn evolve_table_schema(
     metadata: &TableMetadata,
     unknown: &std::collections::BTreeMap<String, Option<PrimitiveType>>,
@@ -189,21 +190,39 @@ pub(crate) fn evolve_table_schema(
     )
 }
 
-/// The schema an ingest evolves to under the additive policy: `unknown` fields (with a known type;
-/// names starting with `_` are reserved and skipped) become optional columns with fresh ids, in
-/// name order; `widen` fields get their wider type (same id). `None` when nothing changes.
-/// The description says what changed (for the snapshot summary and logs).
-///
-/// New ids start above `current`'s highest id: when the schema belongs to a table, use
-/// [`evolve_table_schema`], which starts above the table's `last-column-id`.
-pub(crate) fn evolve_schema(
-    current: &Schema,
+/// [`evolve_table_schema`] for an ingested object: a field named like a column the table
+/// dropped ([`dropped_columns`]) is not added again; it stays an ignored unknown field (inputs
+/// keep carrying a column for a while after its removal).
+pub(crate) fn evolve_ingest_schema(
+    metadata: &TableMetadata,
     unknown: &std::collections::BTreeMap<String, Option<PrimitiveType>>,
     widen: &std::collections::BTreeMap<String, PrimitiveType>,
 ) -> iceberg::Result<Option<(Schema, String)>> {
-    evolve_above(current, current.highest_field_id(), unknown, widen)
+    let dropped = dropped_columns(metadata);
+    let unknown: std::collections::BTreeMap<String, Option<PrimitiveType>> = unknown
+        .iter()
+        .filter(|(name, _)| !dropped.contains(name.as_str()))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    evolve_table_schema(metadata, &unknown, widen)
 }
 
+/// Top-level columns an earlier schema of the table had and the current one lacks: dropped
+/// (`floe schema drop-column`, or another engine's drop or rename).
+pub(crate) fn dropped_columns(metadata: &TableMetadata) -> std::collections::BTreeSet<&str> {
+    let current = metadata.current_schema();
+    metadata
+        .schemas_iter()
+        .flat_map(|s| s.as_struct().fields().iter())
+        .map(|f| f.name.as_str())
+        .filter(|n| current.field_by_name(n).is_none())
+        .collect()
+}
+
+/// The evolution itself: `unknown` fields (with a known type; names starting with `_` are
+/// reserved and skipped) become optional columns with ids above `last_column_id`, in name order;
+/// `widen` fields get their wider type (same id). `None` when nothing changes. The description
+/// says what changed (for the snapshot summary and logs).
 fn evolve_above(
     current: &Schema,
     last_column_id: i32,

@@ -9,7 +9,8 @@
 //! 3. schema: [`schema`], [`evolve`]
 //! 4. io: [`store`], [`event`], [`notify`], [`decode`], [`protect`]
 //! 5. table: [`snapshot`], [`catalog`] (one file per backend), [`commit`], [`scan`], [`write`]
-//! 6. operations: [`ingest`], [`process`], [`maintain`], [`schema_diff`]
+//! 6. operations: [`ingest`], [`process`], [`maintain`], [`consumers`], [`schema_diff`],
+//!    [`drop_column`]
 //! 7. edge: [`lambda`]
 #![deny(missing_docs)]
 #![warn(unreachable_pub)]
@@ -37,6 +38,8 @@ pub mod snapshot;
 pub(crate) mod write;
 
 pub mod compare;
+pub mod consumers;
+pub mod drop_column;
 pub mod ingest;
 pub mod maintain;
 pub mod process;

@@ -1,16 +1,19 @@
 //! `floe schema-diff`: a proposed schema change classified against the table's current schema
 //! before it reaches production, the proposal being the config's columns or what a sample input
-//! object carries (new fields, widenings, records whose values do not fit).
+//! object carries (new fields, widenings, records whose values do not fit); every pipeline
+//! reading the table is planned against the proposal ([`crate::consumers`]), and deprecated
+//! columns are listed with owner, dates and who still produces or reads them.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use iceberg::spec::{PrimitiveType, Schema};
+use iceberg::spec::{PrimitiveType, Schema, TableMetadata};
 use serde::Serialize;
 
 use crate::config::{Config, Deprecations, TableConfig};
+use crate::consumers::{ConsumerReport, DeprecationStatus, Planner};
 use crate::decode::{DecodeSpec, Piece};
 use crate::error::{Error, ErrorKind, Result};
-use crate::evolve::{diff, evolve_schema, worst, Class, FieldChange};
+use crate::evolve::{diff, evolve_ingest_schema, worst, Class, FieldChange};
 
 /// The result of a schema diff.
 #[derive(Debug, Clone, Serialize)]
@@ -23,6 +26,14 @@ pub struct DiffReport {
     pub warnings: Vec<String>,
     /// Whether any change is breaking.
     pub breaking: bool,
+    /// Every pipeline reading the table, planned against the proposed schema.
+    pub consumers: Vec<ConsumerReport>,
+    /// Whether the proposal breaks a consumer the current schema does not (exit 2 like a
+    /// breaking change); consumers broken either way are listed as `already_broken`.
+    pub consumers_break: bool,
+    /// Deprecated columns: owner, dates, still produced (by the object, with `--object`; else
+    /// by the newest ingest commit), read by which pipelines.
+    pub deprecations: Vec<DeprecationStatus>,
 }
 
 /// Compares a table's current schema with the config's (`object` None) or with what an input
@@ -37,18 +48,48 @@ pub async fn schema_diff(config: &Config, table: &str, object: Option<&str>) -> 
         .load_table(&ident)
         .await
         .map_err(|e| Error::iceberg(format!("loading {ident}"), e))?;
-    let current = current_table.metadata().current_schema().clone();
+    let md = current_table.metadata();
+    let current = md.current_schema().clone();
     let deprecated = tcfg.deprecations();
-    let (changes, warnings) = match object {
-        None => against_config(tcfg, &current, &deprecated)?,
-        Some(uri) => against_object(config, uri, &current, &deprecated).await?,
+    let (changes, warnings, proposed, seen) = match object {
+        None => {
+            let (c, w, p) = against_config(tcfg, &current, &deprecated)?;
+            (c, w, p, None)
+        }
+        Some(uri) => {
+            let (c, w, p, seen) = against_object(config, uri, md, &deprecated).await?;
+            (c, w, p, Some(seen))
+        }
     };
     let breaking = worst(&changes) == Some(Class::Breaking);
+    let planner = Planner::default();
+    let consumers = crate::consumers::check_table(
+        &planner,
+        config,
+        catalog.as_ref(),
+        table,
+        Some(&current),
+        &proposed,
+    )
+    .await?;
+    let mut deprecations =
+        crate::consumers::deprecation_status(&planner, config, table, Some(md), today()).await;
+    if let Some(seen) = seen {
+        for d in &mut deprecations {
+            d.produced = Some(seen.contains(&d.deprecation.column));
+        }
+    }
     Ok(DiffReport {
         table: ident.to_string(),
         changes,
         warnings,
         breaking,
+        // A consumer broken on the current schema too is reported, not blamed on the proposal.
+        consumers_break: consumers
+            .iter()
+            .any(|c| c.verdict.breaks() && !c.already_broken),
+        consumers,
+        deprecations,
     })
 }
 
@@ -65,14 +106,15 @@ fn against_config(
     tcfg: &TableConfig,
     current: &Schema,
     deprecated: &Deprecations,
-) -> Result<(Vec<FieldChange>, Vec<String>)> {
+) -> Result<(Vec<FieldChange>, Vec<String>, Schema)> {
     let proposed = crate::schema::table_schema(tcfg)?;
     let warnings = deprecated
         .iter()
         .filter(|(f, _)| proposed.field_by_name(f).is_some())
         .map(|(f, d)| format!("`{f}` is deprecated; removal on {d}"))
         .collect();
-    Ok((diff(current, &proposed, deprecated, today()), warnings))
+    let changes = diff(current, &proposed, deprecated, today());
+    Ok((changes, warnings, proposed))
 }
 
 /// What decoding a sample object against the current schema found.
@@ -87,12 +129,14 @@ struct Scanned {
 
 /// The schema a sample object implies: the current one evolved by its new fields and widenings;
 /// fields with no scalar type and rejected records are breaking.
+#[allow(clippy::type_complexity)]
 async fn against_object(
     config: &Config,
     uri: &str,
-    current: &Schema,
+    md: &TableMetadata,
     deprecated: &Deprecations,
-) -> Result<(Vec<FieldChange>, Vec<String>)> {
+) -> Result<(Vec<FieldChange>, Vec<String>, Schema, BTreeSet<String>)> {
+    let current = md.current_schema().as_ref();
     let scanned = scan_object(config, uri, current, deprecated).await?;
     let warnings = scanned
         .deprecated_seen
@@ -103,7 +147,8 @@ async fn against_object(
             })
         })
         .collect();
-    let proposed = evolve_schema(current, &scanned.unknown, &scanned.widen)
+    // As ingest would evolve it: new ids above last-column-id, dropped columns not re-added.
+    let proposed = evolve_ingest_schema(md, &scanned.unknown, &scanned.widen)
         .map_err(|e| Error::iceberg("evolving", e))?
         .map(|(s, _)| s)
         .unwrap_or_else(|| current.clone());
@@ -127,7 +172,7 @@ async fn against_object(
             class: Class::Breaking,
         });
     }
-    Ok((changes, warnings))
+    Ok((changes, warnings, proposed, scanned.deprecated_seen))
 }
 
 /// Decodes the object at `uri` (routed as ingest would) against `current`, within the
@@ -163,6 +208,8 @@ async fn scan_object(
             .collect(),
         chunk_records: config.ingest.chunk_records,
         allow_unknown: true,
+        ignored: Default::default(),
+        refused: Default::default(),
     };
     let body = opened.body;
     let limits = crate::decode::Limits::from(&config.ingest);

@@ -36,6 +36,9 @@ pub struct Change {
     /// The schema the added files were written with, when it evolved the table's: installed in
     /// the same commit if it extends the base, nothing if the base already has it, else `Stale`.
     pub schema: Option<iceberg::spec::Schema>,
+    /// With `schema`: it replaces the base's current schema, which must have this id (a column
+    /// drop: the new schema lacks fields, so it cannot "extend" the base); another id → `Stale`.
+    pub replaces_schema: Option<i32>,
 }
 
 impl Change {
@@ -49,6 +52,7 @@ impl Change {
             properties,
             expire: Vec::new(),
             schema: None,
+            replaces_schema: None,
         }
     }
 
@@ -62,6 +66,7 @@ impl Change {
             properties: HashMap::new(),
             expire: snapshot_ids,
             schema: None,
+            replaces_schema: None,
         }
     }
 
@@ -75,6 +80,7 @@ impl Change {
             properties,
             expire: Vec::new(),
             schema: None,
+            replaces_schema: None,
         }
     }
 
@@ -92,11 +98,27 @@ impl Change {
             properties,
             expire: Vec::new(),
             schema: None,
+            replaces_schema: None,
         }
     }
 }
 
 impl Change {
+    /// Installs `schema` (the current one without some columns) in place of the current schema
+    /// `base_schema_id`, in a snapshot that changes no data (`replace` without files: pipelines
+    /// skip it, old files keep their values under the dropped ids).
+    pub fn drop_columns(
+        schema: iceberg::spec::Schema,
+        base_schema_id: i32,
+        properties: HashMap<String, String>,
+    ) -> Self {
+        Self {
+            schema: Some(schema),
+            replaces_schema: Some(base_schema_id),
+            ..Self::replace(Vec::new(), Vec::new(), properties)
+        }
+    }
+
     /// Replaces `removed` by `added` with different rows (a derived table's recomputed windows,
     /// a refresh); `schema` as in [`Change::schema`].
     pub fn overwrite(
@@ -326,16 +348,28 @@ fn schema_for(table: &Table, change: &Change) -> Result<(Option<iceberg::spec::S
     let Some(ours) = &change.schema else {
         return Ok((None, md.current_schema_id()));
     };
+    let id_of = |ours: &iceberg::spec::Schema| {
+        md.schemas_iter()
+            .find(|s| s.as_struct() == ours.as_struct())
+            .map(|s| s.schema_id())
+            .unwrap_or_else(|| md.schemas_iter().map(|s| s.schema_id()).max().unwrap_or(0) + 1)
+    };
+    if let Some(base_id) = change.replaces_schema {
+        if md.current_schema_id() != base_id {
+            return Err(Error::new(
+                ErrorKind::Stale,
+                format!(
+                    "the schema of {} changed meanwhile (schema {} is current, the change replaces {base_id})",
+                    table.identifier(),
+                    md.current_schema_id()
+                ),
+            ));
+        }
+        return Ok((Some(ours.clone()), id_of(ours)));
+    }
     match crate::evolve::fit(md.current_schema(), md.last_column_id(), ours) {
         crate::evolve::Fit::Same => Ok((None, md.current_schema_id())),
-        crate::evolve::Fit::Extends => {
-            let id = md
-                .schemas_iter()
-                .find(|s| s.as_struct() == ours.as_struct())
-                .map(|s| s.schema_id())
-                .unwrap_or_else(|| md.schemas_iter().map(|s| s.schema_id()).max().unwrap_or(0) + 1);
-            Ok((Some(ours.clone()), id))
-        }
+        crate::evolve::Fit::Extends => Ok((Some(ours.clone()), id_of(ours))),
         crate::evolve::Fit::Conflict => Err(Error::new(
             ErrorKind::Stale,
             format!(

@@ -37,6 +37,8 @@ pub const UNKNOWN_FIELDS: &str = "floe.unknown-fields";
 pub const QUARANTINE: &str = "floe.quarantine";
 /// What schema change the snapshot installed.
 pub const SCHEMA_CHANGE: &str = "floe.schema-change";
+/// Deprecated columns the committed object still carried values for (comma-separated).
+pub const DEPRECATED_PRODUCED: &str = "floe.deprecated-produced";
 /// A maintenance or batch operation (`compaction`, `rewrite-manifests`, `refresh`).
 pub const OPERATION: &str = "floe.operation";
 /// How many files a compaction rewrote.

@@ -275,6 +275,7 @@ async fn schema_diff_classifies_config_and_object_changes() {
         doc: None,
         deprecated: None,
         sensitive: None,
+        ..Default::default()
     });
     let r = schema_diff(&cfg, "orders", None).await.unwrap();
     assert_eq!(class_of(&r, "items"), Some(Class::Compatible), "{r:?}");

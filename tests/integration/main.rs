@@ -8,6 +8,7 @@ mod backfill;
 mod batch;
 mod chaos;
 mod compare;
+mod consumers;
 mod evolution;
 mod exactly_once;
 mod faults;

@@ -28,6 +28,9 @@ pub struct DefaultsConfig {
     /// Schema policy of tables that declare none.
     #[serde(default)]
     pub schema_policy: Option<SchemaPolicy>,
+    /// `on_consumer_break` of tables that declare none.
+    #[serde(default)]
+    pub on_consumer_break: Option<super::ConsumerBreak>,
     /// Snapshot retention written as `history.expire.max-snapshot-age-ms` at creation.
     #[serde(default)]
     pub expire_older_than_hours: Option<f64>,
@@ -85,6 +88,9 @@ impl Config {
             }
             if let (false, Some(p)) = (set("schema_policy"), d.schema_policy) {
                 t.schema_policy = p;
+            }
+            if let (false, Some(b)) = (set("on_consumer_break"), d.on_consumer_break) {
+                t.on_consumer_break = b;
             }
             if !set("expire_older_than_hours") {
                 t.expire_older_than_hours = d.expire_older_than_hours;

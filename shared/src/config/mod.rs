@@ -363,6 +363,12 @@ pub struct TableConfig {
     /// deprecated field after its date classifies as compatible.
     #[serde(default)]
     pub deprecated: BTreeMap<String, String>,
+    /// What ingest does with an additive schema change (new column, widening) that would break a
+    /// pipeline reading this table: `quarantine` (default: the object is ingested without the
+    /// change, the records needing it quarantined with the pipeline and column named) or `stop`
+    /// (the object fails, not retryable, and lands in the DLQ with the reason).
+    #[serde(default)]
+    pub on_consumer_break: ConsumerBreak,
     /// Sort order for compaction output, e.g. `["customer_id", "event_time desc"]`.
     #[serde(default)]
     pub sort: Vec<String>,
@@ -391,7 +397,7 @@ pub struct TableConfig {
 }
 
 /// One column.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ColumnConfig {
     /// Column name as it appears in the input.
@@ -406,10 +412,22 @@ pub struct ColumnConfig {
     /// Documentation.
     #[serde(default)]
     pub doc: Option<String>,
-    /// Deprecated, to be removed on this date (`YYYY-MM-DD`): ingest and schema-diff warn while
-    /// it is still produced; removing it before the date is breaking, after it compatible.
+    /// Deprecated, to be removed on this date (`YYYY-MM-DD`): the older spelling of
+    /// `remove_after` (both may be given only with the same date).
     #[serde(default)]
     pub deprecated: Option<String>,
+    /// Who owns the column (a team or contact, asked before it changes or goes); required once
+    /// the column is deprecated with `deprecated_since` / `remove_after`.
+    #[serde(default)]
+    pub owner: Option<String>,
+    /// The day the column was deprecated (`YYYY-MM-DD`, not after `remove_after`).
+    #[serde(default)]
+    pub deprecated_since: Option<String>,
+    /// The first day the column may be removed (`YYYY-MM-DD`): ingest, status and schema-diff
+    /// warn while it is still produced or read; removing it before the date is breaking and
+    /// refused, after it `floe schema drop-column` removes it.
+    #[serde(default)]
+    pub remove_after: Option<String>,
     /// Sensitive data: `hash` (keyed HMAC-SHA256, see [`crate::protect`]) or `drop` (never stored).
     #[serde(default)]
     pub sensitive: Option<Sensitive>,
@@ -423,6 +441,18 @@ pub enum Sensitive {
     Hash,
     /// Store nulls instead of the values.
     Drop,
+}
+
+/// What ingest does with a schema change that would break a consumer (`on_consumer_break`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ConsumerBreak {
+    /// Ingest the object without the change (as under `strict`); records needing it are
+    /// quarantined with the pipeline and column named.
+    #[default]
+    Quarantine,
+    /// Fail the object (not committed, not retryable: it lands in the DLQ with the reason).
+    Stop,
 }
 
 /// Schema policy of a table at ingest.
@@ -701,19 +731,71 @@ pub enum Start {
     AfterTimestamp(i64),
 }
 
+/// One deprecated column: who owns it, since when, and from when it may be removed.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Deprecation {
+    /// The column.
+    pub column: String,
+    /// Its owner (contact), when the config names one.
+    pub owner: Option<String>,
+    /// The day it was deprecated.
+    pub since: Option<chrono::NaiveDate>,
+    /// The first day it may be removed.
+    pub remove_after: chrono::NaiveDate,
+}
+
+fn parse_day(d: &str) -> Option<chrono::NaiveDate> {
+    chrono::NaiveDate::parse_from_str(d.trim(), "%Y-%m-%d").ok()
+}
+
+impl ColumnConfig {
+    /// The column's removal date: `remove_after`, else the older `deprecated`.
+    pub fn remove_after_date(&self) -> Option<chrono::NaiveDate> {
+        self.remove_after
+            .as_deref()
+            .or(self.deprecated.as_deref())
+            .and_then(parse_day)
+    }
+}
+
 impl TableConfig {
     /// Deprecated columns and their removal dates.
     pub fn deprecations(&self) -> Deprecations {
-        let parse = |d: &str| chrono::NaiveDate::parse_from_str(d, "%Y-%m-%d").ok();
-        let listed = self
-            .deprecated
-            .iter()
-            .filter_map(|(f, d)| Some((f.clone(), parse(d)?)));
-        let on_columns = self
+        self.deprecation_list()
+            .into_iter()
+            .map(|d| (d.column, d.remove_after))
+            .collect()
+    }
+
+    /// Every deprecated column with owner and dates: those still declared, then the table-level
+    /// `deprecated` map (columns removed from the config, no owner recorded).
+    pub fn deprecation_list(&self) -> Vec<Deprecation> {
+        let mut out: Vec<Deprecation> = self
             .columns
             .iter()
-            .filter_map(|c| Some((c.name.clone(), parse(c.deprecated.as_deref()?)?)));
-        listed.chain(on_columns).collect()
+            .filter_map(|c| {
+                Some(Deprecation {
+                    column: c.name.clone(),
+                    owner: c.owner.clone(),
+                    since: c.deprecated_since.as_deref().and_then(parse_day),
+                    remove_after: c.remove_after_date()?,
+                })
+            })
+            .collect();
+        for (f, d) in &self.deprecated {
+            if out.iter().any(|o| &o.column == f) {
+                continue;
+            }
+            if let Some(day) = parse_day(d) {
+                out.push(Deprecation {
+                    column: f.clone(),
+                    owner: None,
+                    since: None,
+                    remove_after: day,
+                });
+            }
+        }
+        out
     }
 }
 
@@ -840,6 +922,71 @@ format = "csv"
                 "{lines}: {e}"
             );
         }
+    }
+
+    #[test]
+    fn deprecation_keys_validate_and_list_owner_and_dates() {
+        let amount = "{ name = \"amount\", type = \"double\" }";
+        let with = |col: &str| GOOD.replace(amount, col);
+        let c = Config::parse(
+            &with("{ name = \"amount\", type = \"double\", owner = \"payments@x\", deprecated_since = \"2026-01-01\", remove_after = \"2026-06-01\" }"),
+            "f.toml",
+        )
+        .unwrap();
+        let d = c.tables[0].deprecation_list();
+        assert_eq!(d.len(), 1);
+        assert_eq!(d[0].owner.as_deref(), Some("payments@x"));
+        assert_eq!(d[0].since, parse_day("2026-01-01"));
+        assert_eq!(d[0].remove_after, parse_day("2026-06-01").unwrap());
+        // The older key is an alias of remove_after, valid without an owner.
+        let c = Config::parse(
+            &with("{ name = \"amount\", type = \"double\", deprecated = \"2026-06-01\" }"),
+            "f.toml",
+        )
+        .unwrap();
+        assert_eq!(
+            c.tables[0].deprecations().get("amount"),
+            parse_day("2026-06-01").as_ref()
+        );
+        assert_eq!(c.tables[0].on_consumer_break, ConsumerBreak::Quarantine);
+        for (col, key, says) in [
+            ("remove_after = \"2026-06-01\"", "columns[1].owner", "owner"),
+            (
+                "owner = \"o\", remove_after = \"June\"",
+                "columns[1].remove_after",
+                "YYYY-MM-DD",
+            ),
+            (
+                "owner = \"o\", deprecated_since = \"2026-07-01\", remove_after = \"2026-06-01\"",
+                "columns[1].deprecated_since",
+                "after remove_after",
+            ),
+            (
+                "owner = \"o\", deprecated_since = \"2026-07-01\"",
+                "columns[1].deprecated_since",
+                "needs `remove_after`",
+            ),
+            (
+                "owner = \"o\", deprecated = \"2026-05-01\", remove_after = \"2026-06-01\"",
+                "columns[1].remove_after",
+                "differs",
+            ),
+        ] {
+            let text = with(&format!(
+                "{{ name = \"amount\", type = \"double\", {col} }}"
+            ));
+            let e = Config::parse(&text, "f.toml").unwrap_err().to_string();
+            assert!(e.contains(key) && e.contains(says), "{col}: {e}");
+        }
+        let stop = GOOD.replace(
+            "partition = [\"day(event_time)\"]",
+            "partition = [\"day(event_time)\"]\non_consumer_break = \"stop\"",
+        );
+        let c = Config::parse(&stop, "f.toml").unwrap();
+        assert_eq!(c.tables[0].on_consumer_break, ConsumerBreak::Stop);
+        let by_default = format!("[defaults]\non_consumer_break = \"stop\"\n{GOOD}");
+        let c = Config::parse(&by_default, "f.toml").unwrap();
+        assert_eq!(c.tables[0].on_consumer_break, ConsumerBreak::Stop);
     }
 
     #[test]

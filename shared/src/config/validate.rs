@@ -199,15 +199,7 @@ impl TableConfig {
                     format!("duplicate column `{}`", col.name),
                 ));
             }
-            if let Some(d) = &col.deprecated {
-                chrono::NaiveDate::parse_from_str(d, "%Y-%m-%d").map_err(|_| {
-                    Error::config(
-                        origin,
-                        &at(&format!("columns[{j}].deprecated")),
-                        format!("`{d}`: expected a date YYYY-MM-DD"),
-                    )
-                })?;
-            }
+            col.validate_deprecation(origin, &at(&format!("columns[{j}]")))?;
             match col.sensitive {
                 Some(Sensitive::Hash) if col.type_name != "string" => {
                     return Err(Error::config(
@@ -230,6 +222,67 @@ impl TableConfig {
             })?;
         }
         Ok(cols)
+    }
+}
+
+impl super::ColumnConfig {
+    /// Deprecation keys: dates parse, `deprecated` and `remove_after` agree, since ≤ remove
+    /// after, `deprecated_since` needs `remove_after`, and the new-style keys need an `owner`
+    /// (the older `deprecated = "date"` alone stays valid without one).
+    fn validate_deprecation(&self, origin: &str, at: &str) -> Result<()> {
+        let day = |key: &str, v: &Option<String>| -> Result<Option<chrono::NaiveDate>> {
+            v.as_deref()
+                .map(|d| {
+                    chrono::NaiveDate::parse_from_str(d.trim(), "%Y-%m-%d").map_err(|_| {
+                        Error::config(
+                            origin,
+                            &format!("{at}.{key}"),
+                            format!("`{d}`: expected a date YYYY-MM-DD"),
+                        )
+                    })
+                })
+                .transpose()
+        };
+        let legacy = day("deprecated", &self.deprecated)?;
+        let since = day("deprecated_since", &self.deprecated_since)?;
+        let remove = day("remove_after", &self.remove_after)?;
+        if let (Some(a), Some(b)) = (legacy, remove) {
+            if a != b {
+                return Err(Error::config(
+                    origin,
+                    &format!("{at}.remove_after"),
+                    format!(
+                        "{b} differs from `deprecated = \"{a}\"` (its older spelling); keep one"
+                    ),
+                ));
+            }
+        }
+        if since.is_some() && remove.or(legacy).is_none() {
+            return Err(Error::config(
+                origin,
+                &format!("{at}.deprecated_since"),
+                "a deprecated column needs `remove_after` (the first day it may be removed)",
+            ));
+        }
+        if let (Some(s), Some(r)) = (since, remove.or(legacy)) {
+            if s > r {
+                return Err(Error::config(
+                    origin,
+                    &format!("{at}.deprecated_since"),
+                    format!("{s} is after remove_after {r}"),
+                ));
+            }
+        }
+        let new_style = since.is_some() || remove.is_some();
+        let owner = self.owner.as_deref().map(str::trim).unwrap_or("");
+        if new_style && owner.is_empty() {
+            return Err(Error::config(
+                origin,
+                &format!("{at}.owner"),
+                "a deprecated column needs an `owner` (who to ask before it is removed)",
+            ));
+        }
+        Ok(())
     }
 }
 

@@ -9,6 +9,7 @@
 
 pub mod backfill;
 mod batch;
+mod consumer_gate;
 pub(crate) mod dedup;
 mod report;
 mod rows;
@@ -76,6 +77,8 @@ pub struct Ingestor {
     tables: HashMap<String, TableCtx>,
     notifier: Option<crate::notify::Notifier>,
     hash_key: Option<Vec<u8>>,
+    /// Consumer plans, cached per evolved schema ([`consumer_gate`]).
+    planner: crate::consumers::Planner,
 }
 
 /// Result of handling one Lambda payload.
@@ -132,6 +135,7 @@ impl Ingestor {
             tables,
             notifier: None,
             hash_key,
+            planner: Default::default(),
         })
     }
 
@@ -305,6 +309,8 @@ impl Ingestor {
             max_quarantine_bytes: self.config.ingest.max_quarantine_bytes,
             defer_quarantine_limit: tctx.cfg.schema_policy == SchemaPolicy::Additive,
             object_size: Some(opened.meta.size).filter(|s| *s > 0),
+            reason_note: None,
+            refused: None,
         };
         let (written, evolved) = self
             .write_evolving(obj, &table, tctx, &route, opened, &read, &params)
@@ -464,9 +470,10 @@ impl Ingestor {
         let written = write_object(table, tctx, route, opened.body, params).await;
         let evolved = match &written {
             Ok(w) if tctx.cfg.schema_policy == SchemaPolicy::Additive => {
-                crate::evolve::evolve_table_schema(table.metadata(), &w.unknown, &w.widen).map_err(
-                    |e| Error::iceberg(format!("evolving the schema of {}", tctx.ident), e),
-                )?
+                crate::evolve::evolve_ingest_schema(table.metadata(), &w.unknown, &w.widen)
+                    .map_err(|e| {
+                        Error::iceberg(format!("evolving the schema of {}", tctx.ident), e)
+                    })?
             }
             _ => None,
         };
@@ -482,6 +489,17 @@ impl Ingestor {
         };
         tracing::info!(object = %uri, table = %tctx.ident, change = %what, "input evolves the table schema");
         crate::write::delete_uncommitted(table, &first.files).await;
+        // A change that would break a pipeline reading the table follows `on_consumer_break`.
+        if let Some(refusal) = self.consumer_refusal(tctx, table, schema, what).await? {
+            let proposed = consumer_gate::Proposed {
+                unknown: first.unknown.clone(),
+                widen: first.widen.clone(),
+            };
+            drop(written);
+            return self
+                .without_change(obj, table, tctx, route, read, params, refusal, &proposed)
+                .await;
+        }
         let evolved_table = crate::write::with_schema(table, schema.clone())?;
         // Pinned to the version read first: an overwrite in between must not put other
         // content under this identity. A mismatch is retryable: the redelivery starts over.

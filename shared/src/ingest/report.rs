@@ -53,6 +53,8 @@ pub struct ObjectReport {
     pub unknown_fields: Vec<String>,
     /// The schema change this object brought (additive policy), e.g. `added coupon (string)`.
     pub schema_change: Option<String>,
+    /// Deprecated columns this object still carries values for.
+    pub deprecated_produced: Vec<String>,
     /// Data files added.
     pub data_files: usize,
     /// Bytes of data files added.
@@ -88,6 +90,7 @@ impl ObjectReport {
             records_quarantined: 0,
             unknown_fields: Vec::new(),
             schema_change: None,
+            deprecated_produced: Vec::new(),
             data_files: 0,
             data_bytes: 0,
             snapshot_id: None,
@@ -170,6 +173,7 @@ pub(super) fn report_written(
     for (field, date) in &deprecated {
         tracing::warn!(object = %uri, field, removal = %date, "input still produces a deprecated field");
     }
+    r.deprecated_produced = deprecated.into_iter().map(|(f, _)| f).collect();
     r.data_files = written.files.len();
     r.data_bytes = written.files.iter().map(|f| f.file_size_in_bytes()).sum();
     r.late_records = written.late;
@@ -227,6 +231,12 @@ pub(super) fn commit_summary(
     }
     if let Some(q) = &r.quarantine {
         props.insert(summary::QUARANTINE.into(), q.clone());
+    }
+    if !r.deprecated_produced.is_empty() {
+        props.insert(
+            summary::DEPRECATED_PRODUCED.into(),
+            r.deprecated_produced.join(","),
+        );
     }
     if let Some((schema, what)) = evolved {
         props.insert(

@@ -110,6 +110,11 @@ pub(super) struct WriteParams<'a> {
     pub(super) defer_quarantine_limit: bool,
     /// The object's stored size (Content-Length), when known.
     pub(super) object_size: Option<u64>,
+    /// Appended to every quarantined record's reason (a refused schema change, see
+    /// `consumer_gate`); counted against `max_quarantine_bytes` like the rest of the line.
+    pub(super) reason_note: Option<&'a str>,
+    /// Fields whose value quarantines the record (the refused part of a schema change).
+    pub(super) refused: Option<&'a std::collections::BTreeSet<String>>,
 }
 
 pub(super) async fn write_object(
@@ -132,6 +137,8 @@ pub(super) async fn write_object(
         max_quarantine_bytes,
         defer_quarantine_limit,
         object_size,
+        reason_note,
+        refused,
     } = *params;
     let deprecated: Vec<String> = tctx.cfg.deprecations().into_keys().collect();
     let iceberg_schema = table.metadata().current_schema().clone();
@@ -154,6 +161,12 @@ pub(super) async fn write_object(
         required,
         chunk_records,
         allow_unknown,
+        // Columns the table dropped: inputs still carrying them are not refused for it.
+        ignored: crate::evolve::dropped_columns(table.metadata())
+            .into_iter()
+            .map(str::to_string)
+            .collect(),
+        refused: refused.cloned().unwrap_or_default(),
     };
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Piece>(2);
     let decoder = tokio::task::spawn_blocking(move || {
@@ -221,7 +234,13 @@ pub(super) async fn write_object(
                     continue;
                 }
                 let budget = max_quarantine_bytes.saturating_sub(spooled);
-                match spool_rejected(&mut spool, &mut w.quarantine_spool, uri, &rejected, budget) {
+                let out = Spool {
+                    file: &mut spool,
+                    path: &mut w.quarantine_spool,
+                    uri,
+                    note: reason_note,
+                };
+                match spool_rejected(out, &rejected, budget) {
                     Ok(Spooled::Within(bytes)) => spooled += bytes,
                     Ok(Spooled::OverBudget) if defer_quarantine_limit => {
                         w.quarantine_over_limit = true;
@@ -366,15 +385,24 @@ enum Spooled {
     OverBudget,
 }
 
-/// Appends `rejected` to the object's quarantine spool (created on first use) until `budget`
-/// bytes are used up.
-fn spool_rejected(
-    spool: &mut Option<std::io::BufWriter<std::fs::File>>,
-    path: &mut Option<SpoolFile>,
-    uri: &str,
-    rejected: &[Rejected],
-    budget: u64,
-) -> Result<Spooled> {
+/// An object's quarantine spool (created on first use) and what each of its lines carries.
+struct Spool<'s> {
+    file: &'s mut Option<std::io::BufWriter<std::fs::File>>,
+    path: &'s mut Option<SpoolFile>,
+    uri: &'s str,
+    /// Appended to every reason (`reason; note`).
+    note: Option<&'s str>,
+}
+
+/// Appends `rejected` to the object's quarantine spool until `budget` bytes are used up; each
+/// line is counted as written, note included.
+fn spool_rejected(out: Spool<'_>, rejected: &[Rejected], budget: u64) -> Result<Spooled> {
+    let Spool {
+        file: spool,
+        path,
+        uri,
+        note,
+    } = out;
     // A full disk is worth a retry (another container, or after cleanup), like the Parquet spool.
     let io = |e: std::io::Error| {
         Error::new(ErrorKind::Storage, "writing quarantine spool")
@@ -391,7 +419,11 @@ fn spool_rejected(
     let mut bytes = 0;
     if let Some(s) = spool.as_mut() {
         for r in rejected {
-            let line = json!({"source": uri, "record": r.record, "raw": r.raw, "reason": r.reason});
+            let reason = match note {
+                Some(n) => format!("{}; {n}", r.reason),
+                None => r.reason.clone(),
+            };
+            let line = json!({"source": uri, "record": r.record, "raw": r.raw, "reason": reason});
             let mut buf = serde_json::to_vec(&line).map_err(|e| io(e.into()))?;
             buf.push(b'\n');
             if bytes + buf.len() as u64 > budget {
@@ -418,6 +450,18 @@ mod tests {
         assert!(!p.exists(), "the spool outlived its owner");
     }
 
+    fn spool_of<'s>(
+        file: &'s mut Option<std::io::BufWriter<std::fs::File>>,
+        path: &'s mut Option<SpoolFile>,
+    ) -> Spool<'s> {
+        Spool {
+            file,
+            path,
+            uri: "s3://b/k",
+            note: None,
+        }
+    }
+
     #[test]
     fn spooling_stops_at_the_record_that_crosses_the_budget() {
         let rec = |i: u64| Rejected {
@@ -427,16 +471,47 @@ mod tests {
         };
         let rejected: Vec<Rejected> = (0..10).map(rec).collect();
         let (mut spool, mut path) = (None, None);
-        let out = spool_rejected(&mut spool, &mut path, "s3://b/k", &rejected, 500).unwrap();
+        let out = spool_rejected(spool_of(&mut spool, &mut path), &rejected, 500).unwrap();
         assert!(matches!(out, Spooled::OverBudget));
         drop(spool);
         let written = std::fs::read_to_string(path.as_ref().unwrap().path()).unwrap();
         assert!(written.len() <= 500, "{} bytes spooled", written.len());
         assert!(written.lines().count() >= 1);
         let (mut spool, mut path) = (None, None);
-        match spool_rejected(&mut spool, &mut path, "s3://b/k", &rejected, 1 << 20).unwrap() {
+        match spool_rejected(spool_of(&mut spool, &mut path), &rejected, 1 << 20).unwrap() {
             Spooled::Within(n) => assert!(n > 1000),
             Spooled::OverBudget => panic!("over a 1 MiB budget"),
+        }
+    }
+
+    #[test]
+    fn the_note_is_in_every_reason_and_within_the_budget() {
+        let rejected: Vec<Rejected> = (0..10)
+            .map(|i| Rejected {
+                record: i,
+                raw: "x".repeat(10),
+                reason: "bad".into(),
+            })
+            .collect();
+        let note = "n".repeat(100);
+        let (mut spool, mut path) = (None, None);
+        let out = Spool {
+            file: &mut spool,
+            path: &mut path,
+            uri: "s3://b/k",
+            note: Some(&note),
+        };
+        // Without the note the ten lines fit 1000 bytes; with it they do not.
+        assert!(matches!(
+            spool_rejected(out, &rejected, 1000).unwrap(),
+            Spooled::OverBudget
+        ));
+        drop(spool);
+        let written = std::fs::read_to_string(path.as_ref().unwrap().path()).unwrap();
+        assert!(written.len() <= 1000, "{} bytes spooled", written.len());
+        for line in written.lines() {
+            let v: serde_json::Value = serde_json::from_str(line).unwrap();
+            assert_eq!(v["reason"], format!("bad; {note}"));
         }
     }
 }

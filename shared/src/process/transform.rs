@@ -132,17 +132,10 @@ pub(crate) async fn run_sql(
     batches: Vec<RecordBatch>,
     context: &str,
 ) -> Result<(SchemaRef, Vec<RecordBatch>)> {
-    let ctx = SessionContext::new_with_config(SessionConfig::new().with_target_partitions(2));
-    let table = MemTable::try_new(schema.clone(), vec![batches])
+    let ctx = session(SessionConfig::new(), schema.clone(), batches)
         .map_err(|e| Error::new(ErrorKind::Internal, format!("{context}: {e}")))?;
-    ctx.register_table("source", Arc::new(table))
-        .map_err(|e| Error::new(ErrorKind::Internal, format!("{context}: {e}")))?;
-    let options = SQLOptions::new()
-        .with_allow_ddl(false)
-        .with_allow_dml(false)
-        .with_allow_statements(false);
     let df = ctx
-        .sql_with_options(sql, options)
+        .sql_with_options(sql, query_only())
         .await
         .map_err(|e| sql_error(context, &schema, e))?;
     let out_schema = normalised(df.schema().as_arrow(), context)?;
@@ -159,10 +152,95 @@ pub(crate) async fn run_sql(
     Ok((out_schema, out))
 }
 
-fn sql_error(context: &str, schema: &ArrowSchema, e: datafusion::error::DataFusionError) -> Error {
-    let text = e.to_string();
-    let field = text
-        .split("No field named ")
+/// A session with `source` registered over `batches` (2 partitions: the Lambda's two cores).
+fn session(
+    config: SessionConfig,
+    schema: SchemaRef,
+    batches: Vec<RecordBatch>,
+) -> datafusion::error::Result<SessionContext> {
+    let ctx = SessionContext::new_with_config(config.with_target_partitions(2));
+    let table = MemTable::try_new(schema, vec![batches])?;
+    ctx.register_table("source", Arc::new(table))?;
+    Ok(ctx)
+}
+
+/// Only queries: no DDL, DML or `SET`.
+fn query_only() -> SQLOptions {
+    SQLOptions::new()
+        .with_allow_ddl(false)
+        .with_allow_dml(false)
+        .with_allow_statements(false)
+}
+
+/// Why a pipeline's SQL does not plan over a schema: the reason, the column it names (when
+/// one) and where the SQL mentions it (line, column; 1-based), when DataFusion's span says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct PlanFailure {
+    /// DataFusion's (or the output check's) reason.
+    pub(crate) reason: String,
+    /// The column the failure is about.
+    pub(crate) column: Option<String>,
+    /// Its position in the SQL (from DataFusion's span).
+    pub(crate) span: Option<(u64, u64)>,
+}
+
+/// Plans `sql` over an empty `source` of `schema` exactly as [`run_sql`] does (same session,
+/// same query-only options, same output normalisation) without running it, with spans
+/// collected so that a failure can point into the SQL: the output schema, or why it fails.
+pub(crate) async fn plan_output(
+    sql: &str,
+    schema: SchemaRef,
+) -> std::result::Result<SchemaRef, PlanFailure> {
+    let failure = |e: datafusion::error::DataFusionError| {
+        let span = e
+            .diagnostic()
+            .and_then(|d| d.span)
+            .filter(|s| s.start.line > 0)
+            .map(|s| (s.start.line, s.start.column));
+        PlanFailure {
+            column: error_column(&e.to_string()),
+            reason: e.to_string(),
+            span,
+        }
+    };
+    let mut config = SessionConfig::new();
+    config.options_mut().sql_parser.collect_spans = true;
+    let ctx = session(config, schema, Vec::new()).map_err(failure)?;
+    let df = ctx
+        .sql_with_options(sql, query_only())
+        .await
+        .map_err(failure)?;
+    normalise_fields(df.schema().as_arrow()).map_err(|(column, reason)| PlanFailure {
+        reason,
+        column: Some(column),
+        span: None,
+    })
+}
+
+/// The column a planning error is about: a missing field, or an output name that would be
+/// ambiguous or duplicate (qualifier dropped).
+fn error_column(text: &str) -> Option<String> {
+    const MARKERS: [&str; 4] = [
+        "No field named ",
+        "unqualified field name ",
+        "duplicate qualified field name ",
+        "have the same name ",
+    ];
+    MARKERS.iter().find_map(|m| {
+        let rest = text.split(m).nth(1)?;
+        let token: String = rest
+            .trim_start_matches(['"', '`', '\''])
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == '.')
+            .collect();
+        let name = token.trim_end_matches('.').rsplit('.').next()?.to_string();
+        (!name.is_empty()).then_some(name)
+    })
+}
+
+/// The field a "No field named …" error names.
+fn missing_field(text: &str) -> Option<String> {
+    text.split("No field named ")
         .nth(1)
         .map(|rest| {
             rest.trim_start_matches(['"', '`', '\''])
@@ -170,7 +248,12 @@ fn sql_error(context: &str, schema: &ArrowSchema, e: datafusion::error::DataFusi
                 .take_while(|c| c.is_alphanumeric() || *c == '_')
                 .collect::<String>()
         })
-        .filter(|f| !f.is_empty());
+        .filter(|f| !f.is_empty())
+}
+
+fn sql_error(context: &str, schema: &ArrowSchema, e: datafusion::error::DataFusionError) -> Error {
+    let text = e.to_string();
+    let field = missing_field(&text);
     let message = match field {
         Some(field) => {
             let known: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
@@ -187,16 +270,19 @@ fn sql_error(context: &str, schema: &ArrowSchema, e: datafusion::error::DataFusi
 
 /// The output schema as an Iceberg-friendly, all-optional Arrow schema.
 fn normalised(schema: &ArrowSchema, context: &str) -> Result<SchemaRef> {
+    normalise_fields(schema)
+        .map_err(|(_, reason)| Error::new(ErrorKind::Transform, format!("{context}: {reason}")))
+}
+
+/// [`normalised`]'s check: the output, or the column that no Iceberg table can hold and why.
+fn normalise_fields(schema: &ArrowSchema) -> std::result::Result<SchemaRef, (String, String)> {
     let mut seen = std::collections::HashSet::new();
     let mut fields = Vec::with_capacity(schema.fields().len());
     for f in schema.fields() {
         if !seen.insert(f.name().clone()) {
-            return Err(Error::new(
-                ErrorKind::Transform,
-                format!(
-                    "{context}: the SQL outputs column `{}` twice; alias it",
-                    f.name()
-                ),
+            return Err((
+                f.name().clone(),
+                format!("the SQL outputs column `{}` twice; alias it", f.name()),
             ));
         }
         let ty = match f.data_type() {
@@ -218,10 +304,10 @@ fn normalised(schema: &ArrowSchema, context: &str) -> Result<SchemaRef> {
             | DataType::Date32
             | DataType::Decimal128(_, _)) => t.clone(),
             other => {
-                return Err(Error::new(
-                    ErrorKind::Transform,
+                return Err((
+                    f.name().clone(),
                     format!(
-                        "{context}: output column `{}` has type {other}, which an Iceberg table \
+                        "output column `{}` has type {other}, which an Iceberg table \
                          cannot hold; cast it in the SQL",
                         f.name()
                     ),
