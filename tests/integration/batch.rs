@@ -701,3 +701,56 @@ async fn a_landed_batch_whose_summary_cannot_be_read_acknowledges_nothing() {
     assert_eq!(snapshots(&env, &healthy, "orders").await.len(), 1);
     assert_eq!(env.count_rows(healthy.catalog().as_ref()).await, 90);
 }
+
+/// A member that commits alone (here: an object delivered twice in one payload, so its table's
+/// group holds one member) and loses to another delivery reports, like a batch member or a copy
+/// that lost, that it added nothing: the winner's report counted the rows, so the reports of
+/// both deliveries add up to the table's rows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_committing_alone_that_another_delivery_beat_reports_nothing_added() {
+    let env = TestEnv::new("sqlite").await;
+    put(&env, "orders/s0.jsonl", 25, 1300).await;
+    let other = env.ingestor().await;
+    let obj = env.object("orders/s0.jsonl");
+    let won = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let won_by_other = won.clone();
+    let race: crate::faults::Race = Box::new(move || {
+        Box::pin(async move {
+            let r = other.ingest(&obj, soon()).await.unwrap();
+            assert_eq!(r.status, Status::Committed, "{r:?}");
+            won_by_other.lock().unwrap().push(r);
+        })
+    });
+    let ingestor = env.ingestor_with(race_before_swap(race)).await;
+    let payload = json!({"Records": [
+        env.sqs_message("a", "orders/s0.jsonl", None),
+        env.sqs_message("b", "orders/s0.jsonl", None),
+    ]});
+    let result = handle(&ingestor, &payload).await;
+    assert!(result.errors.is_empty(), "{:?}", result.errors);
+    assert_eq!(result.reports.len(), 2);
+    for r in &result.reports {
+        assert_eq!(r.status, Status::Duplicate, "{r:?}");
+        assert_eq!(
+            (
+                r.records_in,
+                r.records_committed,
+                r.data_files,
+                r.quarantine.clone()
+            ),
+            (0, 0, 0, None),
+            "a lost race adds nothing: {r:?}"
+        );
+    }
+    let won = won.lock().unwrap().clone();
+    let reported: u64 = result
+        .reports
+        .iter()
+        .chain(won.iter())
+        .map(|r| r.records_committed)
+        .sum();
+    let snaps = snapshots(&env, &ingestor, "orders").await;
+    assert_eq!(snaps.len(), 1, "only the winner's commit");
+    assert_eq!(prop(&snaps[0], "total-records"), "25");
+    assert_eq!(reported, 25, "the reports add up to the rows committed");
+}

@@ -29,7 +29,7 @@ use iceberg::table::Table;
 use iceberg::TableIdent;
 
 use super::dedup::{walk_all, Sought, Walk};
-use super::report::batch_summary;
+use super::report::{batch_summary, nothing_added};
 use super::{Ingestor, ObjectReport, Prepared, Stage, Status};
 use crate::commit::{Found, Outcome, Plan, Skipped};
 use crate::error::{Error, ErrorKind, Result};
@@ -396,21 +396,6 @@ async fn settle_member(
     }
 }
 
-/// A report that added nothing (a duplicate): no rows, files or quarantine of its own, so that
-/// in = committed + quarantined holds and nothing is counted twice.
-fn nothing_added(mut r: ObjectReport) -> ObjectReport {
-    r.records_in = 0;
-    r.records_committed = 0;
-    r.records_quarantined = 0;
-    r.late_records = 0;
-    r.data_files = 0;
-    r.data_bytes = 0;
-    r.quarantine = None;
-    r.attempts = 0;
-    r.freshness_seconds = None;
-    r
-}
-
 /// The error of an object not started because the payload's time ran out.
 fn left_for_retry(obj: &ObjectRef) -> Error {
     Error::new(
@@ -439,13 +424,15 @@ fn decide(metadata: &TableMetadata, members: &[Member], table: &str) -> Result<V
         decided.push(match w {
             Walk::Found(found) => Decision::Found(found),
             Walk::Absent => Decision::Take,
-            Walk::Unknown => return Err(Error::new(
-                ErrorKind::Stale,
-                format!(
+            Walk::Unknown => {
+                return Err(Error::new(
+                    ErrorKind::Stale,
+                    format!(
                     "history of {table} was expired while {} was being ingested; checking again",
                     m.id
                 ),
-            )),
+                ))
+            }
         });
     }
     Ok(decided)
