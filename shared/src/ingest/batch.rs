@@ -299,14 +299,25 @@ impl Ingestor {
             }
             // Nothing was committed (the commit loop reports Stale only when no attempt is
             // unknown): these files can go, and each member starts over alone, where the early
-            // check asks the rows once the summaries were expired.
+            // check asks the rows once the summaries were expired. Each one is read, written and
+            // committed again, so the deadline rule of the payload applies: a member starts only
+            // while its ingest (as long as the slowest so far) and a whole commit window still
+            // fit; the others are left for retry.
             Err(e) if e.kind() == ErrorKind::Stale => {
                 tracing::info!(table = %ident, error = %e, "batch commit stale; committing its objects one by one");
                 for (_, p) in &prepared {
                     crate::write::delete_uncommitted(&p.table, &p.written.files).await;
                 }
+                let window = Duration::from_secs(self.config.ingest.commit_timeout_seconds);
+                let mut slowest = Duration::ZERO;
                 for (i, p) in prepared {
+                    if Instant::now() + slowest + window > deadline {
+                        out.push((i, Err(left_for_retry(&p.obj))));
+                        continue;
+                    }
+                    let t0 = Instant::now();
                     out.push((i, self.ingest(&p.obj, deadline).await));
+                    slowest = slowest.max(t0.elapsed());
                 }
             }
             // Possibly unknown: every file stays; every member's message is retried.
