@@ -1,5 +1,5 @@
-//! Micro-batching: the objects of one Lambda payload (an SQS batch, a Distributed Map batch)
-//! that go to the same table commit together, in one snapshot whose summary names every one.
+//! Micro-batching: the objects of one Lambda payload (an SQS batch, a direct invocation whose
+//! `Records` list several objects) that go to the same table commit together, in one snapshot whose summary names every one.
 //!
 //! Each object is still routed, checked for duplicates, decoded, written and quarantined on its
 //! own ([`Ingestor::prepare`]): its report, files and quarantine object are its own, and its
@@ -39,7 +39,7 @@ use crate::summary::{SOURCE_OBJECTS, WRITER_ID};
 
 /// Most objects in one commit. Every snapshot's summary lists its objects and every later
 /// metadata.json carries the summaries of the retained snapshots, so the list is kept short
-/// (100 identities are ~20 KiB); a larger payload (a Distributed Map batch) commits in chunks.
+/// (100 identities are ~20 KiB); a larger payload commits in chunks.
 const MAX_OBJECTS_PER_COMMIT: usize = 100;
 
 /// What the last evaluation of a batch plan decided for one member.
