@@ -831,3 +831,42 @@ async fn a_stale_batch_restarts_its_members_only_while_they_fit_before_the_deadl
         30 + 20 + 20 + 21 + 22
     );
 }
+
+/// More objects of one table than one commit holds commit in chunks, one after another, each
+/// in its own commit window: an object that would open a chunk whose window no longer fits
+/// before the deadline is left for retry, like any object that no longer fits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_object_opening_a_chunk_whose_commit_window_does_not_fit_is_left_for_retry() {
+    let mut env = TestEnv::new("sqlite").await;
+    env.config.ingest.commit_timeout_seconds = 30;
+    let ingestor = env.ingestor().await;
+    let keys: Vec<String> = (0..101).map(|i| format!("orders/c{i}.jsonl")).collect();
+    for (i, k) in keys.iter().enumerate() {
+        put(&env, k, 1, 1500 + i as u64).await;
+    }
+    let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+    let payload = env.sqs_batch(&refs);
+    // Room for the preparation and one commit window, not two: the first chunk (100 objects)
+    // fits, a second one would not.
+    let deadline = Instant::now() + Duration::from_secs(45);
+    let result = ingestor.handle_payload(&payload, deadline).await;
+    assert_eq!(
+        result.failed_message_ids,
+        vec!["m100"],
+        "{:?}",
+        result.errors
+    );
+    assert!(
+        result.errors.iter().all(|e| e.contains("left for retry")),
+        "{:?}",
+        result.errors
+    );
+    assert_eq!(result.reports.len(), 100);
+    assert!(result.reports.iter().all(|r| r.status == Status::Committed));
+    let snaps = snapshots(&env, &ingestor, "orders").await;
+    assert_eq!(snaps.len(), 1);
+    assert_eq!(source_objects(&snaps[0]).len(), 100);
+    let again = handle(&ingestor, &payload).await;
+    assert!(again.failed_message_ids.is_empty(), "{:?}", again.errors);
+    assert_eq!(env.count_rows(ingestor.catalog().as_ref()).await, 101);
+}

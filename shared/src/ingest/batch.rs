@@ -109,11 +109,14 @@ impl Ingestor {
                 first_event.insert(key, i);
             }
             // The commit window starts at the commit: start another object only while its
-            // preparation (as long as the slowest so far) and then a whole commit window still
-            // fit before the deadline (the tables' commits run side by side, in one window).
-            // The first object always starts.
+            // preparation (as long as the slowest so far) and then its table's commits still
+            // fit before the deadline. The tables' commits run side by side, in one window, but
+            // the chunks of one table run one after another, a window each: the object may
+            // join the largest group. The first object always starts.
             if i > 0 {
-                out_of_time |= Instant::now() + slowest + window > deadline;
+                let largest = groups.values().map(Vec::len).max().unwrap_or(0);
+                let windows = (largest + 1).div_ceil(MAX_OBJECTS_PER_COMMIT) as u32;
+                out_of_time |= Instant::now() + slowest + window * windows > deadline;
             }
             if out_of_time {
                 results[i] = Some(Err(left_for_retry(obj)));
