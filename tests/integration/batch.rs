@@ -701,3 +701,172 @@ async fn a_landed_batch_whose_summary_cannot_be_read_acknowledges_nothing() {
     assert_eq!(snapshots(&env, &healthy, "orders").await.len(), 1);
     assert_eq!(env.count_rows(healthy.catalog().as_ref()).await, 90);
 }
+
+/// A member that commits alone (here: an object delivered twice in one payload, so its table's
+/// group holds one member) and loses to another delivery reports, like a batch member or a copy
+/// that lost, that it added nothing: the winner's report counted the rows, so the reports of
+/// both deliveries add up to the table's rows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_committing_alone_that_another_delivery_beat_reports_nothing_added() {
+    let env = TestEnv::new("sqlite").await;
+    put(&env, "orders/s0.jsonl", 25, 1300).await;
+    let other = env.ingestor().await;
+    let obj = env.object("orders/s0.jsonl");
+    let won = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let won_by_other = won.clone();
+    let race: crate::faults::Race = Box::new(move || {
+        Box::pin(async move {
+            let r = other.ingest(&obj, soon()).await.unwrap();
+            assert_eq!(r.status, Status::Committed, "{r:?}");
+            won_by_other.lock().unwrap().push(r);
+        })
+    });
+    let ingestor = env.ingestor_with(race_before_swap(race)).await;
+    let payload = json!({"Records": [
+        env.sqs_message("a", "orders/s0.jsonl", None),
+        env.sqs_message("b", "orders/s0.jsonl", None),
+    ]});
+    let result = handle(&ingestor, &payload).await;
+    assert!(result.errors.is_empty(), "{:?}", result.errors);
+    assert_eq!(result.reports.len(), 2);
+    for r in &result.reports {
+        assert_eq!(r.status, Status::Duplicate, "{r:?}");
+        assert_eq!(
+            (
+                r.records_in,
+                r.records_committed,
+                r.data_files,
+                r.quarantine.clone()
+            ),
+            (0, 0, 0, None),
+            "a lost race adds nothing: {r:?}"
+        );
+    }
+    let won = won.lock().unwrap().clone();
+    let reported: u64 = result
+        .reports
+        .iter()
+        .chain(won.iter())
+        .map(|r| r.records_committed)
+        .sum();
+    let snaps = snapshots(&env, &ingestor, "orders").await;
+    assert_eq!(snaps.len(), 1, "only the winner's commit");
+    assert_eq!(prop(&snaps[0], "total-records"), "25");
+    assert_eq!(reported, 25, "the reports add up to the rows committed");
+}
+
+/// A stale batch commit (history expired meanwhile) starts its members over one by one, each
+/// read, written and committed again: under the payload's deadline rule, so a member whose
+/// ingest and commit window no longer fit before the Lambda's deadline is left for retry
+/// instead of running into the timeout (which would lose the whole payload's answer).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_batch_restarts_its_members_only_while_they_fit_before_the_deadline() {
+    let mut env = TestEnv::new("sqlite").await;
+    env.config.ingest.commit_timeout_seconds = 6;
+    put(&env, "orders/g.jsonl", 30, 1400).await;
+    let setup = env.ingestor().await;
+    env.ingest(&setup, "orders/g.jsonl").await.unwrap();
+    let keys = ["orders/g0.jsonl", "orders/g1.jsonl", "orders/g2.jsonl"];
+    for (i, k) in keys.iter().enumerate() {
+        put(&env, k, 20 + i, 1401 + i as u64).await;
+    }
+    for (i, k) in ["orders/y0.jsonl", "orders/y1.jsonl"].iter().enumerate() {
+        put(&env, k, 10, 1410 + i as u64).await;
+    }
+    let start = Instant::now();
+    // The deadline leaves room for the payload's preparation and one commit window.
+    let deadline = start + Duration::from_secs(8);
+    let (other, maintainer) = (env.ingestor().await, env.maintainer().await);
+    let (y0, y1) = (env.object("orders/y0.jsonl"), env.object("orders/y1.jsonl"));
+    // Meanwhile: two commits and an expiration keeping only the latest, so the way back to the
+    // version the members were checked on is gone. It ends inside the batch's commit window
+    // but with less than a window left before the deadline.
+    let race: crate::faults::Race = Box::new(move || {
+        Box::pin(async move {
+            for y in [y0, y1] {
+                other.ingest(&y, soon()).await.unwrap();
+            }
+            maintainer
+                .run("orders", &crate::matrix::expire_all())
+                .await
+                .unwrap();
+            tokio::time::sleep_until((start + Duration::from_millis(5500)).into()).await;
+        })
+    });
+    let ingestor = env.ingestor_with(race_before_swap(race)).await;
+    let payload = env.sqs_batch(&keys);
+    let result = ingestor.handle_payload(&payload, deadline).await;
+    assert_eq!(
+        result.failed_message_ids,
+        vec!["m0", "m1", "m2"],
+        "{:?} {:?}",
+        result.errors,
+        result.reports
+    );
+    assert!(
+        result.errors.iter().all(|e| e.contains("left for retry")),
+        "{:?}",
+        result.errors
+    );
+    assert!(Instant::now() < deadline, "answered before the deadline");
+    let table = ingestor.catalog().load_table(&env.ident()).await.unwrap();
+    let live = floe::scan::live_files(&table).await.unwrap().len();
+    let written = env
+        .keys("warehouse/")
+        .await
+        .into_iter()
+        .filter(|k| k.ends_with(".parquet"))
+        .count();
+    assert_eq!(written, live, "the stale batch's files were deleted");
+    // The redelivery commits each member once.
+    let again = handle(&env.ingestor().await, &payload).await;
+    assert!(again.failed_message_ids.is_empty(), "{:?}", again.errors);
+    let snaps = snapshots(&env, &ingestor, "orders").await;
+    let named: Vec<String> = snaps.iter().flat_map(source_objects).collect();
+    for k in keys {
+        assert_eq!(named.iter().filter(|id| id.contains(k)).count(), 1, "{k}");
+    }
+    assert_eq!(
+        env.count_rows(ingestor.catalog().as_ref()).await,
+        30 + 20 + 20 + 21 + 22
+    );
+}
+
+/// More objects of one table than one commit holds commit in chunks, one after another, each
+/// in its own commit window: an object that would open a chunk whose window no longer fits
+/// before the deadline is left for retry, like any object that no longer fits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_object_opening_a_chunk_whose_commit_window_does_not_fit_is_left_for_retry() {
+    let mut env = TestEnv::new("sqlite").await;
+    env.config.ingest.commit_timeout_seconds = 30;
+    let ingestor = env.ingestor().await;
+    let keys: Vec<String> = (0..101).map(|i| format!("orders/c{i}.jsonl")).collect();
+    for (i, k) in keys.iter().enumerate() {
+        put(&env, k, 1, 1500 + i as u64).await;
+    }
+    let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+    let payload = env.sqs_batch(&refs);
+    // Room for the preparation and one commit window, not two: the first chunk (100 objects)
+    // fits, a second one would not.
+    let deadline = Instant::now() + Duration::from_secs(45);
+    let result = ingestor.handle_payload(&payload, deadline).await;
+    assert_eq!(
+        result.failed_message_ids,
+        vec!["m100"],
+        "{:?}",
+        result.errors
+    );
+    assert!(
+        result.errors.iter().all(|e| e.contains("left for retry")),
+        "{:?}",
+        result.errors
+    );
+    assert_eq!(result.reports.len(), 100);
+    assert!(result.reports.iter().all(|r| r.status == Status::Committed));
+    let snaps = snapshots(&env, &ingestor, "orders").await;
+    assert_eq!(snaps.len(), 1);
+    assert_eq!(source_objects(&snaps[0]).len(), 100);
+    let again = handle(&ingestor, &payload).await;
+    assert!(again.failed_message_ids.is_empty(), "{:?}", again.errors);
+    assert_eq!(env.count_rows(ingestor.catalog().as_ref()).await, 101);
+}

@@ -1,5 +1,6 @@
-//! Micro-batching: the objects of one Lambda payload (an SQS batch, a Distributed Map batch)
-//! that go to the same table commit together, in one snapshot whose summary names every one.
+//! Micro-batching: the objects of one Lambda payload (an SQS batch, a direct invocation whose
+//! `Records` list several objects) that go to the same table commit together, in one snapshot
+//! whose summary names every one.
 //!
 //! Each object is still routed, checked for duplicates, decoded, written and quarantined on its
 //! own ([`Ingestor::prepare`]): its report, files and quarantine object are its own, and its
@@ -24,11 +25,12 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use iceberg::spec::TableMetadata;
 use iceberg::table::Table;
 use iceberg::TableIdent;
 
-use super::dedup::{walk, Walk};
-use super::report::batch_summary;
+use super::dedup::{walk_all, Sought, Walk};
+use super::report::{batch_summary, nothing_added};
 use super::{Ingestor, ObjectReport, Prepared, Stage, Status};
 use crate::commit::{Found, Outcome, Plan, Skipped};
 use crate::error::{Error, ErrorKind, Result};
@@ -38,7 +40,7 @@ use crate::summary::{SOURCE_OBJECTS, WRITER_ID};
 
 /// Most objects in one commit. Every snapshot's summary lists its objects and every later
 /// metadata.json carries the summaries of the retained snapshots, so the list is kept short
-/// (100 identities are ~20 KiB); a larger payload (a Distributed Map batch) commits in chunks.
+/// (100 identities are ~20 KiB); a larger payload commits in chunks.
 const MAX_OBJECTS_PER_COMMIT: usize = 100;
 
 /// What the last evaluation of a batch plan decided for one member.
@@ -108,11 +110,14 @@ impl Ingestor {
                 first_event.insert(key, i);
             }
             // The commit window starts at the commit: start another object only while its
-            // preparation (as long as the slowest so far) and then a whole commit window still
-            // fit before the deadline (the tables' commits run side by side, in one window).
-            // The first object always starts.
+            // preparation (as long as the slowest so far) and then its table's commits still
+            // fit before the deadline. The tables' commits run side by side, in one window, but
+            // the chunks of one table run one after another, a window each: the object may
+            // join the largest group. The first object always starts.
             if i > 0 {
-                out_of_time |= Instant::now() + slowest + window > deadline;
+                let largest = groups.values().map(Vec::len).max().unwrap_or(0);
+                let windows = (largest + 1).div_ceil(MAX_OBJECTS_PER_COMMIT) as u32;
+                out_of_time |= Instant::now() + slowest + window * windows > deadline;
             }
             if out_of_time {
                 results[i] = Some(Err(left_for_retry(obj)));
@@ -298,14 +303,25 @@ impl Ingestor {
             }
             // Nothing was committed (the commit loop reports Stale only when no attempt is
             // unknown): these files can go, and each member starts over alone, where the early
-            // check asks the rows once the summaries were expired.
+            // check asks the rows once the summaries were expired. Each one is read, written and
+            // committed again, so the deadline rule of the payload applies: a member starts only
+            // while its ingest (as long as the slowest so far) and a whole commit window still
+            // fit; the others are left for retry.
             Err(e) if e.kind() == ErrorKind::Stale => {
                 tracing::info!(table = %ident, error = %e, "batch commit stale; committing its objects one by one");
                 for (_, p) in &prepared {
                     crate::write::delete_uncommitted(&p.table, &p.written.files).await;
                 }
+                let window = Duration::from_secs(self.config.ingest.commit_timeout_seconds);
+                let mut slowest = Duration::ZERO;
                 for (i, p) in prepared {
+                    if Instant::now() + slowest + window > deadline {
+                        out.push((i, Err(left_for_retry(&p.obj))));
+                        continue;
+                    }
+                    let t0 = Instant::now();
                     out.push((i, self.ingest(&p.obj, deadline).await));
+                    slowest = slowest.max(t0.elapsed());
                 }
             }
             // Possibly unknown: every file stays; every member's message is retried.
@@ -395,21 +411,6 @@ async fn settle_member(
     }
 }
 
-/// A report that added nothing (a duplicate): no rows, files or quarantine of its own, so that
-/// in = committed + quarantined holds and nothing is counted twice.
-fn nothing_added(mut r: ObjectReport) -> ObjectReport {
-    r.records_in = 0;
-    r.records_committed = 0;
-    r.records_quarantined = 0;
-    r.late_records = 0;
-    r.data_files = 0;
-    r.data_bytes = 0;
-    r.quarantine = None;
-    r.attempts = 0;
-    r.freshness_seconds = None;
-    r
-}
-
 /// The error of an object not started because the payload's time ran out.
 fn left_for_retry(obj: &ObjectRef) -> Error {
     Error::new(
@@ -422,6 +423,36 @@ fn left_for_retry(obj: &ObjectRef) -> Error {
     .with_retryable(true)
 }
 
+/// What the plan does with each member on `metadata`: one walk over main's ancestry for all of
+/// them ([`walk_all`]); `Stale` when expired history leaves a member undecidable.
+fn decide(metadata: &TableMetadata, members: &[Member], table: &str) -> Result<Vec<Decision>> {
+    let sought: Vec<Sought<'_>> = members
+        .iter()
+        .map(|m| Sought {
+            id: &m.id,
+            not_before_ms: m.not_before_ms,
+            proven: m.proven,
+        })
+        .collect();
+    let mut decided = Vec::with_capacity(members.len());
+    for (m, w) in members.iter().zip(walk_all(metadata, &sought)) {
+        decided.push(match w {
+            Walk::Found(found) => Decision::Found(found),
+            Walk::Absent => Decision::Take,
+            Walk::Unknown => {
+                return Err(Error::new(
+                    ErrorKind::Stale,
+                    format!(
+                    "history of {table} was expired while {} was being ingested; checking again",
+                    m.id
+                ),
+                ))
+            }
+        });
+    }
+    Ok(decided)
+}
+
 /// The plan of a batch commit: on each table version, every member not committed yet goes in
 /// (with the summary of those only); `Stale` when expired history leaves a member undecidable.
 fn batch_plan(
@@ -430,25 +461,7 @@ fn batch_plan(
     decisions: Arc<Mutex<Vec<Decision>>>,
 ) -> impl FnMut(&Table) -> Result<Plan> + Send + 'static {
     move |table: &Table| {
-        let mut decided = Vec::with_capacity(members.len());
-        for m in &members {
-            decided.push(
-                match walk(table.metadata(), &m.id, m.not_before_ms, m.proven) {
-                    Walk::Found(found) => Decision::Found(found),
-                    Walk::Absent => Decision::Take,
-                    Walk::Unknown => {
-                        return Err(Error::new(
-                            ErrorKind::Stale,
-                            format!(
-                            "history of {} was expired while {} was being ingested; checking again",
-                            table.identifier(),
-                            m.id
-                        ),
-                        ))
-                    }
-                },
-            );
-        }
+        let decided = decide(table.metadata(), &members, &table.identifier().to_string())?;
         let taken: Vec<&Member> = members
             .iter()
             .zip(&decided)
@@ -484,4 +497,101 @@ fn batch_plan(
 /// The same error for another member of a failed batch (kind, retryable flag and message).
 fn copy_error(e: &Error) -> Error {
     Error::new(e.kind(), e.to_string()).with_retryable(e.is_retryable())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A table whose main has `snaps` snapshots, each naming `per` objects `o<snap>-<k>`.
+    fn table(snaps: i64, per: usize) -> Table {
+        let snapshots: Vec<serde_json::Value> = (1..=snaps)
+            .map(|id| {
+                let ids: Vec<String> = (0..per)
+                    .map(|k| format!("s3://landing/orders/o{id}-{k}.jsonl#etag{id}{k}"))
+                    .collect();
+                let mut s = serde_json::json!({
+                    "snapshot-id": id, "timestamp-ms": 1000 + id, "sequence-number": id,
+                    "manifest-list": format!("s3://b/t/metadata/snap-{id}.avro"),
+                    "summary": {"operation": "append",
+                        SOURCE_OBJECTS: serde_json::to_string(&ids).unwrap()},
+                    "schema-id": 0
+                });
+                if id > 1 {
+                    s["parent-snapshot-id"] = serde_json::json!(id - 1);
+                }
+                s
+            })
+            .collect();
+        let md: TableMetadata = serde_json::from_value(serde_json::json!({
+            "format-version": 2, "table-uuid": "9c12d441-03fe-4693-9a96-a0705ddf69c1",
+            "location": "s3://b/t", "last-sequence-number": snaps, "last-updated-ms": 1000 + snaps,
+            "last-column-id": 1, "current-schema-id": 0,
+            "schemas": [{"type": "struct", "schema-id": 0, "fields": [
+                {"id": 1, "name": "x", "required": false, "type": "string"}]}],
+            "default-spec-id": 0, "partition-specs": [{"spec-id": 0, "fields": []}],
+            "last-partition-id": 999, "default-sort-order-id": 0,
+            "sort-orders": [{"order-id": 0, "fields": []}],
+            "properties": {}, "current-snapshot-id": snaps, "snapshots": snapshots,
+            "snapshot-log": [], "metadata-log": [],
+            "refs": {"main": {"snapshot-id": snaps, "type": "branch"}}
+        }))
+        .unwrap();
+        Table::builder()
+            .metadata(md)
+            .metadata_location("s3://b/t/metadata/00001-x.metadata.json".to_string())
+            .identifier(TableIdent::from_strs(["floe", "orders"]).unwrap())
+            .file_io(iceberg::io::FileIO::new_with_memory())
+            .runtime(iceberg::Runtime::try_current().unwrap())
+            .build()
+            .unwrap()
+    }
+
+    fn member(k: usize) -> Member {
+        let id = format!("s3://landing/orders/new{k}.jsonl#e{k}");
+        Member {
+            report: ObjectReport::new(id.clone(), "orders", Status::Committed),
+            id,
+            not_before_ms: 0,
+            proven: None,
+            files: Vec::new(),
+        }
+    }
+
+    /// The least time `f` takes over three runs.
+    fn least(mut f: impl FnMut()) -> Duration {
+        (0..3)
+            .map(|_| {
+                let t0 = Instant::now();
+                f();
+                t0.elapsed()
+            })
+            .min()
+            .unwrap_or_default()
+    }
+
+    /// The plan of a batch of 100 walks the window's history once, not once per member: on a
+    /// history of 300 snapshots of 100 objects each it costs a small multiple of one object's
+    /// walk (every member walks back to the start: none is in the table).
+    #[tokio::test]
+    async fn a_batch_plan_walks_the_history_once_for_all_members() {
+        let table = table(300, 100);
+        let one = least(|| {
+            let w = super::super::dedup::walk(table.metadata(), "s3://x/y#z", 0, None);
+            assert_eq!(w, Walk::Absent);
+        });
+        let members: Vec<Member> = (0..MAX_OBJECTS_PER_COMMIT).map(member).collect();
+        let mut plan = batch_plan(members, "w".into(), Arc::default());
+        let all = least(|| match plan(&table) {
+            Ok(Plan::Apply(c)) => {
+                let ids: Vec<String> = serde_json::from_str(&c.properties[SOURCE_OBJECTS]).unwrap();
+                assert_eq!(ids.len(), MAX_OBJECTS_PER_COMMIT);
+            }
+            other => panic!("{other:?}"),
+        });
+        assert!(
+            all < one * 10,
+            "the plan of 100 members took {all:?}, one member's walk {one:?}"
+        );
+    }
 }

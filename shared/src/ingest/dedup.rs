@@ -8,6 +8,8 @@
 //! identity in `_source` (`s3://bucket/key#version`), and a scan filtered on it prunes by the data
 //! files' `_source` bounds to the few candidate files and reads only that column of those.
 
+use std::collections::HashSet;
+
 use futures::TryStreamExt;
 use iceberg::expr::Reference;
 use iceberg::spec::{Datum, TableMetadata};
@@ -68,6 +70,82 @@ pub(crate) fn walk(
         }
     }
     Walk::Absent
+}
+
+/// One object [`walk_all`] looks for: its identity, its age bound and its proven snapshot (as
+/// in [`walk`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Sought<'a> {
+    /// `s3://bucket/key#version`.
+    pub(crate) id: &'a str,
+    /// No commit of it can be older (its LastModified minus the tolerated skew).
+    pub(crate) not_before_ms: i64,
+    /// A snapshot whose version was already shown not to hold it.
+    pub(crate) proven: Option<i64>,
+}
+
+/// [`walk`] for several objects in one pass over main's ancestry: each snapshot's summary list
+/// is parsed once, however many objects are sought (a batch plan would otherwise parse every
+/// list of the window once per member, on every commit attempt). The answers are [`walk`]'s,
+/// in the order of `sought`.
+pub(crate) fn walk_all(metadata: &TableMetadata, sought: &[Sought<'_>]) -> Vec<Walk> {
+    let mut out: Vec<Option<Walk>> = vec![None; sought.len()];
+    let mut pending = sought.len();
+    let mut current = metadata.current_snapshot();
+    while let Some(snap) = current {
+        if pending == 0 {
+            break;
+        }
+        let mut decide = |k: usize, w: Walk, out: &mut Vec<Option<Walk>>| {
+            if out[k].is_none() {
+                out[k] = Some(w);
+                pending -= 1;
+            }
+        };
+        for (k, s) in sought.iter().enumerate() {
+            if out[k].is_none()
+                && (Some(snap.snapshot_id()) == s.proven || snap.timestamp_ms() < s.not_before_ms)
+            {
+                decide(k, Walk::Absent, &mut out);
+            }
+        }
+        let props = &snap.summary().additional_properties;
+        if let Some(list) = props.get(SUMMARY_SOURCE_OBJECTS) {
+            let ids: Vec<String> = serde_json::from_str(list).unwrap_or_default();
+            let ids: HashSet<&str> = ids.iter().map(String::as_str).collect();
+            for (k, s) in sought.iter().enumerate() {
+                if out[k].is_none() && ids.contains(s.id) {
+                    let found = Found {
+                        snapshot_id: snap.snapshot_id(),
+                        writer_id: props.get(SUMMARY_WRITER_ID).cloned(),
+                    };
+                    decide(k, Walk::Found(found), &mut out);
+                }
+            }
+        }
+        current = match snap.parent_snapshot_id() {
+            // The first snapshot of the table: the whole history was seen.
+            None => None,
+            Some(p) => {
+                for (k, s) in sought.iter().enumerate() {
+                    if s.proven == Some(p) {
+                        decide(k, Walk::Absent, &mut out);
+                    }
+                }
+                match metadata.snapshot_by_id(p) {
+                    Some(parent) => Some(parent),
+                    // Expired: a commit of any object still sought may have been in there.
+                    None => {
+                        for k in 0..sought.len() {
+                            decide(k, Walk::Unknown, &mut out);
+                        }
+                        None
+                    }
+                }
+            }
+        };
+    }
+    out.into_iter().map(|w| w.unwrap_or(Walk::Absent)).collect()
 }
 
 /// Whether any row of `table`'s current snapshot carries `object_id` in `_source`. The filter
@@ -254,5 +332,35 @@ mod tests {
             "parent proven"
         );
         assert!(matches!(walk(&expired, "b", 50, None), Walk::Found(f) if f.snapshot_id == 2));
+    }
+
+    #[test]
+    fn walking_for_several_objects_at_once_answers_as_walking_for_each() {
+        let full = metadata(&[
+            (1, None, 100, "a"),
+            (2, Some(1), 200, "b"),
+            (3, Some(2), 300, "c"),
+        ]);
+        let expired = metadata(&[(2, Some(1), 200, "b"), (3, Some(2), 300, "c")]);
+        let mut sought = Vec::new();
+        for id in ["a", "b", "c", "z"] {
+            for not_before_ms in [50, 150, 250, 350] {
+                for proven in [None, Some(1), Some(2), Some(3)] {
+                    sought.push(Sought {
+                        id,
+                        not_before_ms,
+                        proven,
+                    });
+                }
+            }
+        }
+        for md in [&full, &expired] {
+            let each: Vec<Walk> = sought
+                .iter()
+                .map(|s| walk(md, s.id, s.not_before_ms, s.proven))
+                .collect();
+            assert_eq!(walk_all(md, &sought), each);
+        }
+        assert!(walk_all(&full, &[]).is_empty());
     }
 }

@@ -648,7 +648,9 @@ async fn settle_commit(
             Ok(())
         }
         Ok(Outcome::Skipped(skipped)) => {
-            // Another delivery won: our files are referenced by nothing and can go now.
+            // Another delivery won: our files are referenced by nothing and can go now, and this
+            // report adds nothing (the winner's counted the rows and the quarantine).
+            *r = report::nothing_added(r.clone());
             r.status = Status::Duplicate;
             if let Skipped::AlreadyCommitted(found) = skipped {
                 r.snapshot_id = Some(found.snapshot_id);

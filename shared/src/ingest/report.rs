@@ -247,6 +247,21 @@ pub(super) fn commit_summary(
     props
 }
 
+/// A report that added nothing (a duplicate): no rows, files or quarantine of its own, so that
+/// in = committed + quarantined holds and nothing is counted twice.
+pub(super) fn nothing_added(mut r: ObjectReport) -> ObjectReport {
+    r.records_in = 0;
+    r.records_committed = 0;
+    r.records_quarantined = 0;
+    r.late_records = 0;
+    r.data_files = 0;
+    r.data_bytes = 0;
+    r.quarantine = None;
+    r.attempts = 0;
+    r.freshness_seconds = None;
+    r
+}
+
 /// The members of one commit as one report: counts summed, the largest lateness, the widest
 /// event-time range, every ignored field and every quarantine object.
 fn combined(reports: &[&ObjectReport]) -> ObjectReport {
