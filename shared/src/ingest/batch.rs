@@ -1,5 +1,5 @@
-//! Micro-batching: the objects of one Lambda payload (an SQS batch, a direct invocation whose
-//! `Records` list several objects) that go to the same table commit together, in one snapshot
+//! Micro-batching: the objects of one Lambda payload (an SQS batch, a Step Functions Distributed
+//! Map batch, a direct invocation whose `Records` list several objects) that go to the same table commit together, in one snapshot
 //! whose summary names every one.
 //!
 //! Each object is still routed, checked for duplicates, decoded, written and quarantined on its
