@@ -1,0 +1,998 @@
+//! Data-quality contracts at ingest: a table's checks evaluated per decoded batch, vectorised
+//! (Arrow compute kernels, a DataFusion physical expression for `sql`), never row by row on a
+//! slow path. Decoding calls [`Contract::evaluate`] on every batch of valid rows (see
+//! `decode::Ctx::emit_valid`); what fails is reported per row with the check's name:
+//!
+//! * `quarantine` — the row's reason (`quality check `x` failed: …`), the first failed check
+//!   named and the others listed;
+//! * `flag` — the failed checks' names, comma-separated, in the row's [`QUALITY`] column;
+//! * `fail` — the first failing row, which refuses the whole object.
+//!
+//! Nulls pass every check except `not_null`. `unique` remembers the keys of kept rows across
+//! the object's batches as 128-bit hashes, at most `max_unique_keys` of them.
+
+use std::collections::HashSet;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+
+use arrow::array::{
+    new_null_array, Array, ArrayRef, AsArray, BooleanArray, RecordBatch, StringArray,
+};
+use arrow::buffer::BooleanBuffer;
+use arrow::compute::kernels::cmp::{eq, gt, lt};
+use arrow::compute::kernels::length::length;
+use arrow::compute::{cast, or};
+use arrow::util::display::{ArrayFormatter, FormatOptions};
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use datafusion::physical_expr::PhysicalExpr;
+
+use crate::config::contract::{bound_array, compile_regex, max_chars, sql_predicate, values_array};
+use crate::config::{Action, CheckConfig, CheckKind};
+
+pub use crate::schema::QUALITY;
+
+/// Why evaluation stopped (beside a `fail` check, which is a [`Checked::fail`]).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum QualityError {
+    /// A configured bound was exceeded (the message names it): the object fails whole.
+    #[error("{0}")]
+    Limit(String),
+    /// A check could not be evaluated on the batch.
+    #[error("evaluating quality check `{check}`: {reason}")]
+    Eval {
+        /// The check.
+        check: String,
+        /// What went wrong.
+        reason: String,
+    },
+}
+
+/// One check ready to run on batches of one decode schema.
+struct Compiled {
+    name: String,
+    action: Action,
+    test: Test,
+}
+
+enum Test {
+    NotNull(String),
+    Range {
+        column: String,
+        min: Option<ArrayRef>,
+        max: Option<ArrayRef>,
+        shown: String,
+    },
+    Accepted {
+        column: String,
+        values: ArrayRef,
+    },
+    Regex {
+        column: String,
+        regex: regex::Regex,
+    },
+    MaxLength {
+        column: String,
+        max: usize,
+    },
+    Unique {
+        columns: Vec<String>,
+        seen: HashSet<u128>,
+    },
+    Sql {
+        text: String,
+        expr: Arc<dyn PhysicalExpr>,
+    },
+}
+
+/// A table's checks compiled against the decode schema of one object, with the object's
+/// running counts and `unique` keys.
+pub(crate) struct Contract {
+    checks: Vec<Compiled>,
+    counts: Vec<u64>,
+    flags: bool,
+    max_unique_keys: usize,
+    unique_keys: usize,
+}
+
+/// What a batch's evaluation found.
+#[derive(Debug)]
+pub(crate) struct Checked {
+    /// The batch, with a [`QUALITY`] column appended when the contract flags.
+    pub batch: RecordBatch,
+    /// Per row, the quarantine reason (None: kept); None when no row is quarantined.
+    pub reasons: Option<Vec<Option<String>>>,
+    /// The first row failing a `fail` check, and why: the object is refused.
+    pub fail: Option<(usize, String)>,
+}
+
+impl Contract {
+    /// Compiles `checks` against `schema` (the object's decode schema). `ingested_us` is the
+    /// ingestion time that `max_future_seconds` counts from.
+    pub(crate) fn compile(
+        checks: &[CheckConfig],
+        schema: &SchemaRef,
+        ingested_us: i64,
+        max_unique_keys: usize,
+    ) -> std::result::Result<Self, String> {
+        let mut compiled = Vec::with_capacity(checks.len());
+        for c in checks {
+            let test = compile_one(c, schema, ingested_us)
+                .map_err(|r| format!("quality check `{}`: {r}", c.name))?;
+            compiled.push(Compiled {
+                name: c.name.clone(),
+                action: c.action,
+                test,
+            });
+        }
+        Ok(Self {
+            counts: vec![0; compiled.len()],
+            flags: compiled.iter().any(|c| c.action == Action::Flag),
+            checks: compiled,
+            max_unique_keys,
+            unique_keys: 0,
+        })
+    }
+
+    /// Whether the contract has no checks.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.checks.is_empty()
+    }
+
+    /// Every check's name, action and the rows that failed it so far.
+    pub(crate) fn counts(&self) -> Vec<(String, Action, u64)> {
+        self.checks
+            .iter()
+            .zip(&self.counts)
+            .map(|(c, n)| (c.name.clone(), c.action, *n))
+            .collect()
+    }
+
+    /// Runs every check on `batch`.
+    pub(crate) fn evaluate(
+        &mut self,
+        batch: RecordBatch,
+    ) -> std::result::Result<Checked, QualityError> {
+        let n = batch.num_rows();
+        let mut reasons: Option<Vec<Option<String>>> = None;
+        let mut also: Vec<Vec<usize>> = Vec::new();
+        let mut flagged: Option<Vec<Option<String>>> = None;
+        let mut fail: Option<(usize, String)> = None;
+        // `unique` runs last, over the rows the other checks keep: a quarantined row's key is
+        // not in the table, so it does not make a later row a duplicate.
+        let order: Vec<usize> = (0..self.checks.len())
+            .filter(|&k| !matches!(self.checks[k].test, Test::Unique { .. }))
+            .chain(
+                (0..self.checks.len())
+                    .filter(|&k| matches!(self.checks[k].test, Test::Unique { .. })),
+            )
+            .collect();
+        for k in order {
+            let check = &mut self.checks[k];
+            let failing = match &mut check.test {
+                Test::Unique { columns, seen } => {
+                    let dropped = reasons.as_ref();
+                    unique_failures(
+                        &batch,
+                        columns,
+                        seen,
+                        dropped,
+                        &mut self.unique_keys,
+                        self.max_unique_keys,
+                    )
+                    .map_err(|e| match e {
+                        UniqueError::Limit(m) => QualityError::Limit(m),
+                        UniqueError::Eval(reason) => QualityError::Eval {
+                            check: check.name.clone(),
+                            reason,
+                        },
+                    })?
+                }
+                test => failures(test, &batch).map_err(|reason| QualityError::Eval {
+                    check: check.name.clone(),
+                    reason,
+                })?,
+            };
+            let count = failing.count_set_bits();
+            self.counts[k] += count as u64;
+            if count == 0 {
+                continue;
+            }
+            let check = &self.checks[k];
+            match check.action {
+                Action::Fail => {
+                    if fail.is_none() {
+                        if let Some(row) = failing.set_indices().next() {
+                            fail = Some((
+                                row,
+                                format!(
+                                    "quality check `{}` (action fail) failed: {}",
+                                    check.name,
+                                    describe(&check.test, &batch, row)
+                                ),
+                            ));
+                        }
+                    }
+                }
+                Action::Quarantine => {
+                    let slots = reasons.get_or_insert_with(|| vec![None; n]);
+                    if also.is_empty() {
+                        also = vec![Vec::new(); n];
+                    }
+                    for row in failing.set_indices() {
+                        match &slots[row] {
+                            Some(_) => also[row].push(k),
+                            None => {
+                                slots[row] = Some(format!(
+                                    "quality check `{}` failed: {}",
+                                    check.name,
+                                    describe(&check.test, &batch, row)
+                                ))
+                            }
+                        }
+                    }
+                }
+                Action::Flag => {
+                    let slots = flagged.get_or_insert_with(|| vec![None; n]);
+                    for row in failing.set_indices() {
+                        match &mut slots[row] {
+                            Some(names) => {
+                                names.push(',');
+                                names.push_str(&check.name);
+                            }
+                            slot => *slot = Some(check.name.clone()),
+                        }
+                    }
+                }
+            }
+        }
+        if let Some(slots) = reasons.as_mut() {
+            for (slot, more) in slots.iter_mut().zip(&also) {
+                if let (Some(reason), false) = (slot.as_mut(), more.is_empty()) {
+                    let names: Vec<&str> =
+                        more.iter().map(|&k| self.checks[k].name.as_str()).collect();
+                    reason.push_str(&format!(" (also failed: {})", names.join(", ")));
+                }
+            }
+        }
+        let batch = if self.flags {
+            let column: ArrayRef = match flagged {
+                Some(names) => Arc::new(StringArray::from(names)),
+                None => new_null_array(&DataType::Utf8, n),
+            };
+            with_quality(&batch, column).map_err(|reason| QualityError::Eval {
+                check: QUALITY.into(),
+                reason,
+            })?
+        } else {
+            batch
+        };
+        Ok(Checked {
+            batch,
+            reasons,
+            fail,
+        })
+    }
+}
+
+/// Appends the [`QUALITY`] column to `batch`.
+fn with_quality(batch: &RecordBatch, column: ArrayRef) -> std::result::Result<RecordBatch, String> {
+    let mut fields: Vec<Arc<Field>> = batch.schema().fields().iter().cloned().collect();
+    fields.push(Arc::new(Field::new(QUALITY, DataType::Utf8, true)));
+    let mut columns = batch.columns().to_vec();
+    columns.push(column);
+    RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).map_err(|e| e.to_string())
+}
+
+fn compile_one(
+    c: &CheckConfig,
+    schema: &SchemaRef,
+    ingested_us: i64,
+) -> std::result::Result<Test, String> {
+    let column = || -> std::result::Result<(String, DataType), String> {
+        let name = c.column.clone().ok_or("needs `column`")?;
+        let ty = schema
+            .field_with_name(&name)
+            .map(|f| f.data_type().clone())
+            .map_err(|_| format!("no column named `{name}`"))?;
+        Ok((name, ty))
+    };
+    Ok(match c.kind {
+        CheckKind::NotNull => Test::NotNull(column()?.0),
+        CheckKind::Range => {
+            let (name, ty) = column()?;
+            let min = c.min.as_ref().map(|v| bound_array(v, &ty)).transpose()?;
+            let mut max = c.max.as_ref().map(|v| bound_array(v, &ty)).transpose()?;
+            let mut shown = format!(
+                "[{}, {}]",
+                c.min.as_ref().map_or("-∞".into(), show),
+                c.max.as_ref().map_or("+∞".into(), show)
+            );
+            if let (Some(skew), DataType::Timestamp(_, tz)) = (c.max_future_seconds, &ty) {
+                let limit_us = ingested_us.saturating_add((skew as i64).saturating_mul(1_000_000));
+                let limit: ArrayRef = Arc::new(
+                    arrow::array::TimestampMicrosecondArray::from(vec![limit_us])
+                        .with_timezone_opt(tz.clone()),
+                );
+                let limit = cast(&limit, &ty).map_err(|e| e.to_string())?;
+                max = Some(match max {
+                    Some(m) if !gt(&m, &limit).map_err(|e| e.to_string())?.value(0) => m,
+                    _ => limit,
+                });
+                shown.push_str(&format!(
+                    " or later than ingestion time + {skew} s ({})",
+                    chrono::DateTime::<chrono::Utc>::from_timestamp_micros(limit_us)
+                        .map(|t| t.to_rfc3339())
+                        .unwrap_or_default()
+                ));
+            }
+            Test::Range {
+                column: name,
+                min,
+                max,
+                shown,
+            }
+        }
+        CheckKind::Accepted => {
+            let (name, ty) = column()?;
+            Test::Accepted {
+                column: name,
+                values: values_array(&c.values, &ty)?,
+            }
+        }
+        CheckKind::Regex => Test::Regex {
+            column: column()?.0,
+            regex: compile_regex(c.pattern.as_deref().unwrap_or(""))?,
+        },
+        CheckKind::MaxLength => Test::MaxLength {
+            column: column()?.0,
+            max: max_chars(c.max.as_ref())?,
+        },
+        CheckKind::Unique => {
+            for col in &c.columns {
+                schema
+                    .field_with_name(col)
+                    .map_err(|_| format!("no column named `{col}`"))?;
+            }
+            Test::Unique {
+                columns: c.columns.clone(),
+                seen: HashSet::new(),
+            }
+        }
+        CheckKind::Sql => {
+            let text = c.expr.clone().unwrap_or_default();
+            Test::Sql {
+                expr: sql_predicate(&text, schema)?,
+                text,
+            }
+        }
+    })
+}
+
+fn show(v: &toml::Value) -> String {
+    match v {
+        toml::Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// `mask` with nulls as false: a comparison on a null value passes.
+fn definite(mask: &BooleanArray) -> BooleanBuffer {
+    match mask.nulls() {
+        Some(nulls) => mask.values() & nulls.inner(),
+        None => mask.values().clone(),
+    }
+}
+
+fn col<'b>(batch: &'b RecordBatch, name: &str) -> std::result::Result<&'b ArrayRef, String> {
+    batch
+        .column_by_name(name)
+        .ok_or_else(|| format!("the batch has no column `{name}`"))
+}
+
+/// The rows failing `test` (not `unique`).
+fn failures(test: &Test, batch: &RecordBatch) -> std::result::Result<BooleanBuffer, String> {
+    let e = |e: arrow::error::ArrowError| e.to_string();
+    Ok(match test {
+        Test::NotNull(c) => match batch.column_by_name(c) {
+            Some(a) => match a.logical_nulls() {
+                Some(nulls) => !nulls.inner(),
+                None => BooleanBuffer::new_unset(batch.num_rows()),
+            },
+            None => BooleanBuffer::new_set(batch.num_rows()),
+        },
+        Test::Range {
+            column, min, max, ..
+        } => {
+            let a = col(batch, column)?;
+            let below = min
+                .as_ref()
+                .map(|m| lt(a, &arrow::array::Scalar::new(m.clone())))
+                .transpose()
+                .map_err(e)?;
+            let above = max
+                .as_ref()
+                .map(|m| gt(a, &arrow::array::Scalar::new(m.clone())))
+                .transpose()
+                .map_err(e)?;
+            match (below, above) {
+                (Some(b), Some(a)) => definite(&or(&b, &a).map_err(e)?),
+                (Some(m), None) | (None, Some(m)) => definite(&m),
+                (None, None) => BooleanBuffer::new_unset(batch.num_rows()),
+            }
+        }
+        Test::Accepted { column, values } => {
+            let a = col(batch, column)?;
+            let mut found = BooleanBuffer::new_unset(a.len());
+            for i in 0..values.len() {
+                let hit = eq(a, &arrow::array::Scalar::new(values.slice(i, 1))).map_err(e)?;
+                found = &found | &definite(&hit);
+            }
+            // Fails: not found and not null.
+            let valid = a
+                .logical_nulls()
+                .map(|n| n.inner().clone())
+                .unwrap_or_else(|| BooleanBuffer::new_set(a.len()));
+            &!&found & &valid
+        }
+        Test::Regex { column, regex } => {
+            let a = cast(col(batch, column)?, &DataType::Utf8).map_err(e)?;
+            let s = a.as_string::<i32>();
+            let bad: BooleanArray = s.iter().map(|v| v.map(|v| !regex.is_match(v))).collect();
+            definite(&bad)
+        }
+        Test::MaxLength { column, max } => {
+            let a = cast(col(batch, column)?, &DataType::Utf8).map_err(e)?;
+            // Bytes bound characters from above: count characters only where the bytes exceed.
+            let bytes = length(&a).map_err(e)?;
+            let limit = i32::try_from(*max).unwrap_or(i32::MAX);
+            let over = definite(
+                &gt(
+                    &bytes,
+                    &arrow::array::Scalar::new(arrow::array::Int32Array::from(vec![limit])),
+                )
+                .map_err(e)?,
+            );
+            if over.count_set_bits() == 0 {
+                over
+            } else {
+                let s = a.as_string::<i32>();
+                let mut out = arrow::array::BooleanBufferBuilder::new(s.len());
+                for (row, is_over) in over.iter().enumerate() {
+                    out.append(is_over && s.value(row).chars().count() > *max);
+                }
+                out.finish()
+            }
+        }
+        Test::Sql { expr, .. } => {
+            let value = expr
+                .evaluate(batch)
+                .and_then(|v| v.into_array(batch.num_rows()))
+                .map_err(|e| e.to_string())?;
+            let b = value.as_boolean_opt().ok_or_else(|| {
+                format!("the expression gave {}, not booleans", value.data_type())
+            })?;
+            // Fails only where false: true and null (unknown) pass.
+            let falses = !b.values();
+            match b.nulls() {
+                Some(n) => &falses & n.inner(),
+                None => falses,
+            }
+        }
+        Test::Unique { .. } => BooleanBuffer::new_unset(batch.num_rows()),
+    })
+}
+
+enum UniqueError {
+    Limit(String),
+    Eval(String),
+}
+
+/// The rows of `batch` whose key was seen before in the object (in an earlier row kept, of
+/// this batch or an earlier one); rows `dropped` by a quarantine check are skipped and not
+/// remembered, rows with a null key part pass.
+fn unique_failures(
+    batch: &RecordBatch,
+    columns: &[String],
+    seen: &mut HashSet<u128>,
+    dropped: Option<&Vec<Option<String>>>,
+    total: &mut usize,
+    max: usize,
+) -> std::result::Result<BooleanBuffer, UniqueError> {
+    let keys: Vec<ArrayRef> = columns
+        .iter()
+        .map(|c| col(batch, c).cloned())
+        .collect::<std::result::Result<_, _>>()
+        .map_err(UniqueError::Eval)?;
+    let fields = keys
+        .iter()
+        .map(|k| arrow::row::SortField::new(k.data_type().clone()))
+        .collect();
+    let converter =
+        arrow::row::RowConverter::new(fields).map_err(|e| UniqueError::Eval(e.to_string()))?;
+    let rows = converter
+        .convert_columns(&keys)
+        .map_err(|e| UniqueError::Eval(e.to_string()))?;
+    let has_null: Option<BooleanBuffer> = keys
+        .iter()
+        .filter_map(|k| k.logical_nulls().map(|n| !n.inner()))
+        .reduce(|a, b| &a | &b);
+    let mut out = arrow::array::BooleanBufferBuilder::new(batch.num_rows());
+    for (row, key) in rows.iter().enumerate() {
+        let skip = has_null.as_ref().is_some_and(|n| n.value(row))
+            || dropped.is_some_and(|d| d[row].is_some());
+        if skip {
+            out.append(false);
+            continue;
+        }
+        let fresh = seen.insert(hash128(key.as_ref()));
+        if fresh {
+            *total += 1;
+            if *total > max {
+                return Err(UniqueError::Limit(format!(
+                    "the object has more than max_unique_keys = {max} distinct keys for its \
+                     `unique` checks"
+                )));
+            }
+        }
+        out.append(!fresh);
+    }
+    Ok(out.finish())
+}
+
+/// A 128-bit hash of a key's bytes: two independently seeded 64-bit SipHashes (a collision,
+/// which would quarantine a unique row, is a 2^-64 event per pair of keys).
+fn hash128(bytes: &[u8]) -> u128 {
+    let half = |seed: u8| {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        seed.hash(&mut h);
+        bytes.hash(&mut h);
+        h.finish()
+    };
+    (u128::from(half(1)) << 64) | u128::from(half(2))
+}
+
+/// What `row` holds that fails `test`, for its reason.
+fn describe(test: &Test, batch: &RecordBatch, row: usize) -> String {
+    let value = |column: &str| -> String {
+        batch
+            .column_by_name(column)
+            .and_then(|a| {
+                let f = ArrayFormatter::try_new(a.as_ref(), &FormatOptions::default()).ok()?;
+                let mut text = f.value(row).to_string();
+                if text.len() > 200 {
+                    let cut = (0..=200)
+                        .rev()
+                        .find(|&i| text.is_char_boundary(i))
+                        .unwrap_or(0);
+                    text.truncate(cut);
+                    text.push('…');
+                }
+                Some(text)
+            })
+            .unwrap_or_default()
+    };
+    match test {
+        Test::NotNull(c) => format!("`{c}` is missing or null"),
+        Test::Range { column, shown, .. } => {
+            format!("{column} = {} outside {shown}", value(column))
+        }
+        Test::Accepted { column, .. } => {
+            format!("{column} = {} is not an accepted value", value(column))
+        }
+        Test::Regex { column, regex } => format!(
+            "{column} = {} does not match /{}/",
+            value(column),
+            regex.as_str()
+        ),
+        Test::MaxLength { column, max } => {
+            format!("{column} is longer than {max} characters")
+        }
+        Test::Unique { columns, .. } => format!(
+            "duplicate key ({}) = ({}) within the object",
+            columns.join(", "),
+            columns
+                .iter()
+                .map(|c| value(c))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        Test::Sql { text, .. } => format!("`{text}` is false"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::{Float64Array, Int64Array, TimestampMicrosecondArray};
+
+    fn schema() -> SchemaRef {
+        Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Utf8, true),
+            Field::new("amount", DataType::Float64, true),
+            Field::new("items", DataType::Int64, true),
+            Field::new("currency", DataType::Utf8, true),
+            Field::new(
+                "t",
+                DataType::Timestamp(arrow_schema::TimeUnit::Microsecond, Some("+00:00".into())),
+                true,
+            ),
+        ]))
+    }
+
+    const NOW: i64 = 1_796_032_800_000_000; // 2026-11-30T10:00:00Z
+
+    type Row<'a> = (
+        Option<&'a str>,
+        Option<f64>,
+        Option<i64>,
+        Option<&'a str>,
+        Option<i64>,
+    );
+
+    fn batch(rows: &[Row<'_>]) -> RecordBatch {
+        RecordBatch::try_new(
+            schema(),
+            vec![
+                Arc::new(StringArray::from(
+                    rows.iter().map(|r| r.0).collect::<Vec<_>>(),
+                )),
+                Arc::new(Float64Array::from(
+                    rows.iter().map(|r| r.1).collect::<Vec<_>>(),
+                )),
+                Arc::new(Int64Array::from(
+                    rows.iter().map(|r| r.2).collect::<Vec<_>>(),
+                )),
+                Arc::new(StringArray::from(
+                    rows.iter().map(|r| r.3).collect::<Vec<_>>(),
+                )),
+                Arc::new(
+                    TimestampMicrosecondArray::from(rows.iter().map(|r| r.4).collect::<Vec<_>>())
+                        .with_timezone("+00:00"),
+                ),
+            ],
+        )
+        .unwrap()
+    }
+
+    fn checks(toml_text: &str) -> Vec<CheckConfig> {
+        #[derive(serde::Deserialize)]
+        struct Doc {
+            checks: Vec<CheckConfig>,
+        }
+        toml::from_str::<Doc>(toml_text).unwrap().checks
+    }
+
+    fn contract(toml_text: &str) -> Contract {
+        let c = checks(toml_text);
+        for check in &c {
+            check.validate(&schema()).unwrap();
+        }
+        Contract::compile(&c, &schema(), NOW, 1000).unwrap()
+    }
+
+    /// The quarantine reasons per row ("" = kept).
+    fn reasons(c: &Checked) -> Vec<String> {
+        match &c.reasons {
+            Some(r) => r.iter().map(|r| r.clone().unwrap_or_default()).collect(),
+            None => vec![String::new(); c.batch.num_rows()],
+        }
+    }
+
+    fn row(id: &str, amount: f64) -> Row<'_> {
+        (Some(id), Some(amount), Some(1), Some("EUR"), Some(NOW))
+    }
+
+    #[test]
+    fn not_null_fails_nulls_only() {
+        let mut c = contract(
+            "[[checks]]\nname = \"has_amount\"\nkind = \"not_null\"\ncolumn = \"amount\"\n",
+        );
+        let b = batch(&[row("a", 1.0), (Some("b"), None, None, None, Some(NOW))]);
+        let out = c.evaluate(b).unwrap();
+        let r = reasons(&out);
+        assert_eq!(r[0], "");
+        assert!(
+            r[1].contains("`has_amount`") && r[1].contains("amount"),
+            "{}",
+            r[1]
+        );
+        assert_eq!(
+            c.counts(),
+            vec![("has_amount".into(), Action::Quarantine, 1)]
+        );
+    }
+
+    #[test]
+    fn range_names_value_and_bounds_and_nulls_pass() {
+        let mut c = contract("[[checks]]\nname = \"amount_range\"\nkind = \"range\"\ncolumn = \"amount\"\nmin = 0\nmax = 100000\n");
+        let b = batch(&[
+            row("a", 0.0),
+            row("b", -5.0),
+            row("c", 100000.0),
+            row("d", 100000.5),
+            (Some("e"), None, None, None, Some(NOW)),
+        ]);
+        let r = reasons(&c.evaluate(b).unwrap());
+        assert_eq!(r[0], "");
+        assert_eq!(
+            r[1],
+            "quality check `amount_range` failed: amount = -5.0 outside [0, 100000]"
+        );
+        assert_eq!(r[2], "");
+        assert!(r[3].contains("100000.5"), "{}", r[3]);
+        assert_eq!(r[4], "", "a null passes every check but not_null");
+    }
+
+    #[test]
+    fn timestamps_from_the_future_beyond_the_skew_fail() {
+        let mut c = contract(
+            "[[checks]]\nname = \"not_future\"\nkind = \"range\"\ncolumn = \"t\"\nmin = \"2020-01-01T00:00:00Z\"\nmax_future_seconds = 300\n",
+        );
+        let at = |t: i64| (Some("x"), Some(1.0), Some(1), Some("EUR"), Some(t));
+        let b = batch(&[
+            at(NOW + 299_000_000),
+            at(NOW + 301_000_000),
+            at(1_500_000_000_000_000), // 2017: before min
+            (Some("n"), None, None, None, None),
+        ]);
+        let r = reasons(&c.evaluate(b).unwrap());
+        assert_eq!(r[0], "");
+        assert!(
+            r[1].contains("`not_future`") && r[1].contains("ingestion time + 300 s"),
+            "{}",
+            r[1]
+        );
+        assert!(r[2].contains("2017"), "{}", r[2]);
+        assert_eq!(r[3], "");
+    }
+
+    #[test]
+    fn accepted_regex_and_max_length() {
+        let mut c = contract(
+            r#"
+[[checks]]
+name = "currency_known"
+kind = "accepted"
+column = "currency"
+values = ["EUR", "USD"]
+
+[[checks]]
+name = "id_format"
+kind = "regex"
+column = "id"
+pattern = "^[a-z]+-[0-9]+$"
+
+[[checks]]
+name = "id_short"
+kind = "max_length"
+column = "id"
+max = 6
+"#,
+        );
+        let b = batch(&[
+            (Some("ab-1"), None, None, Some("EUR"), Some(NOW)),
+            (Some("ab-2"), None, None, Some("GBP"), Some(NOW)),
+            (Some("AB_3"), None, None, Some("USD"), Some(NOW)),
+            (Some("abcdef-4"), None, None, None, Some(NOW)),
+            // six characters, twelve bytes: within max_length
+            (Some("ééé-12"), None, None, Some("USD"), Some(NOW)),
+        ]);
+        let r = reasons(&c.evaluate(b).unwrap());
+        assert_eq!(r[0], "");
+        assert!(
+            r[1].contains("`currency_known`") && r[1].contains("GBP"),
+            "{}",
+            r[1]
+        );
+        assert!(
+            r[2].contains("`id_format`") && r[2].contains("AB_3"),
+            "{}",
+            r[2]
+        );
+        assert!(
+            r[3].contains("`id_short`") && r[3].contains("6 characters"),
+            "{}",
+            r[3]
+        );
+        assert!(!r[3].contains("currency"), "null currency passes: {}", r[3]);
+        assert!(
+            r[4].contains("`id_format`") && !r[4].contains("id_short"),
+            "{}",
+            r[4]
+        );
+        let counts: Vec<u64> = c.counts().into_iter().map(|(_, _, n)| n).collect();
+        assert_eq!(counts, vec![1, 2, 1]);
+    }
+
+    #[test]
+    fn unique_within_the_object_across_batches_and_capped() {
+        let text =
+            "[[checks]]\nname = \"one_per_id\"\nkind = \"unique\"\ncolumns = [\"id\", \"items\"]\n";
+        let mut c = contract(text);
+        let first = c
+            .evaluate(batch(&[row("a", 1.0), row("b", 1.0), row("a", 2.0)]))
+            .unwrap();
+        let r = reasons(&first);
+        assert_eq!(&r[..2], &["", ""]);
+        assert!(
+            r[2].contains("duplicate key (id, items) = (a, 1)"),
+            "{}",
+            r[2]
+        );
+        // A later batch of the same object: `b` was seen; a null key part passes.
+        let second = c
+            .evaluate(batch(&[
+                row("b", 3.0),
+                row("c", 1.0),
+                (Some("c"), None, None, None, None),
+            ]))
+            .unwrap();
+        assert_eq!(reasons(&second)[0].is_empty(), false);
+        assert_eq!(&reasons(&second)[1..], &["", ""]);
+        // The cap on distinct keys fails the object with the limit named.
+        let mut capped = Contract::compile(&checks(text), &schema(), NOW, 2).unwrap();
+        let e = capped
+            .evaluate(batch(&[row("a", 1.0), row("b", 1.0), row("c", 1.0)]))
+            .unwrap_err();
+        assert!(
+            matches!(&e, QualityError::Limit(m) if m.contains("max_unique_keys = 2")),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn sql_predicate_fails_only_when_false() {
+        let mut c = contract(
+            "[[checks]]\nname = \"big_orders_have_items\"\nkind = \"sql\"\nexpr = \"amount < 1000 OR items > 1\"\n",
+        );
+        let b = batch(&[
+            (Some("a"), Some(10.0), Some(1), None, Some(NOW)),
+            (Some("b"), Some(5000.0), Some(1), None, Some(NOW)),
+            (Some("c"), Some(5000.0), Some(3), None, Some(NOW)),
+            (Some("d"), Some(5000.0), None, None, Some(NOW)),
+        ]);
+        let r = reasons(&c.evaluate(b).unwrap());
+        assert_eq!(r[0], "");
+        assert!(
+            r[1].contains("`big_orders_have_items`") && r[1].contains("is false"),
+            "{}",
+            r[1]
+        );
+        assert_eq!(&r[2..], &["", ""], "null (unknown) passes");
+    }
+
+    #[test]
+    fn flag_fills_quality_and_fail_names_the_row() {
+        let mut c = contract(
+            r#"
+[[checks]]
+name = "small"
+kind = "range"
+column = "amount"
+max = 10
+action = "flag"
+
+[[checks]]
+name = "euro"
+kind = "accepted"
+column = "currency"
+values = ["EUR"]
+action = "flag"
+
+[[checks]]
+name = "positive"
+kind = "range"
+column = "amount"
+min = 0
+"#,
+        );
+        let b = batch(&[
+            row("a", 1.0),
+            (Some("b"), Some(50.0), None, Some("USD"), Some(NOW)),
+            (Some("c"), Some(-1.0), None, Some("EUR"), Some(NOW)),
+        ]);
+        let out = c.evaluate(b).unwrap();
+        let q = out
+            .batch
+            .column_by_name(QUALITY)
+            .unwrap()
+            .as_string::<i32>()
+            .clone();
+        assert!(q.is_null(0));
+        assert_eq!(q.value(1), "small,euro");
+        assert!(reasons(&out)[2].contains("`positive`"));
+        assert!(out.fail.is_none());
+
+        let mut f = contract(
+            "[[checks]]\nname = \"must_be_eur\"\nkind = \"accepted\"\ncolumn = \"currency\"\nvalues = [\"EUR\"]\naction = \"fail\"\n",
+        );
+        let out = f
+            .evaluate(batch(&[
+                row("a", 1.0),
+                (Some("b"), None, None, Some("USD"), None),
+            ]))
+            .unwrap();
+        let (at, reason) = out.fail.unwrap();
+        assert_eq!(at, 1);
+        assert!(
+            reason.contains("`must_be_eur`") && reason.contains("USD"),
+            "{reason}"
+        );
+        assert!(out.batch.column_by_name(QUALITY).is_none());
+    }
+
+    #[test]
+    fn a_row_failing_several_quarantine_checks_names_them_all_once() {
+        let mut c = contract(
+            "[[checks]]\nname = \"a1\"\nkind = \"range\"\ncolumn = \"amount\"\nmin = 0\n\n[[checks]]\nname = \"a2\"\nkind = \"range\"\ncolumn = \"amount\"\nmin = 10\n",
+        );
+        let out = c.evaluate(batch(&[row("a", -1.0)])).unwrap();
+        let r = reasons(&out);
+        assert!(
+            r[0].starts_with("quality check `a1` failed") && r[0].ends_with("(also failed: a2)"),
+            "{}",
+            r[0]
+        );
+        let counts: Vec<u64> = c.counts().into_iter().map(|(_, _, n)| n).collect();
+        assert_eq!(counts, vec![1, 1], "per-check counts count each check");
+    }
+
+    #[test]
+    fn validation_names_the_problem() {
+        let bad = |text: &str, says: &str| {
+            let c = checks(text);
+            let e = c[0].validate(&schema()).unwrap_err();
+            assert!(e.contains(says), "{text}: {e}");
+        };
+        bad(
+            "[[checks]]\nname = \"r\"\nkind = \"regex\"\ncolumn = \"id\"\npattern = \"([a-z\"\n",
+            "bad `pattern`",
+        );
+        bad(
+            "[[checks]]\nname = \"r\"\nkind = \"regex\"\ncolumn = \"amount\"\npattern = \"x\"\n",
+            "string column",
+        );
+        bad(
+            "[[checks]]\nname = \"n\"\nkind = \"not_null\"\ncolumn = \"nope\"\n",
+            "no column named `nope`",
+        );
+        bad(
+            "[[checks]]\nname = \"s\"\nkind = \"sql\"\nexpr = \"amount >\"\n",
+            "bad `expr`",
+        );
+        bad(
+            "[[checks]]\nname = \"s\"\nkind = \"sql\"\nexpr = \"nope > 1\"\n",
+            "bad `expr`",
+        );
+        bad(
+            "[[checks]]\nname = \"s\"\nkind = \"sql\"\nexpr = \"amount + 1\"\n",
+            "not boolean",
+        );
+        bad(
+            "[[checks]]\nname = \"r\"\nkind = \"range\"\ncolumn = \"currency\"\nmin = 1\n",
+            "number, date or timestamp",
+        );
+        bad(
+            "[[checks]]\nname = \"r\"\nkind = \"range\"\ncolumn = \"items\"\nmin = \"x\"\n",
+            "not a value of type",
+        );
+        bad(
+            "[[checks]]\nname = \"r\"\nkind = \"range\"\ncolumn = \"items\"\nmin = 5\nmax = 1\n",
+            "above `max`",
+        );
+        bad("[[checks]]\nname = \"r\"\nkind = \"range\"\ncolumn = \"amount\"\nmax_future_seconds = 5\n", "timestamp columns");
+        bad("[[checks]]\nname = \"r\"\nkind = \"range\"\ncolumn = \"amount\"\npattern = \"x\"\nmin = 1\n", "does not take `pattern`");
+        bad(
+            "[[checks]]\nname = \"a\"\nkind = \"accepted\"\ncolumn = \"items\"\nvalues = [\"x\"]\n",
+            "not a value of type",
+        );
+        bad(
+            "[[checks]]\nname = \"u\"\nkind = \"unique\"\ncolumn = \"id\"\n",
+            "does not take `column`",
+        );
+        bad(
+            "[[checks]]\nname = \"m\"\nkind = \"max_length\"\ncolumn = \"id\"\nmax = -1\n",
+            "non-negative",
+        );
+    }
+}
