@@ -24,6 +24,7 @@ use floe::config::Config;
 
 mod args;
 mod bench;
+mod bench_checks;
 mod bench_latency;
 mod bench_maintain;
 mod bench_plan;
