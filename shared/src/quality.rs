@@ -12,7 +12,7 @@
 //! the object's batches as 128-bit hashes, at most `max_unique_keys` of them.
 
 use std::collections::HashSet;
-use std::hash::{Hash, Hasher};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
 use arrow::array::{
@@ -76,7 +76,7 @@ enum Test {
     },
     Unique {
         columns: Vec<String>,
-        seen: HashSet<u128>,
+        seen: KeySet,
     },
     Sql {
         text: String,
@@ -355,7 +355,7 @@ fn compile_one(
             }
             Test::Unique {
                 columns: c.columns.clone(),
-                seen: HashSet::new(),
+                seen: KeySet::default(),
             }
         }
         CheckKind::Sql => {
@@ -482,6 +482,60 @@ fn failures(test: &Test, batch: &RecordBatch) -> std::result::Result<BooleanBuff
     })
 }
 
+/// Keys remembered by a `unique` check: 128-bit hashes, hashed no further.
+type KeySet = HashSet<u128, BuildHasherDefault<Prehashed>>;
+
+/// The hasher of [`KeySet`]: its keys are hashes already, so their low bits are the hash.
+#[derive(Default)]
+struct Prehashed(u64);
+
+impl Hasher for Prehashed {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+        }
+    }
+    fn write_u128(&mut self, v: u128) {
+        self.0 = v as u64;
+    }
+}
+
+/// Per row, the 128-bit hash (XXH3) of its key, None when a key part is null: a single string
+/// key hashes its bytes, anything else its row encoding (Arrow's row format, which tells
+/// `("ab", "c")` from `("a", "bc")` and types apart).
+fn key_hashes(keys: &[ArrayRef]) -> std::result::Result<Vec<Option<u128>>, String> {
+    use twox_hash::XxHash3_128;
+    if let [key] = keys {
+        if let Some(s) = key.as_string_opt::<i32>() {
+            return Ok(s
+                .iter()
+                .map(|v| v.map(|v| XxHash3_128::oneshot(v.as_bytes())))
+                .collect());
+        }
+    }
+    let fields = keys
+        .iter()
+        .map(|k| arrow::row::SortField::new(k.data_type().clone()))
+        .collect();
+    let converter = arrow::row::RowConverter::new(fields).map_err(|e| e.to_string())?;
+    let rows = converter.convert_columns(keys).map_err(|e| e.to_string())?;
+    let has_null: Option<BooleanBuffer> = keys
+        .iter()
+        .filter_map(|k| k.logical_nulls().map(|n| !n.inner()))
+        .reduce(|a, b| &a | &b);
+    Ok(rows
+        .iter()
+        .enumerate()
+        .map(|(row, key)| {
+            let null = has_null.as_ref().is_some_and(|n| n.value(row));
+            (!null).then(|| XxHash3_128::oneshot(key.as_ref()))
+        })
+        .collect())
+}
+
 enum UniqueError {
     Limit(String),
     Eval(String),
@@ -489,11 +543,12 @@ enum UniqueError {
 
 /// The rows of `batch` whose key was seen before in the object (in an earlier row kept, of
 /// this batch or an earlier one); rows `dropped` by a quarantine check are skipped and not
-/// remembered, rows with a null key part pass.
+/// remembered, rows with a null key part pass. A collision of two keys' 128-bit hashes (which
+/// would fail a unique row) is a 2^-128 event per pair.
 fn unique_failures(
     batch: &RecordBatch,
     columns: &[String],
-    seen: &mut HashSet<u128>,
+    seen: &mut KeySet,
     dropped: Option<&Vec<Option<String>>>,
     total: &mut usize,
     max: usize,
@@ -503,28 +558,14 @@ fn unique_failures(
         .map(|c| col(batch, c).cloned())
         .collect::<std::result::Result<_, _>>()
         .map_err(UniqueError::Eval)?;
-    let fields = keys
-        .iter()
-        .map(|k| arrow::row::SortField::new(k.data_type().clone()))
-        .collect();
-    let converter =
-        arrow::row::RowConverter::new(fields).map_err(|e| UniqueError::Eval(e.to_string()))?;
-    let rows = converter
-        .convert_columns(&keys)
-        .map_err(|e| UniqueError::Eval(e.to_string()))?;
-    let has_null: Option<BooleanBuffer> = keys
-        .iter()
-        .filter_map(|k| k.logical_nulls().map(|n| !n.inner()))
-        .reduce(|a, b| &a | &b);
+    let hashes = key_hashes(&keys).map_err(UniqueError::Eval)?;
     let mut out = arrow::array::BooleanBufferBuilder::new(batch.num_rows());
-    for (row, key) in rows.iter().enumerate() {
-        let skip = has_null.as_ref().is_some_and(|n| n.value(row))
-            || dropped.is_some_and(|d| d[row].is_some());
-        if skip {
+    for (row, hash) in hashes.into_iter().enumerate() {
+        let Some(hash) = hash.filter(|_| !dropped.is_some_and(|d| d[row].is_some())) else {
             out.append(false);
             continue;
-        }
-        let fresh = seen.insert(hash128(key.as_ref()));
+        };
+        let fresh = seen.insert(hash);
         if fresh {
             *total += 1;
             if *total > max {
@@ -537,18 +578,6 @@ fn unique_failures(
         out.append(!fresh);
     }
     Ok(out.finish())
-}
-
-/// A 128-bit hash of a key's bytes: two independently seeded 64-bit SipHashes (a collision,
-/// which would quarantine a unique row, is a 2^-64 event per pair of keys).
-fn hash128(bytes: &[u8]) -> u128 {
-    let half = |seed: u8| {
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        seed.hash(&mut h);
-        bytes.hash(&mut h);
-        h.finish()
-    };
-    (u128::from(half(1)) << 64) | u128::from(half(2))
 }
 
 /// What `row` holds that fails `test`, for its reason.
