@@ -77,6 +77,7 @@ enum Test {
     Unique {
         columns: Vec<String>,
         seen: KeySet,
+        within_hours: Option<f64>,
     },
     Sql {
         text: String,
@@ -147,6 +148,60 @@ impl Contract {
             .collect()
     }
 
+    /// The `unique` checks that also hold against recent table data: (check, key columns, hours).
+    pub(crate) fn recent_unique(&self) -> Vec<(usize, Vec<String>, f64)> {
+        self.checks
+            .iter()
+            .enumerate()
+            .filter_map(|(k, c)| match &c.test {
+                Test::Unique {
+                    columns,
+                    within_hours: Some(h),
+                    ..
+                } => Some((k, columns.clone(), *h)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Remembers the keys of table rows (`batch` holds the key columns of check `k`): a row of
+    /// the object with one of them fails the check. They count against `max_unique_keys`.
+    pub(crate) fn remember(
+        &mut self,
+        k: usize,
+        batch: &RecordBatch,
+    ) -> std::result::Result<(), QualityError> {
+        let Some(check) = self.checks.get_mut(k) else {
+            return Ok(());
+        };
+        let Test::Unique { columns, seen, .. } = &mut check.test else {
+            return Ok(());
+        };
+        let name = &check.name;
+        let eval = |reason: String| QualityError::Eval {
+            check: name.clone(),
+            reason,
+        };
+        let keys: Vec<ArrayRef> = columns
+            .iter()
+            .map(|c| col(batch, c).cloned())
+            .collect::<std::result::Result<_, _>>()
+            .map_err(eval)?;
+        for hash in key_hashes(&keys).map_err(eval)?.into_iter().flatten() {
+            if seen.insert(hash) {
+                self.unique_keys += 1;
+                if self.unique_keys > self.max_unique_keys {
+                    return Err(QualityError::Limit(format!(
+                        "the object and the table's recent rows have more than max_unique_keys = \
+                         {} distinct keys for its `unique` checks",
+                        self.max_unique_keys
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Runs every check on `batch`.
     pub(crate) fn evaluate(
         &mut self,
@@ -169,7 +224,7 @@ impl Contract {
         for k in order {
             let check = &mut self.checks[k];
             let failing = match &mut check.test {
-                Test::Unique { columns, seen } => {
+                Test::Unique { columns, seen, .. } => {
                     let dropped = reasons.as_ref();
                     unique_failures(
                         &batch,
@@ -356,6 +411,7 @@ fn compile_one(
             Test::Unique {
                 columns: c.columns.clone(),
                 seen: KeySet::default(),
+                within_hours: c.within_hours,
             }
         }
         CheckKind::Sql => {
@@ -616,14 +672,21 @@ fn describe(test: &Test, batch: &RecordBatch, row: usize) -> String {
         Test::MaxLength { column, max } => {
             format!("{column} is longer than {max} characters")
         }
-        Test::Unique { columns, .. } => format!(
-            "duplicate key ({}) = ({}) within the object",
+        Test::Unique {
+            columns,
+            within_hours,
+            ..
+        } => format!(
+            "duplicate key ({}) = ({}) within the object{}",
             columns.join(", "),
             columns
                 .iter()
                 .map(|c| value(c))
                 .collect::<Vec<_>>()
-                .join(", ")
+                .join(", "),
+            within_hours
+                .map(|h| format!(" or in the table's rows of the last {h} h"))
+                .unwrap_or_default()
         ),
         Test::Sql { text, .. } => format!("`{text}` is false"),
     }
@@ -1018,6 +1081,10 @@ min = 0
         bad(
             "[[checks]]\nname = \"u\"\nkind = \"unique\"\ncolumn = \"id\"\n",
             "does not take `column`",
+        );
+        bad(
+            "[[checks]]\nname = \"u\"\nkind = \"unique\"\ncolumns = [\"id\"]\nwithin_hours = 0\n",
+            "`within_hours` = 0",
         );
         bad(
             "[[checks]]\nname = \"m\"\nkind = \"max_length\"\ncolumn = \"id\"\nmax = -1\n",

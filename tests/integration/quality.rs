@@ -368,3 +368,52 @@ async fn a_changed_contract_applies_from_the_next_object() {
     // The first object's rows stay as they were committed.
     assert_eq!(env.count_rows(ingestor.catalog().as_ref()).await, 9);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unique_within_hours_also_holds_against_the_tables_recent_rows() {
+    let env = env_with(&[
+        r#"{ name = "one_per_order", kind = "unique", columns = ["order_id"], within_hours = 24 }"#,
+    ])
+    .await;
+    let ingestor = env.ingestor().await;
+    let old = (chrono::Utc::now() - chrono::Duration::days(3)).to_rfc3339();
+    let mut first = good(3);
+    first.push_str(&order("old-1", |m| {
+        m.insert("event_time".into(), json!(old));
+    }));
+    env.put("orders/first.jsonl", first).await;
+    let r = env.ingest(&ingestor, "orders/first.jsonl").await.unwrap();
+    assert_eq!(
+        (r.records_committed, r.records_quarantined),
+        (4, 0),
+        "{r:?}"
+    );
+
+    // ok-001 was committed within the window; old-1 three days ago (outside it); new-1 is new.
+    let second = [
+        order("ok-001", |_| {}),
+        order("old-1", |_| {}),
+        order("new-1", |_| {}),
+    ]
+    .concat();
+    env.put("orders/second.jsonl", second).await;
+    let r = env.ingest(&ingestor, "orders/second.jsonl").await.unwrap();
+    assert_eq!(
+        (r.records_in, r.records_committed, r.records_quarantined),
+        (3, 2, 1),
+        "{r:?}"
+    );
+    let q = quarantined(&env, &r).await;
+    assert_eq!(q[0]["record"], 1);
+    let reason = q[0]["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("`one_per_order`")
+            && reason.contains("ok-001")
+            && reason.contains("last 24 h"),
+        "{reason}"
+    );
+    assert_eq!(
+        summary(&env, &ingestor).await["floe.quality.one_per_order.quarantine"],
+        "1"
+    );
+}

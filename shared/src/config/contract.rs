@@ -23,6 +23,9 @@ use crate::error::{Error, Result};
 pub(crate) const MAX_ACCEPTED_VALUES: usize = 10_000;
 /// See [`MAX_ACCEPTED_VALUES`].
 pub(crate) const MAX_EXPRESSION_CHARS: usize = 10_000;
+/// Longest window a `unique` check may read back from the table (31 days): each object reads
+/// the keys of that window, so it must stay bounded (and `max_unique_keys` bounds the keys).
+pub(crate) const MAX_WITHIN_HOURS: f64 = 744.0;
 
 /// One declarative check of a table's rows.
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
@@ -55,6 +58,10 @@ pub struct CheckConfig {
     /// `^…$` to match the whole value (`regex`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pattern: Option<String>,
+    /// `unique`: also against the table's rows whose event time lies in the last this many hours
+    /// (read once per object, before its rows are checked).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub within_hours: Option<f64>,
     /// A DataFusion SQL boolean expression over the row's columns; the record passes unless it
     /// is false (`sql`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -79,7 +86,8 @@ pub enum CheckKind {
     Regex,
     /// The string value has at most `max` characters.
     MaxLength,
-    /// The key `columns` occur at most once within the object.
+    /// The key `columns` occur at most once within the object (and, with `within_hours`, not in
+    /// the table's recent rows).
     Unique,
     /// The SQL expression `expr` over the row is not false.
     Sql,
@@ -280,6 +288,13 @@ impl CheckConfig {
                 if self.columns.is_empty() {
                     return Err("`unique` needs `columns` (the key)".into());
                 }
+                if let Some(h) = self.within_hours {
+                    if !(h.is_finite() && h > 0.0 && h <= MAX_WITHIN_HOURS) {
+                        return Err(format!(
+                            "`within_hours` = {h}: must be above 0 and at most {MAX_WITHIN_HOURS}"
+                        ));
+                    }
+                }
                 let mut seen = HashSet::new();
                 for c in &self.columns {
                     column(c)?;
@@ -307,6 +322,7 @@ impl CheckConfig {
             ("values", !self.values.is_empty()),
             ("pattern", self.pattern.is_some()),
             ("expr", self.expr.is_some()),
+            ("within_hours", self.within_hours.is_some()),
         ];
         let takes: &[&str] = match self.kind {
             CheckKind::NotNull => &["column"],
@@ -314,7 +330,7 @@ impl CheckConfig {
             CheckKind::Accepted => &["column", "values"],
             CheckKind::Regex => &["column", "pattern"],
             CheckKind::MaxLength => &["column", "max"],
-            CheckKind::Unique => &["columns"],
+            CheckKind::Unique => &["columns", "within_hours"],
             CheckKind::Sql => &["expr"],
         };
         if let Some((field, _)) = given.iter().find(|(f, set)| *set && !takes.contains(f)) {

@@ -8,6 +8,7 @@
 //! ([`dedup`]).
 
 pub(crate) mod dedup;
+mod recent_keys;
 mod report;
 mod rows;
 

@@ -178,6 +178,13 @@ pub(super) async fn write_object(
             format!("table `{}`: {reason}", tctx.cfg.name),
         )
     })?;
+    super::recent_keys::remember_recent_keys(
+        table,
+        &tctx.cfg.event_time,
+        &mut contract,
+        ingested_at.timestamp_micros(),
+    )
+    .await?;
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Piece>(2);
     let decoder = tokio::task::spawn_blocking(move || {
         let reader = SyncIoBridge::new(body);
