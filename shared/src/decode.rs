@@ -334,9 +334,11 @@ impl Ctx<'_> {
         let Some(contract) = self.contract.as_deref_mut() else {
             return self.send(Piece::Batch(batch));
         };
+        // A check that cannot be evaluated (e.g. a `sql` expression failing at run time) refuses
+        // the object like a failed check: quarantined whole with the reason, nothing committed.
         let checked = contract.evaluate(batch).map_err(|e| match e {
             QualityError::Limit(m) => DecodeFailure::Limit(m),
-            other => DecodeFailure::Unreadable(other.to_string()),
+            other => DecodeFailure::Contract(other.to_string()),
         })?;
         if let Some((row, reason)) = checked.fail {
             let (record, _) = raws(original(row));
@@ -1340,6 +1342,68 @@ not json\n\
         assert_eq!(rejected[0].record, 3);
         assert!(rejected[0].raw.starts_with("b,zz"));
         assert!(unknown.contains_key("other"));
+    }
+
+    fn contract(check: &str) -> Contract {
+        #[derive(serde::Deserialize)]
+        struct Doc {
+            checks: Vec<crate::config::CheckConfig>,
+        }
+        let checks = toml::from_str::<Doc>(check).unwrap().checks;
+        Contract::compile(&checks, &spec(Format::Csv).schema, 0, 100).unwrap()
+    }
+
+    #[test]
+    fn contract_rejections_keep_record_numbers_after_the_required_split() {
+        let csv = "id,n,t\na,1,2026-11-30T10:00:00Z\n,2,2026-11-30T10:00:00Z\nc,-3,2026-11-30T10:00:00Z\nd,4,2026-11-30T10:00:00Z\n";
+        let mut c = contract(
+            "[[checks]]\nname = \"n_positive\"\nkind = \"range\"\ncolumn = \"n\"\nmin = 0\n",
+        );
+        let (mut rows, mut rejected) = (0, Vec::new());
+        let seen = decode_checked(
+            csv.as_bytes(),
+            &spec(Format::Csv),
+            &Limits::default(),
+            None,
+            Some(&mut c),
+            &mut |p| {
+                match p {
+                    Piece::Batch(b) => rows += b.num_rows(),
+                    Piece::Rejected(r) => rejected.extend(r),
+                    _ => {}
+                }
+                true
+            },
+        )
+        .unwrap();
+        rejected.sort_by_key(|r| r.record);
+        assert_eq!((seen, rows, rejected.len()), (4, 2, 2));
+        assert_eq!(rejected[0].record, 3);
+        assert!(rejected[0].reason.contains("required field `id`"));
+        assert_eq!(rejected[1].record, 4);
+        assert_eq!(rejected[1].raw, "c,-3,2026-11-30T10:00:00Z");
+        assert!(
+            rejected[1].reason.contains("`n_positive`"),
+            "{}",
+            rejected[1].reason
+        );
+
+        let mut f = contract("[[checks]]\nname = \"n_positive\"\nkind = \"range\"\ncolumn = \"n\"\nmin = 0\naction = \"fail\"\n");
+        let e = decode_checked(
+            csv.as_bytes(),
+            &spec(Format::Csv),
+            &Limits::default(),
+            None,
+            Some(&mut f),
+            &mut |_| true,
+        )
+        .unwrap_err();
+        match e {
+            DecodeFailure::Contract(m) => {
+                assert!(m.contains("record 4") && m.contains("`n_positive`"), "{m}")
+            }
+            other => panic!("expected a contract failure, got {other:?}"),
+        }
     }
 
     #[test]
