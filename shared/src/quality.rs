@@ -439,6 +439,30 @@ fn definite(mask: &BooleanArray) -> BooleanBuffer {
     }
 }
 
+/// The rows of a floating-point `a` holding NaN (None for other types).
+fn nan_rows(a: &ArrayRef) -> Option<BooleanBuffer> {
+    use arrow::datatypes::{Float16Type, Float32Type, Float64Type};
+    let nan = match a.data_type() {
+        DataType::Float16 => {
+            let v = a.as_primitive::<Float16Type>().values();
+            BooleanBuffer::collect_bool(v.len(), |i| v[i].is_nan())
+        }
+        DataType::Float32 => {
+            let v = a.as_primitive::<Float32Type>().values();
+            BooleanBuffer::collect_bool(v.len(), |i| v[i].is_nan())
+        }
+        DataType::Float64 => {
+            let v = a.as_primitive::<Float64Type>().values();
+            BooleanBuffer::collect_bool(v.len(), |i| v[i].is_nan())
+        }
+        _ => return None,
+    };
+    Some(match a.logical_nulls() {
+        Some(valid) => &nan & valid.inner(),
+        None => nan,
+    })
+}
+
 fn col<'b>(batch: &'b RecordBatch, name: &str) -> std::result::Result<&'b ArrayRef, String> {
     batch
         .column_by_name(name)
@@ -470,10 +494,15 @@ fn failures(test: &Test, batch: &RecordBatch) -> std::result::Result<BooleanBuff
                 .map(|m| gt(a, &arrow::array::Scalar::new(m.clone())))
                 .transpose()
                 .map_err(e)?;
-            match (below, above) {
+            let outside = match (below, above) {
                 (Some(b), Some(a)) => definite(&or(&b, &a).map_err(e)?),
                 (Some(m), None) | (None, Some(m)) => definite(&m),
-                (None, None) => BooleanBuffer::new_unset(batch.num_rows()),
+                (None, None) => return Ok(BooleanBuffer::new_unset(batch.num_rows())),
+            };
+            // Arrow orders NaN above +inf (and -NaN below -inf): NaN is in no range.
+            match nan_rows(a) {
+                Some(nan) => &outside | &nan,
+                None => outside,
             }
         }
         Test::Accepted { column, values } => {
@@ -813,6 +842,36 @@ mod tests {
         assert_eq!(r[2], "");
         assert!(r[3].contains("100000.5"), "{}", r[3]);
         assert_eq!(r[4], "", "a null passes every check but not_null");
+    }
+
+    #[test]
+    fn nan_is_outside_every_range() {
+        // Arrow orders NaN above +inf: with a `min` only, NaN passed as "above the minimum".
+        for text in [
+            "[[checks]]\nname = \"r\"\nkind = \"range\"\ncolumn = \"amount\"\nmin = 0\n",
+            "[[checks]]\nname = \"r\"\nkind = \"range\"\ncolumn = \"amount\"\nmax = 10\n",
+        ] {
+            let mut c = contract(text);
+            let b = batch(&[
+                row("a", 1.0),
+                row("b", f64::NAN),
+                row("c", -f64::NAN),
+                (Some("d"), None, None, None, Some(NOW)),
+            ]);
+            let r = reasons(&c.evaluate(b).unwrap());
+            assert_eq!(r[0], "", "{text}");
+            assert!(
+                r[1].contains("`r`") && r[1].contains("NaN"),
+                "{text}: {}",
+                r[1]
+            );
+            assert!(
+                r[2].contains("`r`") && r[2].contains("NaN"),
+                "{text}: {}",
+                r[2]
+            );
+            assert_eq!(r[3], "", "{text}: a null passes");
+        }
     }
 
     #[test]
