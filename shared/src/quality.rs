@@ -875,6 +875,33 @@ mod tests {
     }
 
     #[test]
+    fn sql_checks_are_deterministic_functions_of_the_row() {
+        // A redelivered object must be checked the same way: no random(), no clock.
+        for expr in [
+            "random() < 0.5",
+            "t <= now()",
+            "uuid() <> id",
+            "t < current_timestamp",
+        ] {
+            let c = checks(&format!(
+                "[[checks]]\nname = \"s\"\nkind = \"sql\"\nexpr = \"{expr}\"\n"
+            ));
+            let e = c[0].validate(&schema()).unwrap_err();
+            assert!(e.contains("deterministic"), "{expr}: {e}");
+        }
+        // Immutable functions stay allowed.
+        let mut ok = contract(
+            "[[checks]]\nname = \"s\"\nkind = \"sql\"\nexpr = \"length(upper(id)) < 3 AND abs(amount) < 10\"\n",
+        );
+        let r = reasons(
+            &ok.evaluate(batch(&[row("a", 1.0), row("abcd", 1.0)]))
+                .unwrap(),
+        );
+        assert_eq!(r[0], "");
+        assert!(r[1].contains("`s`"), "{}", r[1]);
+    }
+
+    #[test]
     fn timestamps_from_the_future_beyond_the_skew_fail() {
         let mut c = contract(
             "[[checks]]\nname = \"not_future\"\nkind = \"range\"\ncolumn = \"t\"\nmin = \"2020-01-01T00:00:00Z\"\nmax_future_seconds = 300\n",

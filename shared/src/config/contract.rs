@@ -457,6 +457,12 @@ pub(crate) fn sql_predicate(
     let logical = ctx
         .parse_sql_expr(expr, &df_schema)
         .map_err(|e| format!("bad `expr` `{expr}`: {e}"))?;
+    deterministic(&logical).map_err(|f| {
+        format!(
+            "bad `expr` `{expr}`: `{f}` is not a deterministic function of the row (a check must \
+             give the same answer when an object is delivered again)"
+        )
+    })?;
     let physical = ctx
         .create_physical_expr(logical, &df_schema)
         .map_err(|e| format!("bad `expr` `{expr}`: {e}"))?;
@@ -467,6 +473,24 @@ pub(crate) fn sql_predicate(
         return Err(format!("`expr` `{expr}` is of type {ty}, not boolean"));
     }
     Ok(physical)
+}
+
+/// Refuses functions that are not immutable (`random()`, `uuid()`, `now()`, …): the name of
+/// the first one.
+fn deterministic(expr: &datafusion::logical_expr::Expr) -> std::result::Result<(), String> {
+    use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+    use datafusion::logical_expr::{Expr, Volatility};
+    let mut found = None;
+    let _ = expr.apply(|e| {
+        if let Expr::ScalarFunction(f) = e {
+            if f.func.signature().volatility != Volatility::Immutable {
+                found = Some(f.func.name().to_string());
+                return Ok(TreeNodeRecursion::Stop);
+            }
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    found.map_or(Ok(()), Err)
 }
 
 #[cfg(test)]
