@@ -202,6 +202,21 @@ impl TableConfig {
                 return Err(fail("duplicate check name".into()));
             }
             check.validate(&schema).map_err(fail)?;
+            // The table holds a `hash`ed key as its HMAC and a `drop`ped one as null: the
+            // object's raw keys never equal them, so the window would silently catch nothing.
+            if check.within_hours.is_some() {
+                if let Some(c) = self
+                    .columns
+                    .iter()
+                    .find(|c| c.sensitive.is_some() && check.columns.iter().any(|k| *k == c.name))
+                {
+                    return Err(fail(format!(
+                        "`within_hours` cannot compare key column `{}`: it is sensitive, so the \
+                         table does not hold its values",
+                        c.name
+                    )));
+                }
+            }
         }
         Ok(())
     }
@@ -563,6 +578,28 @@ action = "flag"
             Config::parse(&with_checks(""), "f.toml").unwrap().tables[0].contract_version(),
             "none"
         );
+    }
+
+    #[test]
+    fn unique_within_hours_refuses_sensitive_key_columns() {
+        let text = with_checks(
+            "[[tables.checks]]\nname = \"u\"\nkind = \"unique\"\ncolumns = [\"order_id\"]\nwithin_hours = 24\n",
+        );
+        Config::parse(&text, "f.toml").unwrap();
+        for how in ["hash", "drop"] {
+            let sensitive = text.replace(
+                "type = \"string\", required = true",
+                &format!("type = \"string\", sensitive = \"{how}\""),
+            );
+            let e = Config::parse(&sensitive, "f.toml").unwrap_err().to_string();
+            assert!(
+                e.contains("check `u`") && e.contains("sensitive") && e.contains("order_id"),
+                "{how}: {e}"
+            );
+            // Within the object the raw keys are compared: allowed.
+            let within_object = sensitive.replace("within_hours = 24\n", "");
+            Config::parse(&within_object, "f.toml").unwrap();
+        }
     }
 
     #[test]
