@@ -334,8 +334,8 @@ impl Ctx<'_> {
         let Some(contract) = self.contract.as_deref_mut() else {
             return self.send(Piece::Batch(batch));
         };
-        // A check that cannot be evaluated (e.g. a `sql` expression failing at run time) refuses
-        // the object like a failed check: quarantined whole with the reason, nothing committed.
+        // A check that cannot be evaluated on the batch at all refuses the object like a failed
+        // check (a `sql` expression erring on some rows fails those rows only, see `quality`).
         let checked = contract.evaluate(batch).map_err(|e| match e {
             QualityError::Limit(m) => DecodeFailure::Limit(m),
             other => DecodeFailure::Contract(other.to_string()),

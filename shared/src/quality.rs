@@ -223,7 +223,10 @@ impl Contract {
                     .filter(|&k| matches!(self.checks[k].test, Test::Unique { .. })),
             )
             .collect();
+        // Rows a `sql` check could not be evaluated on, with the error (they fail it).
+        let mut erred: Vec<(usize, String)> = Vec::new();
         for k in order {
+            erred.clear();
             let check = &mut self.checks[k];
             let failing = match &mut check.test {
                 Test::Unique { columns, seen, .. } => {
@@ -242,6 +245,12 @@ impl Contract {
                             check: check.name.clone(),
                             reason,
                         },
+                    })?
+                }
+                Test::Sql { expr, .. } => {
+                    sql_failures(expr, &batch, &mut erred).map_err(|reason| QualityError::Eval {
+                        check: check.name.clone(),
+                        reason,
                     })?
                 }
                 test => failures(test, &batch).map_err(|reason| QualityError::Eval {
@@ -264,7 +273,7 @@ impl Contract {
                                 format!(
                                     "quality check `{}` (action fail) failed: {}",
                                     check.name,
-                                    describe(&check.test, &batch, row)
+                                    describe_row(&check.test, &batch, row, &erred)
                                 ),
                             ));
                         }
@@ -282,7 +291,7 @@ impl Contract {
                                 slots[row] = Some(format!(
                                     "quality check `{}` failed: {}",
                                     check.name,
-                                    describe(&check.test, &batch, row)
+                                    describe_row(&check.test, &batch, row, &erred)
                                 ))
                             }
                         }
@@ -557,21 +566,7 @@ fn failures(test: &Test, batch: &RecordBatch) -> std::result::Result<BooleanBuff
                 out.finish()
             }
         }
-        Test::Sql { expr, .. } => {
-            let value = expr
-                .evaluate(batch)
-                .and_then(|v| v.into_array(batch.num_rows()))
-                .map_err(|e| e.to_string())?;
-            let b = value.as_boolean_opt().ok_or_else(|| {
-                format!("the expression gave {}, not booleans", value.data_type())
-            })?;
-            // Fails only where false: true and null (unknown) pass.
-            let falses = !b.values();
-            match b.nulls() {
-                Some(n) => &falses & n.inner(),
-                None => falses,
-            }
-        }
+        Test::Sql { expr, .. } => sql_failures(expr, batch, &mut Vec::new())?,
         Test::Unique { .. } => BooleanBuffer::new_unset(batch.num_rows()),
     })
 }
@@ -672,6 +667,68 @@ fn unique_failures(
         out.append(!fresh);
     }
     Ok(out.finish())
+}
+
+/// The rows of `batch` failing a `sql` check: where it is false, and where it cannot be
+/// evaluated (e.g. an integer division by zero, a cast of a value that does not parse: such
+/// rows are isolated by halving the batch, their errors pushed to `erred` by row). Only a
+/// result that is not boolean fails the whole evaluation.
+fn sql_failures(
+    expr: &Arc<dyn PhysicalExpr>,
+    batch: &RecordBatch,
+    erred: &mut Vec<(usize, String)>,
+) -> std::result::Result<BooleanBuffer, String> {
+    let mut out = arrow::array::BooleanBufferBuilder::new(batch.num_rows());
+    sql_isolating(expr, batch, 0, batch.num_rows(), &mut out, erred)?;
+    Ok(out.finish())
+}
+
+fn sql_isolating(
+    expr: &Arc<dyn PhysicalExpr>,
+    batch: &RecordBatch,
+    start: usize,
+    len: usize,
+    out: &mut arrow::array::BooleanBufferBuilder,
+    erred: &mut Vec<(usize, String)>,
+) -> std::result::Result<(), String> {
+    if len == 0 {
+        return Ok(());
+    }
+    let part = batch.slice(start, len);
+    match expr
+        .evaluate(&part)
+        .and_then(|v| v.into_array(part.num_rows()))
+    {
+        Ok(value) => {
+            let b = value.as_boolean_opt().ok_or_else(|| {
+                format!("the expression gave {}, not booleans", value.data_type())
+            })?;
+            // Fails only where false: true and null (unknown) pass.
+            let falses = !b.values();
+            out.append_buffer(&match b.nulls() {
+                Some(n) => &falses & n.inner(),
+                None => falses,
+            });
+        }
+        Err(e) if len == 1 => {
+            out.append(true);
+            erred.push((start, e.to_string()));
+        }
+        Err(_) => {
+            let half = len / 2;
+            sql_isolating(expr, batch, start, half, out, erred)?;
+            sql_isolating(expr, batch, start + half, len - half, out, erred)?;
+        }
+    }
+    Ok(())
+}
+
+/// [`describe`], or for a row a `sql` check could not be evaluated on, the error.
+fn describe_row(test: &Test, batch: &RecordBatch, row: usize, erred: &[(usize, String)]) -> String {
+    match (test, erred.binary_search_by_key(&row, |(r, _)| *r)) {
+        (Test::Sql { text, .. }, Ok(i)) => format!("`{text}` cannot be evaluated: {}", erred[i].1),
+        _ => describe(test, batch, row),
+    }
 }
 
 /// What `row` holds that fails `test`, for its reason.
@@ -937,6 +994,41 @@ mod tests {
             took < std::time::Duration::from_secs(2),
             "4 batches took {took:?}"
         );
+    }
+
+    #[test]
+    fn a_sql_check_failing_on_some_rows_fails_those_rows_only() {
+        // Integer division by zero (items = 1) and a cast that does not parse (id = "x") error
+        // in DataFusion: one such record refused the whole object.
+        let mut c = contract(
+            "[[checks]]\nname = \"s\"\nkind = \"sql\"\nexpr = \"10 / (items - 1) > 0 AND CAST(id AS BIGINT) > 0\"\n",
+        );
+        let at = |id: &'static str, items: i64| (Some(id), Some(1.0), Some(items), None, Some(NOW));
+        let b = batch(&[at("1", 2), at("2", 1), at("3", 3), at("x", 5), at("5", 0)]);
+        let r = reasons(&c.evaluate(b).unwrap());
+        assert_eq!(r[0], "");
+        assert!(
+            r[1].contains("`s`") && r[1].contains("cannot be evaluated") && r[1].contains("zero"),
+            "{}",
+            r[1]
+        );
+        assert_eq!(r[2], "");
+        assert!(
+            r[3].contains("`s`") && r[3].contains("cannot be evaluated"),
+            "{}",
+            r[3]
+        );
+        assert!(
+            r[4].contains("`s`") && r[4].contains("is false"),
+            "{}",
+            r[4]
+        );
+        assert_eq!(c.counts()[0].2, 3);
+        // Every row erring: each fails, the batch still evaluates.
+        let all = c.evaluate(batch(&[at("1", 1), at("2", 1)])).unwrap();
+        assert!(reasons(&all)
+            .iter()
+            .all(|r| r.contains("cannot be evaluated")));
     }
 
     #[test]
