@@ -113,7 +113,8 @@ pub enum Command {
     /// objects → SQS → the ingest code path (partial-batch semantics), floe.commit events →
     /// EventBridge → SQS → the process code path (plus a 60 s poll), maintenance on a timer.
     Local(LocalArgs),
-    /// Benchmarks: ingest vs PyIceberg and plain arrow-rs; --maintenance, --planning, --latency.
+    /// Benchmarks: ingest vs PyIceberg and plain arrow-rs; --maintenance, --planning, --latency,
+    /// --checks.
     ///
     /// Without a mode flag: generates order events and runs floe, PyIceberg and a plain arrow-rs
     /// JSON → Parquet conversion side by side, each in its own process, and prints wall time,
@@ -574,6 +575,9 @@ pub struct BenchArgs {
     /// Planning benchmark: a one-snapshot delta on tables with 1,000 and 10,000 snapshots.
     #[arg(long)]
     pub planning: bool,
+    /// Data-quality benchmark: the big object (--big-mb) ingested with no checks and with ten.
+    #[arg(long, conflicts_with = "mode")]
+    pub checks: bool,
     /// Pipeline benchmark: source commit → derived commit latency of both sample pipelines,
     /// beside the batch alternative.
     #[arg(long)]
@@ -1061,6 +1065,13 @@ mod tests {
             panic!()
         };
         assert!(b.planning);
+        let Command::Bench(b) = parse(&["floe", "bench", "--checks", "--big-mb", "50"]).command
+        else {
+            panic!()
+        };
+        assert!(b.checks && !b.planning);
+        assert_eq!(b.big_mb, 50);
+        parse_err(&["floe", "bench", "--checks", "--planning"]);
 
         // The child form the benchmark spawns itself with.
         let Command::Bench(b) = parse(&[

@@ -32,7 +32,7 @@ pub(crate) fn peak_rss_mb() -> f64 {
 }
 
 /// Writes ~`mb` MiB of order JSON lines, gzip-compressed, streaming (bounded memory).
-fn generate_big(path: &Path, mb: usize) -> Result<u64> {
+pub(crate) fn generate_big(path: &Path, mb: usize) -> Result<u64> {
     let bar = progress::bar(mb as u64, "generating big object (MiB)");
     let file = std::fs::File::create(path)?;
     let mut gz =
@@ -65,19 +65,32 @@ fn generate_big(path: &Path, mb: usize) -> Result<u64> {
 
 /// The benchmarks' floe.toml: SQLite catalog and file warehouse under `work`, buckets under `inputs`.
 pub(crate) fn bench_config(work: &Path, inputs: &Path) -> String {
+    bench_config_with(work, inputs, "")
+}
+
+/// [`bench_config`] with `orders_extra` (TOML keys, e.g. `checks = [...]`) in the table.
+pub(crate) fn bench_config_with(work: &Path, inputs: &Path, orders_extra: &str) -> String {
     let chunk = std::env::var("FLOE_BENCH_CHUNK").unwrap_or_else(|_| "4096".into());
     format!(
         "[catalog]\nkind = \"sqlite\"\nuri = \"{w}/catalog.db\"\nwarehouse = \"{w}/warehouse\"\nnamespace = \"bench\"\n\n[storage]\nlocal_root = \"{i}\"\n\n[ingest]\nchunk_records = {chunk}\n\n[[routes]]\nbucket = \"input\"\nprefix = \"\"\ntable = \"orders\"\nformat = \"jsonl\"\n{t}",
         w = work.display(),
         i = inputs.display(),
-        t = sample::ORDERS_TABLE_TOML
+        t = sample::ORDERS_TABLE_TOML.replace(
+            "target_file_size_mb = 128",
+            &format!("target_file_size_mb = 128\n{orders_extra}")
+        )
     )
 }
 
 /// Child: floe ingest of one or many objects from a local "bucket".
-async fn child_floe(inputs: &Path, work: &Path, keys: Vec<String>) -> Result<Value> {
+async fn child_floe(
+    inputs: &Path,
+    work: &Path,
+    keys: Vec<String>,
+    orders_extra: &str,
+) -> Result<Value> {
     std::fs::create_dir_all(work)?;
-    let config = Config::parse(&bench_config(work, inputs), "bench")?;
+    let config = Config::parse(&bench_config_with(work, inputs, orders_extra), "bench")?;
     let ingestor = floe::ingest::Ingestor::new(config).await?;
     let mut lat = Vec::new();
     let mut rows = 0;
@@ -128,14 +141,14 @@ fn child_plain(input: &Path, out: &Path) -> Result<Value> {
     Ok(json!({"secs": t0.elapsed().as_secs_f64(), "rows": rows, "rss_mb": peak_rss_mb()}))
 }
 
-struct Run {
-    name: String,
-    wall: f64,
-    out: Value,
+pub(crate) struct Run {
+    pub(crate) name: String,
+    pub(crate) wall: f64,
+    pub(crate) out: Value,
 }
 
 /// Runs one contender in its own process (a spinner meanwhile) and reads its result line.
-fn run_child(name: &str, cmd: &mut Command) -> Result<Run> {
+pub(crate) fn run_child(name: &str, cmd: &mut Command) -> Result<Run> {
     let spinner = progress::spinner(format!("running {name}"));
     let t0 = Instant::now();
     let output = cmd.output().with_context(|| format!("starting {name}"));
@@ -158,7 +171,7 @@ fn run_child(name: &str, cmd: &mut Command) -> Result<Run> {
     })
 }
 
-fn f(v: &Value, k: &str) -> f64 {
+pub(crate) fn f(v: &Value, k: &str) -> f64 {
     v.get(k).and_then(Value::as_f64).unwrap_or(0.0)
 }
 
@@ -178,7 +191,7 @@ pub async fn run(args: BenchArgs) -> Result<()> {
         let work = args.work.clone().context("--work")?;
         let out = match mode.as_str() {
             "plain" => child_plain(&input, &work)?,
-            "floe-big" => {
+            "floe-big" | "floe-big-checks" => {
                 let key = input
                     .file_name()
                     .context("file name")?
@@ -190,7 +203,12 @@ pub async fn run(args: BenchArgs) -> Result<()> {
                     .parent()
                     .context("bucket root")?
                     .to_path_buf();
-                child_floe(&dir, &work, vec![key]).await?
+                let checks = if mode == "floe-big-checks" {
+                    crate::bench_checks::TEN_CHECKS
+                } else {
+                    ""
+                };
+                child_floe(&dir, &work, vec![key], checks).await?
             }
             "floe-small" => {
                 let mut keys: Vec<String> = std::fs::read_dir(&input)?
@@ -203,7 +221,7 @@ pub async fn run(args: BenchArgs) -> Result<()> {
                     .and_then(Path::parent)
                     .context("bucket root")?
                     .to_path_buf();
-                child_floe(&root, &work, keys).await?
+                child_floe(&root, &work, keys, "").await?
             }
             other => bail!("unknown child mode {other}"),
         };
@@ -211,6 +229,9 @@ pub async fn run(args: BenchArgs) -> Result<()> {
         return Ok(());
     }
 
+    if args.checks {
+        return crate::bench_checks::run(&args.dir_or("target/floe-bench-checks"), args.big_mb);
+    }
     if args.planning {
         return crate::bench_plan::run(&args.dir_or("target/floe-bench-plan")).await;
     }

@@ -28,6 +28,7 @@ use floe::config::Config;
 mod args;
 mod backfill_cmd;
 mod bench;
+mod bench_checks;
 mod bench_latency;
 mod bench_maintain;
 mod bench_plan;

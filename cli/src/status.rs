@@ -23,6 +23,39 @@ pub struct TableStatus {
     pub processor_lag: Vec<(String, usize, f64)>,
     /// Deprecated columns: owner, since, remove after, still produced, read by which pipeline.
     pub deprecated: Vec<floe::consumers::DeprecationStatus>,
+    /// Data-quality contract version of the newest ingest commit that records one.
+    pub contract_version: Option<String>,
+    /// Records that failed each data-quality check, summed over the retained snapshots.
+    pub quality: Vec<CheckViolations>,
+}
+
+/// One data-quality check's violations on a table.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CheckViolations {
+    pub check: String,
+    /// `quarantine` or `flag` (objects refused by a `fail` check commit nothing: they show as
+    /// the `ContractFailures` metric and in quarantine).
+    pub action: String,
+    pub violations: u64,
+}
+
+/// Per check and action, the violations recorded in `summaries`, summed.
+pub fn quality_totals<'a>(
+    summaries: impl IntoIterator<Item = &'a iceberg::spec::Summary>,
+) -> Vec<CheckViolations> {
+    let mut sums: std::collections::BTreeMap<(String, String), u64> = Default::default();
+    for s in summaries {
+        for (check, action, n) in floe::summary::quality_counts(s) {
+            *sums.entry((check, action)).or_default() += n;
+        }
+    }
+    sums.into_iter()
+        .map(|((check, action), violations)| CheckViolations {
+            check,
+            action,
+            violations,
+        })
+        .collect()
 }
 
 pub async fn collect(config: &Config) -> Result<Vec<TableStatus>> {
@@ -123,6 +156,13 @@ pub async fn collect(config: &Config) -> Result<Vec<TableStatus>> {
                 .sum(),
             processor_lag: lag,
             deprecated,
+            contract_version: snaps.iter().rev().find_map(|s| {
+                s.summary()
+                    .additional_properties
+                    .get(floe::summary::CONTRACT_VERSION)
+                    .cloned()
+            }),
+            quality: quality_totals(snaps.iter().map(|s| s.summary())),
         });
     }
     Ok(out)
@@ -172,5 +212,50 @@ pub fn print(rows: &[TableStatus]) {
         for d in &r.deprecated {
             println!("    deprecated {}", d.describe());
         }
+        if let Some(v) = r.contract_version.as_deref().filter(|v| *v != "none") {
+            println!("    contract {v}");
+        }
+        for q in &r.quality {
+            println!(
+                "    check {} ({}): {} violation(s)",
+                q.check, q.action, q.violations
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use iceberg::spec::{Operation, Summary};
+
+    #[test]
+    fn violations_sum_per_check_and_action_over_snapshots() {
+        let summary = |pairs: &[(&str, &str)]| Summary {
+            operation: Operation::Append,
+            additional_properties: pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        };
+        let snaps = [
+            summary(&[
+                ("floe.quality.amount_range.quarantine", "2"),
+                ("floe.quality.euro.flag", "1"),
+                ("records-in", "10"),
+            ]),
+            summary(&[("floe.quality.amount_range.quarantine", "3")]),
+            summary(&[("floe.operation", "compaction")]),
+        ];
+        let got = quality_totals(snaps.iter());
+        let v = |check: &str, action: &str, violations| CheckViolations {
+            check: check.into(),
+            action: action.into(),
+            violations,
+        };
+        assert_eq!(
+            got,
+            vec![v("amount_range", "quarantine", 5), v("euro", "flag", 1)]
+        );
     }
 }

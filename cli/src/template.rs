@@ -399,6 +399,16 @@ fn alarms(config: &Config) -> Result<String> {
             id("Stalled", n)?,
             s = period(t.stall_after_seconds),
         );
+        if t.checks
+            .iter()
+            .any(|c| c.action == floe::config::Action::Fail)
+        {
+            let _ = write!(
+                out,
+                "{}:\n  Type: AWS::CloudWatch::Alarm\n  Properties:\n    AlarmDescription: \"{n}: an object was refused by a data-quality check with action fail (nothing committed; the object is quarantined whole with the check named)\"\n    Namespace: floe\n    MetricName: ContractFailures\n    Dimensions: [{{ Name: Table, Value: {n} }}]\n    Statistic: Sum\n    Period: 300\n    EvaluationPeriods: 1\n    Threshold: 1\n    ComparisonOperator: GreaterThanOrEqualToThreshold\n    TreatMissingData: notBreaching\n\n",
+                id("Contract", n)?,
+            );
+        }
     }
     for q in &config.pipelines {
         let n = &q.name;
@@ -520,6 +530,7 @@ mod tests {
 name = "shipments"
 event_time = "shipped_at"
 columns = [{ name = "id", type = "string" }, { name = "shipped_at", type = "timestamptz" }]
+checks = [{ name = "has_id", kind = "not_null", column = "id", action = "fail" }]
 
 [[routes]]
 bucket = "${FLOE_DATA_BUCKET}"
@@ -547,6 +558,8 @@ sql = "SELECT id, shipped_at FROM source"
             format!("warehouse/{db}/shipments/*"),
             "FreshnessShipments:".to_string(),
             "StalledShipments:".to_string(),
+            "ContractShipments:".to_string(),
+            "MetricName: ContractFailures".to_string(),
             "LagLateShipments:".to_string(),
             "Threshold: 42".to_string(),
             "\"Table\", \"shipments\"".to_string(),

@@ -17,6 +17,7 @@ use arrow::error::ArrowError;
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 
 use crate::config::Format;
+use crate::quality::{Contract, QualityError};
 use crate::store::is_transient_io;
 
 /// Compression of an object, from its key suffix or its first bytes.
@@ -89,6 +90,10 @@ pub(crate) enum DecodeFailure {
     /// Local disk (the Parquet spool) failed, e.g. full: a retry on a fresh container can work.
     #[error("local spool failed: {0}")]
     Spool(std::io::Error),
+    /// A record failed a data-quality check whose action is `fail`: the object is refused
+    /// whole (the message names the record and the check).
+    #[error("data-quality contract failed: {0}")]
+    Contract(String),
 }
 
 /// Bounds on what one object may make the decoder hold (see `[ingest]` in the config).
@@ -223,6 +228,21 @@ pub(crate) fn decode_within<'a, R: Read + 'a>(
     object_size: Option<u64>,
     sink: &mut dyn FnMut(Piece) -> bool,
 ) -> Result<u64, DecodeFailure> {
+    decode_checked(input, spec, limits, object_size, None, sink)
+}
+
+/// [`decode_within`], with every batch of valid rows also checked against a data-quality
+/// `contract` ([`crate::quality`]): rows failing a `quarantine` check are rejected with the
+/// check named, `flag` checks fill the `_quality` column, a `fail` check stops the object
+/// ([`DecodeFailure::Contract`]). The contract keeps the per-check counts.
+pub(crate) fn decode_checked<'a, R: Read + 'a>(
+    input: R,
+    spec: &DecodeSpec,
+    limits: &Limits,
+    object_size: Option<u64>,
+    contract: Option<&mut Contract>,
+    sink: &mut dyn FnMut(Piece) -> bool,
+) -> Result<u64, DecodeFailure> {
     let mut raw = BufReader::with_capacity(1 << 20, input);
     let head = raw.fill_buf().map_err(io_failure)?.to_vec();
     if head.is_empty() {
@@ -248,6 +268,7 @@ pub(crate) fn decode_within<'a, R: Read + 'a>(
         object_size,
         sink,
         seen: 0,
+        contract: contract.filter(|c| !c.is_empty()),
     };
     match spec.format {
         Format::Jsonl => decode_jsonl(reader, &mut ctx)?,
@@ -266,6 +287,7 @@ struct Ctx<'a> {
     object_size: Option<u64>,
     sink: &'a mut dyn FnMut(Piece) -> bool,
     seen: u64,
+    contract: Option<&'a mut Contract>,
 }
 
 impl Ctx<'_> {
@@ -277,7 +299,8 @@ impl Ctx<'_> {
         }
     }
 
-    /// Splits off rows with nulls in required columns, then emits the rest.
+    /// Splits off rows with nulls in required columns, checks the rest against the contract
+    /// (splitting off what it quarantines), then emits what is kept.
     fn emit_valid(
         &mut self,
         batch: RecordBatch,
@@ -301,10 +324,39 @@ impl Ctx<'_> {
                 }
             }
         }
-        if bad.is_empty() {
-            return self.send(Piece::Batch(batch));
+        // Rows kept by the required-field split, by their row in `batch`.
+        let (batch, index) = if bad.is_empty() {
+            (batch, None)
+        } else {
+            let (kept, rejected) = split_rejected(&batch, &bad, raws)?;
+            self.send(Piece::Rejected(rejected))?;
+            let index: Vec<usize> = (0..bad.len()).filter(|r| bad[*r].is_none()).collect();
+            (kept, Some(index))
+        };
+        let original = |row: usize| index.as_ref().map_or(row, |i| i[row]);
+        if batch.num_rows() == 0 {
+            return Ok(());
         }
-        let (kept, rejected) = split_rejected(&batch, &bad, raws)?;
+        let Some(contract) = self.contract.as_deref_mut() else {
+            return self.send(Piece::Batch(batch));
+        };
+        // A check that cannot be evaluated on the batch at all refuses the object like a failed
+        // check (a `sql` expression erring on some rows fails those rows only, see `quality`).
+        let checked = contract.evaluate(batch).map_err(|e| match e {
+            QualityError::Limit(m) => DecodeFailure::Limit(m),
+            other => DecodeFailure::Contract(other.to_string()),
+        })?;
+        if let Some((row, reason)) = checked.fail {
+            let (record, _) = raws(original(row));
+            return Err(DecodeFailure::Contract(format!(
+                "record {record}: {reason}"
+            )));
+        }
+        let Some(reasons) = checked.reasons else {
+            return self.send(Piece::Batch(checked.batch));
+        };
+        let (kept, rejected) =
+            split_rejected(&checked.batch, &reasons, &|row| raws(original(row)))?;
         self.send(Piece::Rejected(rejected))?;
         if kept.num_rows() > 0 {
             self.send(Piece::Batch(kept))?;
@@ -1424,6 +1476,68 @@ not json\n\
         assert_eq!(rejected[0].record, 3);
         assert!(rejected[0].raw.starts_with("b,zz"));
         assert!(unknown.contains_key("other"));
+    }
+
+    fn contract(check: &str) -> Contract {
+        #[derive(serde::Deserialize)]
+        struct Doc {
+            checks: Vec<crate::config::CheckConfig>,
+        }
+        let checks = toml::from_str::<Doc>(check).unwrap().checks;
+        Contract::compile(&checks, &spec(Format::Csv).schema, 0, 100).unwrap()
+    }
+
+    #[test]
+    fn contract_rejections_keep_record_numbers_after_the_required_split() {
+        let csv = "id,n,t\na,1,2026-11-30T10:00:00Z\n,2,2026-11-30T10:00:00Z\nc,-3,2026-11-30T10:00:00Z\nd,4,2026-11-30T10:00:00Z\n";
+        let mut c = contract(
+            "[[checks]]\nname = \"n_positive\"\nkind = \"range\"\ncolumn = \"n\"\nmin = 0\n",
+        );
+        let (mut rows, mut rejected) = (0, Vec::new());
+        let seen = decode_checked(
+            csv.as_bytes(),
+            &spec(Format::Csv),
+            &Limits::default(),
+            None,
+            Some(&mut c),
+            &mut |p| {
+                match p {
+                    Piece::Batch(b) => rows += b.num_rows(),
+                    Piece::Rejected(r) => rejected.extend(r),
+                    _ => {}
+                }
+                true
+            },
+        )
+        .unwrap();
+        rejected.sort_by_key(|r| r.record);
+        assert_eq!((seen, rows, rejected.len()), (4, 2, 2));
+        assert_eq!(rejected[0].record, 3);
+        assert!(rejected[0].reason.contains("required field `id`"));
+        assert_eq!(rejected[1].record, 4);
+        assert_eq!(rejected[1].raw, "c,-3,2026-11-30T10:00:00Z");
+        assert!(
+            rejected[1].reason.contains("`n_positive`"),
+            "{}",
+            rejected[1].reason
+        );
+
+        let mut f = contract("[[checks]]\nname = \"n_positive\"\nkind = \"range\"\ncolumn = \"n\"\nmin = 0\naction = \"fail\"\n");
+        let e = decode_checked(
+            csv.as_bytes(),
+            &spec(Format::Csv),
+            &Limits::default(),
+            None,
+            Some(&mut f),
+            &mut |_| true,
+        )
+        .unwrap_err();
+        match e {
+            DecodeFailure::Contract(m) => {
+                assert!(m.contains("record 4") && m.contains("`n_positive`"), "{m}")
+            }
+            other => panic!("expected a contract failure, got {other:?}"),
+        }
     }
 
     #[test]

@@ -7,7 +7,8 @@
 //! 1. foundation: [`error`], [`summary`] (every `floe.*` key, checkpoints), [`metrics`], [`sample`]
 //! 2. config: [`config`]
 //! 3. schema: [`schema`], [`evolve`]
-//! 4. io: [`store`], [`event`], [`notify`], [`decode`], [`protect`]
+//! 4. io: [`store`], [`event`], [`notify`], [`decode`], [`quality`] (data-quality contracts),
+//!    [`protect`]
 //! 5. table: [`snapshot`], [`catalog`] (one file per backend), [`commit`], [`scan`], [`write`]
 //! 6. operations: [`ingest`], [`process`], [`maintain`], [`consumers`], [`schema_diff`],
 //!    [`drop_column`]
@@ -29,6 +30,7 @@ pub(crate) mod decode;
 pub mod event;
 pub(crate) mod notify;
 pub mod protect;
+pub mod quality;
 pub mod store;
 
 pub mod catalog;

@@ -17,8 +17,13 @@ pub const INGESTED_AT: &str = "_ingested_at";
 /// `s3://bucket/key#version` (ETag or version id), as in snapshot summaries; rows written before
 /// floe recorded versions hold `s3://bucket/key`.
 pub const SOURCE: &str = "_source";
+/// Column holding, per row, the names of the data-quality checks with action `flag` it failed
+/// (comma-separated; null when none). Only tables whose contract flags have it (optional
+/// string); an existing table gets it with the first object ingested under such a contract.
+pub const QUALITY: &str = "_quality";
 
-/// The Iceberg schema for a table config: its columns plus `_ingested_at` and `_source`.
+/// The Iceberg schema for a table config: its columns plus `_ingested_at` and `_source` (and
+/// `_quality` when its contract flags).
 pub fn table_schema(table: &TableConfig) -> Result<Schema> {
     let mut fields = Vec::with_capacity(table.columns.len() + 2);
     let mut id = 0;
@@ -47,10 +52,37 @@ pub fn table_schema(table: &TableConfig) -> Result<Schema> {
         NestedField::required(id + 2, SOURCE, Type::Primitive(PrimitiveType::String))
             .with_doc("the source object version, s3://bucket/key#version"),
     ));
+    if table.has_flag_checks() {
+        fields.push(Arc::new(quality_field(id + 3)));
+    }
     Schema::builder()
         .with_fields(fields)
         .build()
         .map_err(|e| Error::iceberg(format!("schema of table `{}`", table.name), e))
+}
+
+/// The `_quality` column with field id `id`.
+pub(crate) fn quality_field(id: i32) -> NestedField {
+    NestedField::optional(id, QUALITY, Type::Primitive(PrimitiveType::String))
+        .with_doc("the data-quality checks (action flag) the row failed, comma-separated")
+}
+
+/// `schema` with the `_quality` column added (id above `last_column_id`), or None when it has
+/// one: for a table whose contract gained a `flag` check after it was created.
+pub(crate) fn with_quality_column(schema: &Schema, last_column_id: i32) -> Result<Option<Schema>> {
+    if schema.field_by_name(QUALITY).is_some() {
+        return Ok(None);
+    }
+    let mut fields: Vec<_> = schema.as_struct().fields().to_vec();
+    let id = last_column_id.max(schema.highest_field_id()) + 1;
+    fields.push(Arc::new(quality_field(id)));
+    Schema::builder()
+        .with_schema_id(schema.schema_id() + 1)
+        .with_identifier_field_ids(schema.identifier_field_ids())
+        .with_fields(fields)
+        .build()
+        .map(Some)
+        .map_err(|e| Error::iceberg("adding the _quality column", e))
 }
 
 /// The unbound partition spec for a table config, resolved against `schema`.

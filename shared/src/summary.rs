@@ -57,6 +57,31 @@ pub const WINDOWS_REPLACED: &str = "floe.windows-replaced";
 pub const CHECKPOINT_PREFIX: &str = "floe.checkpoint.";
 /// Transform key prefix: `floe.transform.<source uuid>` = transform version of the checkpoint.
 pub const TRANSFORM_PREFIX: &str = "floe.transform.";
+/// The version (a stable hash) of the data-quality contract the snapshot's rows were checked
+/// against (`none` without checks).
+pub const CONTRACT_VERSION: &str = "floe.contract-version";
+/// Data-quality count prefix: `floe.quality.<check>.<action>` = records that failed the check.
+pub const QUALITY_PREFIX: &str = "floe.quality.";
+
+/// The summary key counting the records that failed `check` (whose action is `action`).
+pub fn quality_key(check: &str, action: &str) -> String {
+    format!("{QUALITY_PREFIX}{check}.{action}")
+}
+
+/// The data-quality counts in a snapshot summary: (check, action, records).
+pub fn quality_counts(summary: &Summary) -> Vec<(String, String, u64)> {
+    let mut out: Vec<(String, String, u64)> = summary
+        .additional_properties
+        .iter()
+        .filter_map(|(k, v)| {
+            let (check, action) = k.strip_prefix(QUALITY_PREFIX)?.rsplit_once('.')?;
+            Some((check.to_string(), action.to_string(), v.parse().ok()?))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
 /// Table property: the event-time column.
 pub const EVENT_TIME_COLUMN: &str = "floe.event-time-column";
 

@@ -21,6 +21,7 @@ mod maintain;
 mod matrix;
 mod planning;
 mod process;
+mod quality;
 mod rest;
 mod second_pipeline;
 mod template;

@@ -10,11 +10,13 @@ use serde::Deserialize;
 use crate::error::{Error, ErrorKind, Result};
 
 mod compare;
+pub(crate) mod contract;
 mod defaults;
 pub(crate) mod types;
 mod validate;
 
 pub use compare::CompareConfig;
+pub use contract::{Action, CheckConfig, CheckKind};
 pub(crate) use defaults::retention_properties;
 pub use defaults::DefaultsConfig;
 
@@ -256,6 +258,10 @@ pub struct IngestConfig {
     /// snapshot naming them all (default true); false: one commit per object.
     #[serde(default = "default_true")]
     pub batch_commits: bool,
+    /// Most distinct keys a `unique` check remembers per object (128-bit hashes, 16 bytes
+    /// each); an object with more fails whole, naming the limit.
+    #[serde(default = "default_max_unique_keys")]
+    pub max_unique_keys: usize,
 }
 
 impl Default for IngestConfig {
@@ -277,6 +283,7 @@ impl Default for IngestConfig {
             max_spool_bytes: default_max_spool(),
             max_quarantine_bytes: default_max_quarantine(),
             batch_commits: true,
+            max_unique_keys: default_max_unique_keys(),
         }
     }
 }
@@ -394,6 +401,10 @@ pub struct TableConfig {
     /// 3600).
     #[serde(default)]
     pub stall_after_seconds: u64,
+    /// Data-quality contract: checks every ingested record must pass (`[[tables.checks]]`),
+    /// each with its action (see [`contract`]).
+    #[serde(default)]
+    pub checks: Vec<CheckConfig>,
 }
 
 /// One column.
@@ -542,6 +553,9 @@ fn default_true() -> bool {
 }
 fn default_max_quarantine() -> u64 {
     1 << 30
+}
+fn default_max_unique_keys() -> usize {
+    10_000_000
 }
 /// Most JSON nesting `max_nesting_depth` may allow: serde_json's recursion limit (schema hints).
 pub(crate) const MAX_NESTING_DEPTH_CAP: usize = 128;

@@ -159,6 +159,7 @@ impl TableConfig {
                 return Err(Error::config(origin, &at(key), "must be at least 1"));
             }
         }
+        table.validate_checks(origin, i)?;
         if let Some(h) = table.expire_older_than_hours {
             if !(h.is_finite() && h > 0.0) {
                 return Err(Error::config(
@@ -396,6 +397,7 @@ impl IngestConfig {
         at_least("max_field_bytes", self.max_field_bytes, 1)?;
         at_least("max_decompressed_bytes", self.max_decompressed_bytes, 1)?;
         at_least("max_spool_bytes", self.max_spool_bytes, 1)?;
+        at_least("max_unique_keys", self.max_unique_keys as u64, 1)?;
         // Room for a few maximal records (a rejected line is kept whole, JSON-escaped), and no
         // more than one S3 PutObject can take (the quarantine object is one PUT).
         at_least(

@@ -108,7 +108,8 @@ pub struct BackfillReport {
     pub committed: u64,
     /// Objects found committed already (by another delivery, or an earlier run).
     pub duplicates: u64,
-    /// Objects whose every record was quarantined, or that were unreadable as a whole.
+    /// Objects whose every record was quarantined, that were unreadable as a whole, or that a
+    /// `fail` data-quality check refused.
     pub quarantined_objects: u64,
     /// Objects that failed (retry the backfill: they are still pending).
     pub failed: u64,
@@ -301,9 +302,9 @@ impl Ingestor {
                                 }
                             }
                             Status::Duplicate => report.duplicates += 1,
-                            Status::AllQuarantined | Status::Unreadable => {
-                                report.quarantined_objects += 1
-                            }
+                            Status::AllQuarantined
+                            | Status::Unreadable
+                            | Status::ContractFailed => report.quarantined_objects += 1,
                             Status::Unrouted | Status::Missing | Status::Superseded => {
                                 report.skipped += 1
                             }

@@ -11,10 +11,11 @@ pub mod backfill;
 mod batch;
 mod consumer_gate;
 pub(crate) mod dedup;
+mod recent_keys;
 mod report;
 mod rows;
 
-pub use report::{ObjectReport, Status};
+pub use report::{ObjectReport, QualityCount, Status};
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -311,9 +312,24 @@ impl Ingestor {
             object_size: Some(opened.meta.size).filter(|s| *s > 0),
             reason_note: None,
             refused: None,
+            max_unique_keys: self.config.ingest.max_unique_keys,
+        };
+        // A contract that flags needs `_quality`: a table created before it gets the column in
+        // this object's commit (written with it, committed with the data like any evolution).
+        let quality_column = match tctx.cfg.has_flag_checks() {
+            true => crate::schema::with_quality_column(
+                table.metadata().current_schema(),
+                table.metadata().last_column_id(),
+            )?
+            .map(|s| (s, format!("added {} (string)", crate::schema::QUALITY))),
+            false => None,
+        };
+        let write_table = match &quality_column {
+            Some((schema, _)) => crate::write::with_schema(&table, schema.clone())?,
+            None => table.clone(),
         };
         let (written, evolved) = self
-            .write_evolving(obj, &table, tctx, &route, opened, &read, &params)
+            .write_evolving(obj, &write_table, tctx, &route, opened, &read, &params)
             .await?;
         let mut written = match written {
             Ok(w) => w,
@@ -324,10 +340,30 @@ impl Ingestor {
                 r.millis = started.elapsed().as_millis() as u64;
                 return Ok(Stage::Done(r));
             }
+            Err(WriteFailure::Contract(reason, counts)) => {
+                let mut r = self
+                    .quarantine_whole(obj, &route, &source.version, reason)
+                    .await?;
+                r.status = Status::ContractFailed;
+                r.quality = report::quality_counts(&counts);
+                r.contract_version = Some(tctx.cfg.contract_version());
+                r.millis = started.elapsed().as_millis() as u64;
+                tracing::warn!(object = %r.object, reason = ?r.reason, "data-quality contract failed; object refused and quarantined whole");
+                return Ok(Stage::Done(r));
+            }
             Err(WriteFailure::Error(e)) => return Err(e),
         };
 
         let mut r = report_written(&uri, &route, tctx, &written, evolved.as_ref())?;
+        // The schema committed: the input's evolution (built on the `_quality` one, if any),
+        // else the `_quality` column alone.
+        let evolved = match (evolved, quality_column) {
+            (Some((schema, what)), Some((_, quality))) => {
+                Some((schema, format!("{quality}; {what}")))
+            }
+            (evolved, quality) => evolved.or(quality),
+        };
+        r.schema_change = evolved.as_ref().map(|(_, what)| what.clone());
         if let Some(spool) = written.quarantine_spool.take() {
             let key = self.quarantine_key(&route, obj, &source.version, "jsonl");
             r.quarantine = Some(self.upload_quarantine(obj, &key, spool).await?);

@@ -32,6 +32,32 @@ pub enum Status {
     /// The event named an ETag the object no longer has (overwritten since, on an unversioned
     /// bucket): that content is gone, the newer content comes with its own event. Nothing added.
     Superseded,
+    /// A record failed a data-quality check whose action is `fail`: the object was refused
+    /// whole (nothing committed) and quarantined whole with the reason.
+    ContractFailed,
+}
+
+/// The records of one object that failed one data-quality check.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct QualityCount {
+    /// The check's name.
+    pub check: String,
+    /// Its action: `quarantine`, `flag` or `fail`.
+    pub action: String,
+    /// Records that failed it (a record failing several checks counts in each).
+    pub violations: u64,
+}
+
+/// The per-check counts of a contract's evaluation.
+pub(super) fn quality_counts(counts: &[(String, crate::config::Action, u64)]) -> Vec<QualityCount> {
+    counts
+        .iter()
+        .map(|(check, action, n)| QualityCount {
+            check: check.clone(),
+            action: action.as_str().to_string(),
+            violations: *n,
+        })
+        .collect()
 }
 
 /// The report of one object's ingestion.
@@ -73,7 +99,11 @@ pub struct ObjectReport {
     pub max_lateness_seconds: f64,
     /// Commit time − latest event time, seconds (freshness lag).
     pub freshness_seconds: Option<f64>,
-    /// Why, for unreadable/unrouted objects.
+    /// Per data-quality check of the table's contract: the records that failed it.
+    pub quality: Vec<QualityCount>,
+    /// The version of the table's data-quality contract the object was checked against.
+    pub contract_version: Option<String>,
+    /// Why, for unreadable/unrouted objects and failed contracts.
     pub reason: Option<String>,
     /// Wall time spent, milliseconds.
     pub millis: u64,
@@ -100,6 +130,8 @@ impl ObjectReport {
             late_records: 0,
             max_lateness_seconds: 0.0,
             freshness_seconds: None,
+            quality: Vec::new(),
+            contract_version: None,
             reason: None,
             millis: 0,
         }
@@ -128,6 +160,7 @@ impl ObjectReport {
             Status::Unrouted => m = vec![Metric::count("UnroutedObjects", 1.0)],
             Status::Unreadable => m.push(Metric::count("UnreadableObjects", 1.0)),
             Status::Duplicate => m.push(Metric::count("DuplicateDeliveries", 1.0)),
+            Status::ContractFailed => m.push(Metric::count("ContractFailures", 1.0)),
             _ => {}
         }
         let table = if self.table.is_empty() {
@@ -136,6 +169,13 @@ impl ObjectReport {
             self.table.as_str()
         };
         metrics::emit(&[("Table", table)], &m);
+        // One line per check: violations by table, check and action.
+        for q in &self.quality {
+            metrics::emit(
+                &[("Table", table), ("Check", &q.check), ("Action", &q.action)],
+                &[Metric::count("QualityViolations", q.violations as f64)],
+            );
+        }
         tracing::info!(object = %self.object, table, status, records_in = self.records_in,
             committed = self.records_committed, quarantined = self.records_quarantined,
             snapshot = ?self.snapshot_id, millis = self.millis, "ingested object");
@@ -155,6 +195,8 @@ pub(super) fn report_written(
     r.records_in = written.records_in;
     r.records_committed = written.rows;
     r.records_quarantined = written.quarantined;
+    r.quality = quality_counts(&written.quality);
+    r.contract_version = Some(tctx.cfg.contract_version());
     r.unknown_fields = match evolved {
         // Everything the first pass saw is in the evolved schema unless it had no type.
         Some(_) => written
@@ -222,6 +264,15 @@ pub(super) fn commit_summary(
             format!("{:.3}", r.max_lateness_seconds),
         ),
     ]);
+    if let Some(v) = &r.contract_version {
+        props.insert(summary::CONTRACT_VERSION.into(), v.clone());
+    }
+    for q in &r.quality {
+        props.insert(
+            summary::quality_key(&q.check, &q.action),
+            q.violations.to_string(),
+        );
+    }
     if let Some((lo, hi)) = &r.event_time_range {
         props.insert(summary::EVENT_TIME_MIN.into(), lo.clone());
         props.insert(summary::EVENT_TIME_MAX.into(), hi.clone());
@@ -267,6 +318,7 @@ pub(super) fn nothing_added(mut r: ObjectReport) -> ObjectReport {
 fn combined(reports: &[&ObjectReport]) -> ObjectReport {
     let mut all = ObjectReport::new(String::new(), "", Status::Committed);
     let mut unknown = std::collections::BTreeSet::new();
+    let mut deprecated = std::collections::BTreeSet::new();
     let mut quarantine = Vec::new();
     for r in reports {
         all.records_in += r.records_in;
@@ -283,8 +335,24 @@ fn combined(reports: &[&ObjectReport]) -> ObjectReport {
         }
         unknown.extend(r.unknown_fields.iter().cloned());
         quarantine.extend(r.quarantine.iter().cloned());
+        deprecated.extend(r.deprecated_produced.iter().cloned());
+        // Members of one table share its contract: its version, and every check's counts summed.
+        if all.contract_version.is_none() {
+            all.contract_version = r.contract_version.clone();
+        }
+        for q in &r.quality {
+            match all
+                .quality
+                .iter_mut()
+                .find(|a| a.check == q.check && a.action == q.action)
+            {
+                Some(a) => a.violations += q.violations,
+                None => all.quality.push(q.clone()),
+            }
+        }
     }
     all.unknown_fields = unknown.into_iter().collect();
+    all.deprecated_produced = deprecated.into_iter().collect();
     if !quarantine.is_empty() {
         all.quarantine = Some(quarantine.join(","));
     }
@@ -370,5 +438,27 @@ mod tests {
         assert_eq!(s[summary::EVENT_TIME_MAX], "2026-11-30T10:05:00.000000Z");
         assert_eq!(s[summary::UNKNOWN_FIELDS], "f10,f5");
         assert_eq!(s[summary::QUARANTINE], "s3://q/a");
+    }
+
+    #[test]
+    fn a_batch_summary_sums_quality_counts_and_keeps_the_contract_version() {
+        let q = |check: &str, action: &str, violations| QualityCount {
+            check: check.into(),
+            action: action.into(),
+            violations,
+        };
+        let range = ("2026-11-30T10:00:00.000000Z", "2026-11-30T10:05:00.000000Z");
+        let mut a = report(10, 2, range, 0.0, None);
+        a.contract_version = Some("c0ffee".into());
+        a.quality = vec![q("amount_range", "quarantine", 2), q("euro", "flag", 1)];
+        a.deprecated_produced = vec!["legacy".into()];
+        let mut b = report(5, 1, range, 0.0, None);
+        b.contract_version = Some("c0ffee".into());
+        b.quality = vec![q("amount_range", "quarantine", 1), q("euro", "flag", 0)];
+        let s = batch_summary(&[&a, &b]);
+        assert_eq!(s[summary::CONTRACT_VERSION], "c0ffee");
+        assert_eq!(s[&summary::quality_key("amount_range", "quarantine")], "3");
+        assert_eq!(s[&summary::quality_key("euro", "flag")], "1");
+        assert_eq!(s[summary::DEPRECATED_PRODUCED], "legacy");
     }
 }

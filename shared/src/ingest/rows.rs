@@ -20,7 +20,8 @@ use super::TableCtx;
 use crate::config::RouteConfig;
 use crate::decode::{self, DecodeFailure, DecodeSpec, Piece, Rejected};
 use crate::error::{Error, ErrorKind, Result};
-use crate::schema::{self, INGESTED_AT, SOURCE};
+use crate::quality::Contract;
+use crate::schema::{self, INGESTED_AT, QUALITY, SOURCE};
 use crate::write::build_sink;
 
 pub(super) fn micros_to_rfc3339(us: i64) -> String {
@@ -76,11 +77,16 @@ pub(super) struct Written {
     pub(super) et_max: Option<i64>,
     pub(super) late: u64,
     pub(super) max_lateness_us: i64,
+    /// Per data-quality check: its name, action and the records that failed it.
+    pub(super) quality: Vec<(String, crate::config::Action, u64)>,
 }
 
 pub(super) enum WriteFailure {
     /// The object cannot be read at all (quarantined whole).
     Unreadable(String),
+    /// A record failed a check whose action is `fail` (the reason names both): the object is
+    /// refused whole (quarantined whole); the counts of each check up to there.
+    Contract(String, Vec<(String, crate::config::Action, u64)>),
     /// Anything else (retryable or not, as the error says).
     Error(Error),
 }
@@ -115,6 +121,8 @@ pub(super) struct WriteParams<'a> {
     pub(super) reason_note: Option<&'a str>,
     /// Fields whose value quarantines the record (the refused part of a schema change).
     pub(super) refused: Option<&'a std::collections::BTreeSet<String>>,
+    /// Most distinct keys `unique` checks remember (`max_unique_keys`).
+    pub(super) max_unique_keys: usize,
 }
 
 pub(super) async fn write_object(
@@ -139,6 +147,7 @@ pub(super) async fn write_object(
         object_size,
         reason_note,
         refused,
+        max_unique_keys,
     } = *params;
     let deprecated: Vec<String> = tctx.cfg.deprecations().into_keys().collect();
     let iceberg_schema = table.metadata().current_schema().clone();
@@ -168,11 +177,40 @@ pub(super) async fn write_object(
             .collect(),
         refused: refused.cloned().unwrap_or_default(),
     };
+    // The contract is compiled against this pass's decode schema (an evolved one may have
+    // widened a checked column), counting from this object's ingestion time.
+    let mut contract = Contract::compile(
+        &tctx.cfg.checks,
+        &spec.schema,
+        ingested_at.timestamp_micros(),
+        max_unique_keys,
+    )
+    .map_err(|reason| {
+        Error::new(
+            ErrorKind::Config,
+            format!("table `{}`: {reason}", tctx.cfg.name),
+        )
+    })?;
+    super::recent_keys::remember_recent_keys(
+        table,
+        &tctx.cfg.event_time,
+        &mut contract,
+        ingested_at.timestamp_micros(),
+    )
+    .await?;
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Piece>(2);
     let decoder = tokio::task::spawn_blocking(move || {
         let reader = SyncIoBridge::new(body);
         let mut send = |p: Piece| tx.blocking_send(p).is_ok();
-        decode::decode_within(reader, &spec, &limits, object_size, &mut send)
+        let result = decode::decode_checked(
+            reader,
+            &spec,
+            &limits,
+            object_size,
+            Some(&mut contract),
+            &mut send,
+        );
+        (result, contract.counts())
     });
 
     let target = (tctx.cfg.target_file_size_mb as usize) << 20;
@@ -192,6 +230,7 @@ pub(super) async fn write_object(
         et_max: None,
         late: 0,
         max_lateness_us: 0,
+        quality: Vec::new(),
     };
     let mut spool: Option<std::io::BufWriter<std::fs::File>> = None;
     let mut spooled: u64 = 0;
@@ -267,12 +306,13 @@ pub(super) async fn write_object(
             );
         }
     }
-    let decoded = decoder.await.map_err(|e| {
+    let (decoded, quality) = decoder.await.map_err(|e| {
         Error::new(
             ErrorKind::Internal,
             format!("decoder task for {uri} failed: {e}"),
         )
     })?;
+    w.quality = quality;
     let files = sink.close().await;
     // The spool goes with `w` (dropped on these paths); the data files are deleted here.
     let cleanup = |files: &iceberg::Result<Vec<DataFile>>| -> Vec<String> {
@@ -297,6 +337,9 @@ pub(super) async fn write_object(
             }
             return Err(match failure {
                 DecodeFailure::Unreadable(reason) => WriteFailure::Unreadable(reason),
+                DecodeFailure::Contract(reason) => {
+                    WriteFailure::Contract(reason, std::mem::take(&mut w.quality))
+                }
                 DecodeFailure::Transient(e) => WriteFailure::Error(
                     Error::new(ErrorKind::Storage, format!("reading {uri}"))
                         .with_retryable(true)
@@ -360,6 +403,9 @@ fn with_floe_columns(
             Arc::new(TimestampMicrosecondArray::from_value(ingested_us, n).with_timezone_opt(tz))
         } else if f.name() == SOURCE {
             Arc::new(StringArray::from_iter_values(std::iter::repeat_n(uri, n)))
+        } else if f.name() == QUALITY && batch.column_by_name(QUALITY).is_none() {
+            // The table flags (or once did) but this contract has no flag check: none failed.
+            arrow::array::new_null_array(f.data_type(), n)
         } else {
             let idx = batch.schema().index_of(f.name()).map_err(|e| {
                 Error::new(

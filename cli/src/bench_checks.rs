@@ -1,0 +1,79 @@
+//! `floe bench --checks`: the cost of a data-quality contract. The same big JSON-lines object is
+//! ingested with no checks and with ten (every kind, one of them `flag`), each in its own child
+//! process, side by side in one run: seconds, rows/s, the ratio and peak RSS.
+
+use std::path::Path;
+use std::process::Command;
+
+use anyhow::Result;
+
+use crate::bench::{f, generate_big, run_child};
+use crate::progress;
+
+/// Ten checks over the sample orders (every kind; `customer_id` flags): all pass on the
+/// generated data, so both runs commit the same rows and the difference is evaluation alone.
+pub(crate) const TEN_CHECKS: &str = r#"checks = [
+  { name = "has_region", kind = "not_null", column = "region" },
+  { name = "amount_range", kind = "range", column = "amount", min = 0, max = 100000 },
+  { name = "not_future", kind = "range", column = "event_time", min = "2020-01-01T00:00:00Z", max_future_seconds = 300 },
+  { name = "known_currency", kind = "accepted", column = "currency", values = ["EUR", "USD", "GBP", "JPY"] },
+  { name = "known_status", kind = "accepted", column = "status", values = ["placed", "paid", "shipped", "cancelled"] },
+  { name = "order_id_uuid", kind = "regex", column = "order_id", pattern = "^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[0-9a-f]{4}-[0-9a-f]{12}$" },
+  { name = "short_payment", kind = "max_length", column = "payment_method", max = 32 },
+  { name = "one_per_order", kind = "unique", columns = ["order_id"] },
+  { name = "sane_items", kind = "sql", expr = "items BETWEEN 1 AND 100" },
+  { name = "known_customer", kind = "range", column = "customer_id", min = 0, action = "flag" },
+]"#;
+
+/// Runs the benchmark in `dir` (deleted first) on a `big_mb` MiB object.
+pub(crate) fn run(dir: &Path, big_mb: usize) -> Result<()> {
+    let _ = std::fs::remove_dir_all(dir);
+    let bucket = dir.join("inputs").join("input");
+    std::fs::create_dir_all(&bucket)?;
+    let dir = std::fs::canonicalize(dir)?;
+    let bucket = std::fs::canonicalize(&bucket)?;
+    progress::note(format!("generating {big_mb} MiB of JSON lines (gzip)…"));
+    let big = bucket.join("big.jsonl.gz");
+    let rows = generate_big(&big, big_mb)?;
+    let exe = std::env::current_exe()?;
+    let child = |mode: &str, work: &str| {
+        let mut c = Command::new(&exe);
+        c.args(["bench", "--child", mode, "--input"])
+            .arg(&big)
+            .arg("--work")
+            .arg(dir.join(work));
+        c.env("FLOE_METRICS", "off").env("RUST_LOG", "warn");
+        c
+    };
+    let runs = [
+        run_child("floe, no checks", &mut child("floe-big", "plain"))?,
+        run_child("floe, 10 checks", &mut child("floe-big-checks", "checks"))?,
+    ];
+    let build = if cfg!(debug_assertions) {
+        "debug build"
+    } else {
+        "release build"
+    };
+    println!("\n## Data-quality checks: {big_mb} MiB JSON lines ({rows} rows), {build}\n");
+    println!("| contender | work time (s) | process wall (s) | rows/s | peak RSS (MiB) |");
+    println!("|---|---:|---:|---:|---:|");
+    for r in &runs {
+        let secs = f(&r.out, "secs");
+        println!(
+            "| {} | {:.2} | {:.2} | {:.0} | {:.0} |",
+            r.name,
+            secs,
+            r.wall,
+            f(&r.out, "rows") / secs.max(1e-9),
+            f(&r.out, "rss_mb")
+        );
+    }
+    let (plain, checked) = (f(&runs[0].out, "secs"), f(&runs[1].out, "secs"));
+    println!(
+        "\n10 checks / no checks time: {:.2}× (target ≤ 1.15×); rows committed {} vs {}",
+        checked / plain.max(1e-9),
+        f(&runs[0].out, "rows"),
+        f(&runs[1].out, "rows")
+    );
+    Ok(())
+}
