@@ -1084,7 +1084,8 @@ fn write_csv_record<'f>(out: &mut Vec<u8>, fields: impl Iterator<Item = &'f [u8]
 
 /// Reorders `batch` into `target`'s columns by name; absent columns become nulls.
 /// The first column of `batch` that `target` lacks (and `ignored` does not name) with a value
-/// (non-null) in `row`.
+/// (non-null) in `row`. Reserved names (`_…`: floe writes its own `_source`, `_ingested_at`)
+/// are left out: a re-exported floe table is not refused for them.
 fn unknown_value(
     batch: &RecordBatch,
     target: &SchemaRef,
@@ -1098,6 +1099,7 @@ fn unknown_value(
         .zip(batch.columns())
         .find(|(f, col)| {
             target.field_with_name(f.name()).is_err()
+                && !f.name().starts_with('_')
                 && !ignored.contains(f.name())
                 && col.is_valid(row)
         })
@@ -1546,7 +1548,7 @@ not json\n\
             allow_unknown: false,
             ..spec(Format::Csv)
         };
-        let csv = "id,n,t,other\na,1,2026-11-30T10:00:00Z,x\nb,2,2026-11-30T10:00:00Z,\nc,3,2026-11-30T10:00:00Z,z\n";
+        let csv = "id,n,t,other,_source\na,1,2026-11-30T10:00:00Z,x,s\nb,2,2026-11-30T10:00:00Z,,s\nc,3,2026-11-30T10:00:00Z,z,s\n";
         let (seen, rows, rejected, _) = run(csv.as_bytes(), &strict);
         assert_eq!((seen, rows, rejected.len()), (3, 1, 2), "{rejected:?}");
         assert_eq!(rejected[0].record, 2);
