@@ -124,7 +124,9 @@ impl Ingestor {
                 continue;
             }
             let t0 = Instant::now();
-            let prepared = self.prepare(obj).await;
+            // Boxed: the preparation's state (decode ‖ write, evolution, contracts) is large, and
+            // a debug build's nested futures would otherwise overflow a 2 MiB thread stack.
+            let prepared = Box::pin(self.prepare(obj)).await;
             slowest = slowest.max(t0.elapsed());
             let prepared = match prepared {
                 Ok(Stage::Ready(p)) => p,
@@ -195,7 +197,7 @@ impl Ingestor {
     /// starts the object over on the single path, which retries.
     async fn commit_alone(&self, p: Prepared, deadline: Instant) -> Result<ObjectReport> {
         let obj = p.obj.clone();
-        match self.commit_one(p, deadline).await {
+        match Box::pin(self.commit_one(p, deadline)).await {
             Err(e) if e.kind() == ErrorKind::Stale => self.ingest(&obj, deadline).await,
             other => other,
         }
@@ -210,7 +212,7 @@ impl Ingestor {
         let mut out = Vec::with_capacity(members.len());
         while !members.is_empty() {
             let rest = members.split_off(members.len().min(MAX_OBJECTS_PER_COMMIT));
-            out.extend(self.commit_group(members, deadline).await);
+            out.extend(Box::pin(self.commit_group(members, deadline)).await);
             members = rest;
         }
         out

@@ -198,7 +198,7 @@ impl Ingestor {
             }
         }
         // Objects of one table commit together; each keeps its own report.
-        let outcomes = self.ingest_batch(&objects, deadline).await;
+        let outcomes = Box::pin(self.ingest_batch(&objects, deadline)).await;
         for ((obj, d), outcome) in objects.iter().zip(owners).zip(outcomes) {
             match outcome {
                 Ok(report) => {
@@ -234,7 +234,7 @@ impl Ingestor {
         let mut tries = 0;
         loop {
             tries += 1;
-            match self.ingest_once(obj, deadline).await {
+            match Box::pin(self.ingest_once(obj, deadline)).await {
                 Err(e)
                     if e.kind() == ErrorKind::Stale && tries < 3 && Instant::now() < deadline =>
                 {
@@ -247,9 +247,9 @@ impl Ingestor {
 
     /// One attempt: everything up to the commit ([`Ingestor::prepare`]), then the commit.
     async fn ingest_once(&self, obj: &ObjectRef, deadline: Instant) -> Result<ObjectReport> {
-        match self.prepare(obj).await? {
+        match Box::pin(self.prepare(obj)).await? {
             Stage::Done(r) => Ok(r),
-            Stage::Ready(p) => self.commit_one(*p, deadline).await,
+            Stage::Ready(p) => Box::pin(self.commit_one(*p, deadline)).await,
         }
     }
 
