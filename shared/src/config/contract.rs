@@ -226,7 +226,7 @@ impl TableConfig {
                 if let Some(c) = self
                     .columns
                     .iter()
-                    .find(|c| c.sensitive.is_some() && check.columns.iter().any(|k| *k == c.name))
+                    .find(|c| c.sensitive.is_some() && check.columns.contains(&c.name))
                 {
                     return Err(fail(format!(
                         "`within_hours` cannot compare key column `{}`: it is sensitive, so the \
