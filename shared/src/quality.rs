@@ -1032,6 +1032,32 @@ mod tests {
     }
 
     #[test]
+    fn accepted_on_numbers_and_timestamps_and_sliced_batches() {
+        let mut c = contract(
+            "[[checks]]\nname = \"few\"\nkind = \"accepted\"\ncolumn = \"items\"\nvalues = [1, 2]\n\n[[checks]]\nname = \"at\"\nkind = \"accepted\"\ncolumn = \"t\"\nvalues = [\"2026-11-30T10:00:00Z\"]\n",
+        );
+        let at = |items: Option<i64>, t: Option<i64>| (Some("x"), None, items, None, t);
+        let b = batch(&[
+            at(Some(9), Some(NOW)),
+            at(Some(1), Some(NOW)),
+            at(Some(3), Some(NOW + 1)),
+            at(None, None),
+            at(Some(2), Some(NOW)),
+        ]);
+        // A slice with an offset: rows 1.. of the batch.
+        let r = reasons(&c.evaluate(b.slice(1, 4)).unwrap());
+        assert_eq!(r[0], "");
+        assert!(
+            r[1].contains("`few`")
+                && r[1].contains("items = 3")
+                && r[1].contains("also failed: at"),
+            "{}",
+            r[1]
+        );
+        assert_eq!(&r[2..], &["", ""], "nulls pass; 2 at NOW is accepted");
+    }
+
+    #[test]
     fn timestamps_from_the_future_beyond_the_skew_fail() {
         let mut c = contract(
             "[[checks]]\nname = \"not_future\"\nkind = \"range\"\ncolumn = \"t\"\nmin = \"2020-01-01T00:00:00Z\"\nmax_future_seconds = 300\n",
