@@ -225,28 +225,19 @@ impl Contract {
             .collect();
         // Rows a `sql` check could not be evaluated on, with the error (they fail it).
         let mut erred: Vec<(usize, String)> = Vec::new();
+        // Per check, the rows failing it, for the `unique` checks (evaluated together).
+        let mut unique: Vec<Option<BooleanBuffer>> = Vec::new();
         for k in order {
             erred.clear();
+            if unique.is_empty() && matches!(self.checks[k].test, Test::Unique { .. }) {
+                unique = self.unique_failures(&batch, reasons.as_ref())?;
+            }
             let check = &mut self.checks[k];
             let failing = match &mut check.test {
-                Test::Unique { columns, seen, .. } => {
-                    let dropped = reasons.as_ref();
-                    unique_failures(
-                        &batch,
-                        columns,
-                        seen,
-                        dropped,
-                        &mut self.unique_keys,
-                        self.max_unique_keys,
-                    )
-                    .map_err(|e| match e {
-                        UniqueError::Limit(m) => QualityError::Limit(m),
-                        UniqueError::Eval(reason) => QualityError::Eval {
-                            check: check.name.clone(),
-                            reason,
-                        },
-                    })?
-                }
+                Test::Unique { .. } => unique
+                    .get_mut(k)
+                    .and_then(Option::take)
+                    .unwrap_or_else(|| BooleanBuffer::new_unset(n)),
                 Test::Sql { expr, .. } => {
                     sql_failures(expr, &batch, &mut erred).map_err(|reason| QualityError::Eval {
                         check: check.name.clone(),
@@ -337,6 +328,83 @@ impl Contract {
             reasons,
             fail,
         })
+    }
+}
+
+impl Contract {
+    /// Per check (None but for `unique` ones), the rows of `batch` whose key was seen before
+    /// in the object (in an earlier row kept, of this batch or an earlier one) or in the
+    /// table's recent rows. Rows are taken in order across all `unique` checks: a row that a
+    /// quarantine check drops (`dropped`, or a `unique` one with action quarantine) is not in
+    /// the table, so none of its keys is remembered. Rows with a null key part pass. A
+    /// collision of two keys' 128-bit hashes (which would fail a unique row) is a 2^-128 event
+    /// per pair.
+    fn unique_failures(
+        &mut self,
+        batch: &RecordBatch,
+        dropped: Option<&Vec<Option<String>>>,
+    ) -> std::result::Result<Vec<Option<BooleanBuffer>>, QualityError> {
+        // (check, its action, per row the hash of its key)
+        let mut keyed: Vec<(usize, Action, Vec<Option<u128>>)> = Vec::new();
+        for (k, c) in self.checks.iter().enumerate() {
+            let Test::Unique { columns, .. } = &c.test else {
+                continue;
+            };
+            let eval = |reason: String| QualityError::Eval {
+                check: c.name.clone(),
+                reason,
+            };
+            let keys: Vec<ArrayRef> = columns
+                .iter()
+                .map(|name| col(batch, name).cloned())
+                .collect::<std::result::Result<_, _>>()
+                .map_err(eval)?;
+            keyed.push((k, c.action, key_hashes(&keys).map_err(eval)?));
+        }
+        let n = batch.num_rows();
+        let mut out: Vec<arrow::array::BooleanBufferBuilder> = keyed
+            .iter()
+            .map(|_| arrow::array::BooleanBufferBuilder::new(n))
+            .collect();
+        let mut dup = vec![false; keyed.len()];
+        for row in 0..n {
+            let kept = dropped.is_none_or(|d| d[row].is_none());
+            let mut quarantined = false;
+            for (u, (k, action, hashes)) in keyed.iter().enumerate() {
+                dup[u] = kept
+                    && hashes[row].is_some_and(|h| {
+                        matches!(&self.checks[*k].test, Test::Unique { seen, .. } if seen.contains(&h))
+                    });
+                quarantined |= dup[u] && *action == Action::Quarantine;
+            }
+            if kept && !quarantined {
+                for (k, _, hashes) in &keyed {
+                    let (Some(h), Test::Unique { seen, .. }) =
+                        (hashes[row], &mut self.checks[*k].test)
+                    else {
+                        continue;
+                    };
+                    if seen.insert(h) {
+                        self.unique_keys += 1;
+                        if self.unique_keys > self.max_unique_keys {
+                            return Err(QualityError::Limit(format!(
+                                "the object has more than max_unique_keys = {} distinct keys for \
+                                 its `unique` checks",
+                                self.max_unique_keys
+                            )));
+                        }
+                    }
+                }
+            }
+            for (b, d) in out.iter_mut().zip(&dup) {
+                b.append(*d);
+            }
+        }
+        let mut failing: Vec<Option<BooleanBuffer>> = vec![None; self.checks.len()];
+        for ((k, _, _), mut b) in keyed.iter().zip(out) {
+            failing[*k] = Some(b.finish());
+        }
+        Ok(failing)
     }
 }
 
@@ -623,50 +691,6 @@ fn key_hashes(keys: &[ArrayRef]) -> std::result::Result<Vec<Option<u128>>, Strin
             (!null).then(|| XxHash3_128::oneshot(key.as_ref()))
         })
         .collect())
-}
-
-enum UniqueError {
-    Limit(String),
-    Eval(String),
-}
-
-/// The rows of `batch` whose key was seen before in the object (in an earlier row kept, of
-/// this batch or an earlier one); rows `dropped` by a quarantine check are skipped and not
-/// remembered, rows with a null key part pass. A collision of two keys' 128-bit hashes (which
-/// would fail a unique row) is a 2^-128 event per pair.
-fn unique_failures(
-    batch: &RecordBatch,
-    columns: &[String],
-    seen: &mut KeySet,
-    dropped: Option<&Vec<Option<String>>>,
-    total: &mut usize,
-    max: usize,
-) -> std::result::Result<BooleanBuffer, UniqueError> {
-    let keys: Vec<ArrayRef> = columns
-        .iter()
-        .map(|c| col(batch, c).cloned())
-        .collect::<std::result::Result<_, _>>()
-        .map_err(UniqueError::Eval)?;
-    let hashes = key_hashes(&keys).map_err(UniqueError::Eval)?;
-    let mut out = arrow::array::BooleanBufferBuilder::new(batch.num_rows());
-    for (row, hash) in hashes.into_iter().enumerate() {
-        let Some(hash) = hash.filter(|_| dropped.is_none_or(|d| d[row].is_none())) else {
-            out.append(false);
-            continue;
-        };
-        let fresh = seen.insert(hash);
-        if fresh {
-            *total += 1;
-            if *total > max {
-                return Err(UniqueError::Limit(format!(
-                    "the object has more than max_unique_keys = {max} distinct keys for its \
-                     `unique` checks"
-                )));
-            }
-        }
-        out.append(!fresh);
-    }
-    Ok(out.finish())
 }
 
 /// The rows of `batch` failing a `sql` check: where it is false, and where it cannot be
@@ -1029,6 +1053,58 @@ mod tests {
         assert!(reasons(&all)
             .iter()
             .all(|r| r.contains("cannot be evaluated")));
+    }
+
+    #[test]
+    fn accepted_on_numbers_and_timestamps_and_sliced_batches() {
+        let mut c = contract(
+            "[[checks]]\nname = \"few\"\nkind = \"accepted\"\ncolumn = \"items\"\nvalues = [1, 2]\n\n[[checks]]\nname = \"at\"\nkind = \"accepted\"\ncolumn = \"t\"\nvalues = [\"2026-11-30T10:00:00Z\"]\n",
+        );
+        let at = |items: Option<i64>, t: Option<i64>| (Some("x"), None, items, None, t);
+        let b = batch(&[
+            at(Some(9), Some(NOW)),
+            at(Some(1), Some(NOW)),
+            at(Some(3), Some(NOW + 1)),
+            at(None, None),
+            at(Some(2), Some(NOW)),
+        ]);
+        // A slice with an offset: rows 1.. of the batch.
+        let r = reasons(&c.evaluate(b.slice(1, 4)).unwrap());
+        assert_eq!(r[0], "");
+        assert!(
+            r[1].contains("`few`")
+                && r[1].contains("items = 3")
+                && r[1].contains("also failed: at"),
+            "{}",
+            r[1]
+        );
+        assert_eq!(&r[2..], &["", ""], "nulls pass; 2 at NOW is accepted");
+    }
+
+    #[test]
+    fn a_row_quarantined_by_one_unique_check_makes_no_duplicate_for_another() {
+        let mut c = contract(
+            "[[checks]]\nname = \"one_per_id\"\nkind = \"unique\"\ncolumns = [\"id\"]\n\n[[checks]]\nname = \"one_per_currency\"\nkind = \"unique\"\ncolumns = [\"currency\"]\n",
+        );
+        let at = |id: &'static str, cur: &'static str| (Some(id), None, None, Some(cur), None);
+        // b is quarantined for repeating EUR: it is not in the table, so the later b is not a
+        // duplicate of it (and its USD is new).
+        let r = reasons(
+            &c.evaluate(batch(&[at("a", "EUR"), at("b", "EUR"), at("b", "USD")]))
+                .unwrap(),
+        );
+        assert_eq!(r[0], "");
+        assert!(r[1].contains("`one_per_currency`"), "{}", r[1]);
+        assert_eq!(r[2], "", "{}", r[2]);
+        // Across batches too: the quarantined row's id was not remembered.
+        let r = reasons(
+            &c.evaluate(batch(&[at("c", "USD"), at("c", "GBP")]))
+                .unwrap(),
+        );
+        assert!(r[0].contains("`one_per_currency`"), "{}", r[0]);
+        assert_eq!(r[1], "", "{}", r[1]);
+        let counts: Vec<u64> = c.counts().into_iter().map(|(_, _, n)| n).collect();
+        assert_eq!(counts, vec![0, 2]);
     }
 
     #[test]

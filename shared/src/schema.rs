@@ -67,22 +67,46 @@ pub(crate) fn quality_field(id: i32) -> NestedField {
         .with_doc("the data-quality checks (action flag) the row failed, comma-separated")
 }
 
-/// `schema` with the `_quality` column added (id above `last_column_id`), or None when it has
-/// one: for a table whose contract gained a `flag` check after it was created.
-pub(crate) fn with_quality_column(schema: &Schema, last_column_id: i32) -> Result<Option<Schema>> {
-    if schema.field_by_name(QUALITY).is_some() {
+/// `schema` with what the table's contract needs and the table lacks: the configured columns
+/// its checks read (optional: a table declared a column after it was created) and `_quality`
+/// when it flags, ids above `last_column_id`; with the change described. None when nothing is
+/// missing. For an existing table whose contract changed: the object's commit adds them.
+pub(crate) fn with_contract_columns(
+    schema: &Schema,
+    last_column_id: i32,
+    table: &TableConfig,
+) -> Result<Option<(Schema, String)>> {
+    let mut fields: Vec<_> = schema.as_struct().fields().to_vec();
+    let mut id = last_column_id.max(schema.highest_field_id());
+    let mut added = Vec::new();
+    for col in table.check_columns() {
+        if schema.field_by_name(&col.name).is_some() {
+            continue;
+        }
+        let ty = parse_type(&col.type_name).map_err(|r| Error::new(ErrorKind::Config, r))?;
+        id += 1;
+        added.push(format!("{} ({ty})", col.name));
+        let mut f = NestedField::optional(id, &col.name, Type::Primitive(ty));
+        if let Some(doc) = &col.doc {
+            f = f.with_doc(doc);
+        }
+        fields.push(Arc::new(f));
+    }
+    if table.has_flag_checks() && schema.field_by_name(QUALITY).is_none() {
+        id += 1;
+        added.push(format!("{QUALITY} (string)"));
+        fields.push(Arc::new(quality_field(id)));
+    }
+    if added.is_empty() {
         return Ok(None);
     }
-    let mut fields: Vec<_> = schema.as_struct().fields().to_vec();
-    let id = last_column_id.max(schema.highest_field_id()) + 1;
-    fields.push(Arc::new(quality_field(id)));
-    Schema::builder()
+    let evolved = Schema::builder()
         .with_schema_id(schema.schema_id() + 1)
         .with_identifier_field_ids(schema.identifier_field_ids())
         .with_fields(fields)
         .build()
-        .map(Some)
-        .map_err(|e| Error::iceberg("adding the _quality column", e))
+        .map_err(|e| Error::iceberg("adding the columns of the table's contract", e))?;
+    Ok(Some((evolved, format!("added {}", added.join(", ")))))
 }
 
 /// The unbound partition spec for a table config, resolved against `schema`.

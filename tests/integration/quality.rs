@@ -417,3 +417,66 @@ async fn unique_within_hours_also_holds_against_the_tables_recent_rows() {
         "1"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_check_on_a_configured_column_the_table_lacks_adds_it_in_the_commit() {
+    // The table is created without `coupon`; the config then declares it with a check on it.
+    let mut env = env_with(&[]).await;
+    let ingestor = env.ingestor().await;
+    env.put("orders/before.jsonl", good(2)).await;
+    let r = env.ingest(&ingestor, "orders/before.jsonl").await.unwrap();
+    assert_eq!(r.status, Status::Committed);
+    let text = format!(
+        "[catalog]\nkind = \"sqlite\"\nwarehouse = \"file:///tmp/wh\"\n{}",
+        floe::sample::ORDERS_TABLE_TOML
+            .replace(
+                "  { name = \"event_time\"",
+                "  { name = \"coupon\", type = \"string\" },\n  { name = \"event_time\"",
+            )
+            .replace(
+                "target_file_size_mb = 128",
+                "target_file_size_mb = 128\nchecks = [\n  { name = \"coupon_format\", kind = \"regex\", column = \"coupon\", pattern = \"^[A-Z]+$\" },\n  { name = \"coupon_short\", kind = \"sql\", expr = \"length(coupon) < 6\", action = \"flag\" },\n]",
+            )
+    );
+    let declared = Config::parse(&text, "test")
+        .expect("config")
+        .tables
+        .remove(0);
+    env.config.tables[0].columns = declared.columns;
+    env.config.tables[0].checks = declared.checks;
+    let ingestor = env.ingestor().await;
+    let mut body = good(2).replace("ok-", "new-");
+    body.push_str(&order("c-1", |m| {
+        m.insert("coupon".into(), json!("XMAS"));
+    }));
+    body.push_str(&order("c-2", |m| {
+        m.insert("coupon".into(), json!("bad-1"));
+    }));
+    body.push_str(&order("c-3", |m| {
+        m.insert("coupon".into(), json!("WINTERSALE"));
+    }));
+    env.put("orders/coupons.jsonl", body).await;
+    let r = env
+        .ingest(&ingestor, "orders/coupons.jsonl")
+        .await
+        .expect("a check on a declared column the table lacks must not fail every object");
+    assert_eq!(r.status, Status::Committed, "{r:?}");
+    assert_eq!(
+        (r.records_in, r.records_committed, r.records_quarantined),
+        (5, 4, 1),
+        "{r:?}"
+    );
+    let q = quarantined(&env, &r).await;
+    assert!(
+        q[0]["reason"].as_str().unwrap().contains("`coupon_format`"),
+        "{q:?}"
+    );
+    let table = ingestor.catalog().load_table(&env.ident()).await.unwrap();
+    let schema = table.metadata().current_schema();
+    assert!(schema.field_by_name("coupon").is_some());
+    assert!(schema.field_by_name("_quality").is_some());
+    let s = summary(&env, &ingestor).await;
+    assert_eq!(s["floe.quality.coupon_format.quarantine"], "1", "{s:?}");
+    assert_eq!(s["floe.quality.coupon_short.flag"], "1", "{s:?}");
+    assert_eq!(env.count_rows(ingestor.catalog().as_ref()).await, 6);
+}

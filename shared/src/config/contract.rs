@@ -140,6 +140,24 @@ impl TableConfig {
         self.checks.iter().any(|c| c.action == Action::Flag)
     }
 
+    /// The configured columns the checks read (`column`, `columns`, and the columns a `sql`
+    /// expression names), in config order.
+    pub(crate) fn check_columns(&self) -> Vec<&super::ColumnConfig> {
+        let mut named: HashSet<String> = HashSet::new();
+        let schema = self.config_arrow_schema().ok();
+        for c in &self.checks {
+            named.extend(c.column.iter().cloned());
+            named.extend(c.columns.iter().cloned());
+            if let (CheckKind::Sql, Some(expr), Some(schema)) = (c.kind, &c.expr, &schema) {
+                named.extend(sql_columns(expr, schema));
+            }
+        }
+        self.columns
+            .iter()
+            .filter(|c| named.contains(&c.name))
+            .collect()
+    }
+
     /// A stable hash of the table's checks (16 hex digits; `none` without checks), recorded in
     /// every ingest summary: a changed contract shows as a changed version from the next object.
     pub fn contract_version(&self) -> String {
@@ -488,6 +506,21 @@ pub(crate) fn sql_predicate(
         return Err(format!("`expr` `{expr}` is of type {ty}, not boolean"));
     }
     Ok(physical)
+}
+
+/// The columns `expr` names (none when it does not parse against `schema`).
+fn sql_columns(expr: &str, schema: &SchemaRef) -> Vec<String> {
+    let Ok(df_schema) = DFSchema::try_from(schema.as_ref().clone()) else {
+        return Vec::new();
+    };
+    match SessionContext::new().parse_sql_expr(expr, &df_schema) {
+        Ok(logical) => logical
+            .column_refs()
+            .into_iter()
+            .map(|c| c.name.clone())
+            .collect(),
+        Err(_) => Vec::new(),
+    }
 }
 
 /// Refuses functions that are not immutable (`random()`, `uuid()`, `now()`, …): the name of

@@ -314,16 +314,14 @@ impl Ingestor {
             refused: None,
             max_unique_keys: self.config.ingest.max_unique_keys,
         };
-        // A contract that flags needs `_quality`: a table created before it gets the column in
-        // this object's commit (written with it, committed with the data like any evolution).
-        let quality_column = match tctx.cfg.has_flag_checks() {
-            true => crate::schema::with_quality_column(
-                table.metadata().current_schema(),
-                table.metadata().last_column_id(),
-            )?
-            .map(|s| (s, format!("added {} (string)", crate::schema::QUALITY))),
-            false => None,
-        };
+        // A contract that flags needs `_quality`, and its checks the columns they read: a table
+        // created before (or before the config declared them) gets them in this object's commit
+        // (written with them, committed with the data like any evolution).
+        let quality_column = crate::schema::with_contract_columns(
+            table.metadata().current_schema(),
+            table.metadata().last_column_id(),
+            &tctx.cfg,
+        )?;
         let write_table = match &quality_column {
             Some((schema, _)) => crate::write::with_schema(&table, schema.clone())?,
             None => table.clone(),
