@@ -257,6 +257,28 @@ fn ingest_data(p: &Places) -> String {
     list.push(c.ingest.quarantine_prefix.clone());
     let mut glue: Vec<String> = p.glue_catalog_and_database().to_vec();
     glue.extend(routed.iter().map(|t| p.glue_table(t)));
+    // The consumer gate compares a schema change with the sinks of the pipelines reading a
+    // routed table: their current schema only (Glue GetTable + metadata files), read-only.
+    let consumer_sinks: BTreeSet<&str> = c
+        .pipelines
+        .iter()
+        .filter(|q| routed.contains(q.source.as_str()) && !routed.contains(q.sink.as_str()))
+        .map(|q| q.sink.as_str())
+        .collect();
+    let sink_schemas = if consumer_sinks.is_empty() {
+        String::new()
+    } else {
+        let metadata: Vec<String> = consumer_sinks
+            .iter()
+            .map(|t| s3_objects(&p.bucket, &format!("{}metadata/", p.table_prefix(t))))
+            .collect();
+        let tables: Vec<String> = consumer_sinks.iter().map(|t| p.glue_table(t)).collect();
+        [
+            statement("ReadConsumerSinkSchemas", &["s3:GetObject"], &metadata),
+            statement("GlueConsumerSinks", &["glue:GetTable"], &tables),
+        ]
+        .concat()
+    };
     [
         statement(
             "ReadLanding",
@@ -279,6 +301,7 @@ fn ingest_data(p: &Places) -> String {
             ],
             &glue,
         ),
+        sink_schemas,
     ]
     .concat()
 }
@@ -576,7 +599,12 @@ sql = "SELECT id, shipped_at FROM source"
         // Ingest gains the new table; process reads it, never writes it.
         let ingest = block(&after, "ingest-data");
         assert!(ingest.contains(&format!("warehouse/{db}/shipments/*")));
-        assert!(!ingest.contains("late_shipments"));
+        // ... and may read the new sink's schema (the consumer gate), nothing more of it.
+        let (writes, reads) = ingest.split_once("- Sid: ReadConsumerSinkSchemas").unwrap();
+        assert!(!writes.contains("late_shipments"), "{writes}");
+        assert!(reads.contains(&format!("warehouse/{db}/late_shipments/metadata/*")));
+        assert!(reads.contains(&format!("table/{db}/late_shipments")));
+        assert!(!reads.contains("PutObject") && !reads.contains("UpdateTable"));
         let process = block(&after, "process-data");
         let read = process.split("- Sid: WriteSinks").next().unwrap();
         assert!(read.contains(&format!("warehouse/{db}/shipments/*")));
