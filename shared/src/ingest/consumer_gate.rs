@@ -255,22 +255,7 @@ impl Ingestor {
             Some((s, _)) => crate::write::with_schema(table, s.clone())?,
             None => table.clone(),
         };
-        let reopened = self
-            .store
-            .open(&obj.bucket, &obj.key, read)
-            .await
-            .map_err(|e| {
-                if e.kind() == ErrorKind::Superseded {
-                    Error::new(
-                        ErrorKind::Superseded,
-                        format!("{uri} changed between its two reads; not committed"),
-                    )
-                    .with_retryable(true)
-                    .with_source(e)
-                } else {
-                    e
-                }
-            })?;
+        let reopened = self.reopen_pinned(obj, read).await?;
         // The note is part of each quarantined line as it is spooled: within max_quarantine_bytes.
         let note = refusal.note();
         let second = WriteParams {

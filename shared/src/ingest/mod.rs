@@ -417,6 +417,31 @@ impl Ingestor {
         Ok(r)
     }
 
+    /// Opens the object again for a second pass, pinned to the version read first: an overwrite
+    /// in between must not put other content under this identity. A mismatch is retryable: the
+    /// redelivery starts over.
+    pub(super) async fn reopen_pinned(
+        &self,
+        obj: &ObjectRef,
+        read: &Version,
+    ) -> Result<crate::store::OpenedObject> {
+        self.store
+            .open(&obj.bucket, &obj.key, read)
+            .await
+            .map_err(|e| {
+                if e.kind() == ErrorKind::Superseded {
+                    Error::new(
+                        ErrorKind::Superseded,
+                        format!("{} changed between its two reads; not committed", obj.uri()),
+                    )
+                    .with_retryable(true)
+                    .with_source(e)
+                } else {
+                    e
+                }
+            })
+    }
+
     /// The limits of an ingest commit. The commit window starts now, whatever decoding and
     /// writing took (bounded by the Lambda's own deadline): a large object must not reach its
     /// commit with no time left.
@@ -537,22 +562,7 @@ impl Ingestor {
         let evolved_table = crate::write::with_schema(table, schema.clone())?;
         // Pinned to the version read first: an overwrite in between must not put other
         // content under this identity. A mismatch is retryable: the redelivery starts over.
-        let reopened = self
-            .store
-            .open(&obj.bucket, &obj.key, read)
-            .await
-            .map_err(|e| {
-                if e.kind() == ErrorKind::Superseded {
-                    Error::new(
-                        ErrorKind::Superseded,
-                        format!("{uri} changed between its two reads; not committed"),
-                    )
-                    .with_retryable(true)
-                    .with_source(e)
-                } else {
-                    e
-                }
-            })?;
+        let reopened = self.reopen_pinned(obj, read).await?;
         // The second pass is final: the quarantine limit applies as it goes.
         let second = WriteParams {
             defer_quarantine_limit: false,
