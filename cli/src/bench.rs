@@ -148,6 +148,23 @@ pub(crate) struct Run {
 }
 
 /// Runs one contender in its own process (a spinner meanwhile) and reads its result line.
+/// The side-by-side table of child runs: work time, process wall time, rows/s, peak RSS.
+pub(crate) fn print_runs(runs: &[Run]) {
+    println!("| contender | work time (s) | process wall (s) | rows/s | peak RSS (MiB) |");
+    println!("|---|---:|---:|---:|---:|");
+    for r in runs {
+        let secs = f(&r.out, "secs");
+        println!(
+            "| {} | {:.2} | {:.2} | {:.0} | {:.0} |",
+            r.name,
+            secs,
+            r.wall,
+            f(&r.out, "rows") / secs.max(1e-9),
+            f(&r.out, "rss_mb")
+        );
+    }
+}
+
 pub(crate) fn run_child(name: &str, cmd: &mut Command) -> Result<Run> {
     let spinner = progress::spinner(format!("running {name}"));
     let t0 = Instant::now();
@@ -310,19 +327,7 @@ pub async fn run(args: BenchArgs) -> Result<()> {
     }
     let big_gz = std::fs::metadata(&big)?.len() as f64 / 1048576.0;
     println!("\n## Big object: {big_mb} MiB JSON lines ({big_gz:.0} MiB gzip, {big_rows} rows), 2 cores\n");
-    println!("| contender | work time (s) | process wall (s) | rows/s | peak RSS (MiB) |");
-    println!("|---|---:|---:|---:|---:|");
-    for r in &big_runs {
-        let secs = f(&r.out, "secs");
-        println!(
-            "| {} | {:.2} | {:.2} | {:.0} | {:.0} |",
-            r.name,
-            secs,
-            r.wall,
-            f(&r.out, "rows") / secs.max(1e-9),
-            f(&r.out, "rss_mb")
-        );
-    }
+    print_runs(&big_runs);
     let floe_secs = f(&big_runs[1].out, "secs");
     let plain_secs = f(&big_runs[0].out, "secs");
     println!(

@@ -7,7 +7,7 @@ use std::process::Command;
 
 use anyhow::Result;
 
-use crate::bench::{f, generate_big, run_child};
+use crate::bench::{f, generate_big, print_runs, run_child};
 use crate::progress;
 
 /// Ten checks over the sample orders (every kind; `customer_id` flags): all pass on the
@@ -55,19 +55,7 @@ pub(crate) fn run(dir: &Path, big_mb: usize) -> Result<()> {
         "release build"
     };
     println!("\n## Data-quality checks: {big_mb} MiB JSON lines ({rows} rows), {build}\n");
-    println!("| contender | work time (s) | process wall (s) | rows/s | peak RSS (MiB) |");
-    println!("|---|---:|---:|---:|---:|");
-    for r in &runs {
-        let secs = f(&r.out, "secs");
-        println!(
-            "| {} | {:.2} | {:.2} | {:.0} | {:.0} |",
-            r.name,
-            secs,
-            r.wall,
-            f(&r.out, "rows") / secs.max(1e-9),
-            f(&r.out, "rss_mb")
-        );
-    }
+    print_runs(&runs);
     let (plain, checked) = (f(&runs[0].out, "secs"), f(&runs[1].out, "secs"));
     println!(
         "\n10 checks / no checks time: {:.2}× (target ≤ 1.15×); rows committed {} vs {}",
