@@ -167,6 +167,20 @@ impl<R: Read> Read for Capped<R> {
     }
 }
 
+/// Counts the stored (still compressed) bytes read, for an estimate of the object's records.
+struct Counted<R> {
+    inner: R,
+    read: std::rc::Rc<std::cell::Cell<u64>>,
+}
+
+impl<R: Read> Read for Counted<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.read.set(self.read.get() + n as u64);
+        Ok(n)
+    }
+}
+
 /// Most bytes of an over-limit record kept as its quarantined raw text.
 const RAW_PREFIX: usize = 1024;
 
@@ -243,6 +257,11 @@ pub(crate) fn decode_checked<'a, R: Read + 'a>(
     contract: Option<&mut Contract>,
     sink: &mut dyn FnMut(Piece) -> bool,
 ) -> Result<u64, DecodeFailure> {
+    let stored_read = std::rc::Rc::new(std::cell::Cell::new(0u64));
+    let input = Counted {
+        inner: input,
+        read: stored_read.clone(),
+    };
     let mut raw = BufReader::with_capacity(1 << 20, input);
     let head = raw.fill_buf().map_err(io_failure)?.to_vec();
     if head.is_empty() {
@@ -269,6 +288,7 @@ pub(crate) fn decode_checked<'a, R: Read + 'a>(
         sink,
         seen: 0,
         contract: contract.filter(|c| !c.is_empty()),
+        stored_read,
     };
     match spec.format {
         Format::Jsonl => decode_jsonl(reader, &mut ctx)?,
@@ -288,6 +308,8 @@ struct Ctx<'a> {
     sink: &'a mut dyn FnMut(Piece) -> bool,
     seen: u64,
     contract: Option<&'a mut Contract>,
+    /// Stored bytes read so far (read ahead of decoding by at most the buffers).
+    stored_read: std::rc::Rc<std::cell::Cell<u64>>,
 }
 
 impl Ctx<'_> {
@@ -340,6 +362,13 @@ impl Ctx<'_> {
         let Some(contract) = self.contract.as_deref_mut() else {
             return self.send(Piece::Batch(batch));
         };
+        // The object's records, extrapolated from the records seen per stored byte read: an
+        // underestimate while the read-ahead is ahead of decoding, so never too much room.
+        let read = self.stored_read.get();
+        if let (Some(size), true) = (self.object_size, read > 0) {
+            let estimate = u128::from(self.seen) * u128::from(size) / u128::from(read);
+            contract.expect_rows(u64::try_from(estimate).unwrap_or(u64::MAX));
+        }
         // A check that cannot be evaluated on the batch at all refuses the object like a failed
         // check (a `sql` expression erring on some rows fails those rows only, see `quality`).
         let checked = contract.evaluate(batch).map_err(|e| match e {

@@ -79,6 +79,8 @@ enum Test {
     Unique {
         columns: Vec<String>,
         seen: KeySet,
+        /// How many of `seen` are the table's recent keys (not the object's).
+        from_table: usize,
         within_hours: Option<f64>,
     },
     Sql {
@@ -95,6 +97,8 @@ pub(crate) struct Contract {
     flags: bool,
     max_unique_keys: usize,
     unique_keys: usize,
+    /// Rows evaluated so far.
+    evaluated: u64,
 }
 
 /// What a batch's evaluation found.
@@ -133,6 +137,7 @@ impl Contract {
             checks: compiled,
             max_unique_keys,
             unique_keys: 0,
+            evaluated: 0,
         })
     }
 
@@ -176,7 +181,13 @@ impl Contract {
         let Some(check) = self.checks.get_mut(k) else {
             return Ok(());
         };
-        let Test::Unique { columns, seen, .. } = &mut check.test else {
+        let Test::Unique {
+            columns,
+            seen,
+            from_table,
+            ..
+        } = &mut check.test
+        else {
             return Ok(());
         };
         let name = &check.name;
@@ -191,6 +202,7 @@ impl Contract {
             .map_err(eval)?;
         for hash in key_hashes(&keys).map_err(eval)?.into_iter().flatten() {
             if seen.insert(hash) {
+                *from_table += 1;
                 self.unique_keys += 1;
                 if self.unique_keys > self.max_unique_keys {
                     return Err(QualityError::Limit(format!(
@@ -210,6 +222,7 @@ impl Contract {
         batch: RecordBatch,
     ) -> std::result::Result<Checked, QualityError> {
         let n = batch.num_rows();
+        self.evaluated += n as u64;
         let mut reasons: Option<Vec<Option<String>>> = None;
         let mut also: Vec<Vec<usize>> = Vec::new();
         let mut flagged: Option<Vec<Option<String>>> = None;
@@ -332,6 +345,40 @@ impl Contract {
 }
 
 impl Contract {
+    fn too_many_keys(&self) -> QualityError {
+        QualityError::Limit(format!(
+            "the object has more than max_unique_keys = {} distinct keys for its `unique` checks",
+            self.max_unique_keys
+        ))
+    }
+
+    /// Makes room in the `unique` checks' key sets for the keys of `rows` records in all (an
+    /// estimate of the object's records): as many distinct keys as their share among the rows
+    /// evaluated so far, at most `max_unique_keys`. One allocation instead of a rehash at every
+    /// doubling, and no room for keys that repeat.
+    pub(crate) fn expect_rows(&mut self, rows: u64) {
+        if self.evaluated == 0 {
+            return;
+        }
+        let evaluated = u128::from(self.evaluated);
+        for c in &mut self.checks {
+            if let Test::Unique {
+                seen, from_table, ..
+            } = &mut c.test
+            {
+                let own = seen.len().saturating_sub(*from_table) as u128;
+                let distinct =
+                    usize::try_from(u128::from(rows) * own / evaluated).unwrap_or(usize::MAX);
+                let keys = from_table
+                    .saturating_add(distinct)
+                    .min(self.max_unique_keys);
+                if seen.capacity() < keys {
+                    seen.reserve(keys - seen.len());
+                }
+            }
+        }
+    }
+
     /// Per check (None but for `unique` ones), the rows of `batch` whose key was seen before
     /// in the object (in an earlier row kept, of this batch or an earlier one) or in the
     /// table's recent rows. Rows are taken in order across all `unique` checks: a row that a
@@ -362,6 +409,32 @@ impl Contract {
             keyed.push((k, c.action, key_hashes(&keys).map_err(eval)?));
         }
         let n = batch.num_rows();
+        if let [(k, _, hashes)] = keyed.as_slice() {
+            // One `unique` check (the usual case): one probe per row. A duplicate is not
+            // inserted, and a quarantined duplicate has no other check to keep out of.
+            let Test::Unique { seen, .. } = &mut self.checks[*k].test else {
+                return Ok(vec![None; self.checks.len()]);
+            };
+            let mut fresh = 0usize;
+            let bits = BooleanBuffer::collect_bool(n, |row| {
+                let kept = dropped.is_none_or(|d| d[row].is_none());
+                match hashes[row] {
+                    Some(h) if kept => {
+                        let new = seen.insert(h);
+                        fresh += usize::from(new);
+                        !new
+                    }
+                    _ => false,
+                }
+            });
+            self.unique_keys += fresh;
+            if self.unique_keys > self.max_unique_keys {
+                return Err(self.too_many_keys());
+            }
+            let mut failing: Vec<Option<BooleanBuffer>> = vec![None; self.checks.len()];
+            failing[*k] = Some(bits);
+            return Ok(failing);
+        }
         let mut out: Vec<arrow::array::BooleanBufferBuilder> = keyed
             .iter()
             .map(|_| arrow::array::BooleanBufferBuilder::new(n))
@@ -387,11 +460,7 @@ impl Contract {
                     if seen.insert(h) {
                         self.unique_keys += 1;
                         if self.unique_keys > self.max_unique_keys {
-                            return Err(QualityError::Limit(format!(
-                                "the object has more than max_unique_keys = {} distinct keys for \
-                                 its `unique` checks",
-                                self.max_unique_keys
-                            )));
+                            return Err(self.too_many_keys());
                         }
                     }
                 }
@@ -495,6 +564,7 @@ fn compile_one(
             Test::Unique {
                 columns: c.columns.clone(),
                 seen: KeySet::default(),
+                from_table: 0,
                 within_hours: c.within_hours,
             }
         }
@@ -608,8 +678,12 @@ fn failures(test: &Test, batch: &RecordBatch) -> std::result::Result<BooleanBuff
         Test::Regex { column, regex } => {
             let a = cast(col(batch, column)?, &DataType::Utf8).map_err(e)?;
             let s = a.as_string::<i32>();
-            let bad: BooleanArray = s.iter().map(|v| v.map(|v| !regex.is_match(v))).collect();
-            definite(&bad)
+            // Nulls pass; a null slot's value is empty and its result masked off.
+            let bad = BooleanBuffer::collect_bool(s.len(), |row| !regex.is_match(s.value(row)));
+            match s.logical_nulls() {
+                Some(valid) => &bad & valid.inner(),
+                None => bad,
+            }
         }
         Test::MaxLength { column, max } => {
             let a = cast(col(batch, column)?, &DataType::Utf8).map_err(e)?;
@@ -1186,6 +1260,51 @@ max = 6
         );
         let counts: Vec<u64> = c.counts().into_iter().map(|(_, _, n)| n).collect();
         assert_eq!(counts, vec![1, 2, 1]);
+    }
+
+    /// The capacity of check `k`'s key set.
+    fn key_room(c: &Contract, k: usize) -> usize {
+        match &c.checks[k].test {
+            Test::Unique { seen, .. } => seen.capacity(),
+            _ => 0,
+        }
+    }
+
+    #[test]
+    fn key_sets_are_sized_from_the_share_of_distinct_keys() {
+        let text = "[[checks]]\nname = \"one_per_id\"\nkind = \"unique\"\ncolumns = [\"id\"]\n";
+        let ids: Vec<String> = (0..64).map(|i| format!("id-{i}")).collect();
+        // Distinct keys: room for the whole object's at once.
+        let mut distinct = Contract::compile(&checks(text), &schema(), NOW, 1 << 20).unwrap();
+        distinct
+            .evaluate(batch(&ids.iter().map(|i| row(i, 1.0)).collect::<Vec<_>>()))
+            .unwrap();
+        distinct.expect_rows(100_000);
+        assert!(
+            key_room(&distinct, 0) >= 100_000,
+            "{}",
+            key_room(&distinct, 0)
+        );
+        // One key repeated: no room for keys that will not come.
+        let mut repeated = Contract::compile(&checks(text), &schema(), NOW, 1 << 20).unwrap();
+        repeated
+            .evaluate(batch(&vec![row("same", 1.0); 64]))
+            .unwrap();
+        repeated.expect_rows(100_000);
+        assert!(
+            key_room(&repeated, 0) < 10_000,
+            "{}",
+            key_room(&repeated, 0)
+        );
+        // Capped at max_unique_keys.
+        let mut capped = Contract::compile(&checks(text), &schema(), NOW, 1000).unwrap();
+        capped
+            .evaluate(batch(
+                &ids[..8].iter().map(|i| row(i, 1.0)).collect::<Vec<_>>(),
+            ))
+            .unwrap();
+        capped.expect_rows(u64::MAX);
+        assert!(key_room(&capped, 0) < 4096, "{}", key_room(&capped, 0));
     }
 
     #[test]
