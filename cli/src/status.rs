@@ -27,6 +27,9 @@ pub struct TableStatus {
     pub contract_version: Option<String>,
     /// Records that failed each data-quality check, summed over the retained snapshots.
     pub quality: Vec<CheckViolations>,
+    /// Cost per day (USD, at the `[cost]` prices): the retained history's compute and requests
+    /// as a daily rate, plus storage per day (`floe baseline` shows the parts).
+    pub cost_per_day_usd: Option<f64>,
 }
 
 /// One data-quality check's violations on a table.
@@ -73,6 +76,7 @@ pub async fn collect(config: &Config) -> Result<Vec<TableStatus>> {
             catalog.load_table(&ident).await.ok(),
         ));
     }
+    let costs = floe::baseline::cost_per_day(catalog.as_ref(), config).await?;
     let mut out = Vec::new();
     let planner = floe::consumers::Planner::default();
     let today = Utc::now().date_naive();
@@ -163,6 +167,7 @@ pub async fn collect(config: &Config) -> Result<Vec<TableStatus>> {
                     .cloned()
             }),
             quality: quality_totals(snaps.iter().map(|s| s.summary())),
+            cost_per_day_usd: costs.get(ident.name()).copied(),
         });
     }
     Ok(out)
@@ -180,7 +185,7 @@ pub async fn run(config: &Config, json: bool) -> Result<()> {
 
 pub fn print(rows: &[TableStatus]) {
     println!(
-        "{:<32} {:>9} {:>9} {:>6} {:>6} {:>11} {:>26} {:>9}",
+        "{:<32} {:>9} {:>9} {:>6} {:>6} {:>11} {:>26} {:>9} {:>10}",
         "table",
         "snapshots",
         "records",
@@ -188,11 +193,12 @@ pub fn print(rows: &[TableStatus]) {
         "small",
         "quarantined",
         "last commit",
-        "fresh (s)"
+        "fresh (s)",
+        "$/day"
     );
     for r in rows {
         println!(
-            "{:<32} {:>9} {:>9} {:>6} {:>6} {:>11} {:>26} {:>9}",
+            "{:<32} {:>9} {:>9} {:>6} {:>6} {:>11} {:>26} {:>9} {:>10}",
             r.table,
             r.snapshots,
             r.records,
@@ -204,6 +210,9 @@ pub fn print(rows: &[TableStatus]) {
             r.last_commit.clone().unwrap_or_else(|| "-".into()),
             r.freshness_lag_seconds
                 .map(|f| format!("{f:.1}"))
+                .unwrap_or_else(|| "-".into()),
+            r.cost_per_day_usd
+                .map(|c| format!("{c:.4}"))
                 .unwrap_or_else(|| "-".into())
         );
         for (consumer, behind, secs) in &r.processor_lag {

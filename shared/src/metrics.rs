@@ -68,6 +68,42 @@ pub(crate) fn emit(dimensions: &[(&str, &str)], metrics: &[Metric<'_>]) {
     );
 }
 
+/// The metrics of a unit of work's usage: `GBSeconds` (duration × memory, what Lambda bills),
+/// `ComputeMillis` and the S3 requests by kind (`S3GetRequests`, `S3PutRequests`, …).
+pub(crate) fn usage_metrics(u: &crate::summary::Usage) -> Vec<Metric<'static>> {
+    let mut m = vec![
+        Metric {
+            name: "GBSeconds",
+            value: u.gb_seconds(),
+            unit: "None",
+        },
+        Metric {
+            name: "ComputeMillis",
+            value: u.compute_ms as f64,
+            unit: "Milliseconds",
+        },
+    ];
+    if let Some(s3) = &u.s3 {
+        for (name, n) in [
+            ("S3GetRequests", s3.get),
+            ("S3PutRequests", s3.put),
+            ("S3ListRequests", s3.list),
+            ("S3HeadRequests", s3.head),
+            ("S3DeleteRequests", s3.delete),
+        ] {
+            m.push(Metric::count(name, n as f64));
+        }
+    }
+    m
+}
+
+/// Emits a unit of work's usage with the given dimensions (always with its `Function`).
+pub(crate) fn emit_usage(dimensions: &[(&str, &str)], u: &crate::summary::Usage) {
+    let mut dims = vec![("Function", u.function.as_str())];
+    dims.extend_from_slice(dimensions);
+    emit(&dims, &usage_metrics(u));
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -93,5 +129,25 @@ mod tests {
         );
         assert_eq!(d["RecordsIn"], 3.0);
         assert_eq!(d["Table"], "orders");
+    }
+
+    #[test]
+    fn usage_metrics_are_gb_seconds_and_requests_by_kind() {
+        let u = crate::summary::Usage {
+            function: "ingest".into(),
+            compute_ms: 1500,
+            memory_mb: 2048,
+            s3: Some(crate::summary::S3Requests {
+                get: 4,
+                put: 2,
+                ..Default::default()
+            }),
+        };
+        let d = emf(&[("Function", "ingest")], &usage_metrics(&u), 1);
+        assert_eq!(d["GBSeconds"], 3.0);
+        assert_eq!(d["ComputeMillis"], 1500.0);
+        assert_eq!(d["S3GetRequests"], 4.0);
+        assert_eq!(d["S3PutRequests"], 2.0);
+        assert_eq!(d["S3ListRequests"], 0.0);
     }
 }

@@ -32,11 +32,11 @@ use iceberg::TableIdent;
 use super::dedup::{walk_all, Sought, Walk};
 use super::report::{batch_summary, nothing_added};
 use super::{Ingestor, ObjectReport, Prepared, Stage, Status};
-use crate::commit::{Found, Outcome, Plan, Skipped};
+use crate::commit::{metered, Found, Outcome, Plan, Skipped};
 use crate::error::{Error, ErrorKind, Result};
 use crate::event::ObjectRef;
 use crate::snapshot::Change;
-use crate::summary::{SOURCE_OBJECTS, WRITER_ID};
+use crate::summary::{Usage, SOURCE_MODIFIED_MS, SOURCE_OBJECTS, WRITER_ID};
 
 /// Most objects in one commit. Every snapshot's summary lists its objects and every later
 /// metadata.json carries the summaries of the retained snapshots, so the list is kept short
@@ -55,6 +55,8 @@ enum Decision {
 /// One member as the plan sees it.
 struct Member {
     id: String,
+    /// The object's LastModified (epoch ms).
+    modified_ms: i64,
     not_before_ms: i64,
     proven: Option<i64>,
     files: Vec<iceberg::spec::DataFile>,
@@ -241,6 +243,7 @@ impl Ingestor {
             .iter()
             .map(|(_, p)| Member {
                 id: p.source.id(),
+                modified_ms: p.source.modified_ms,
                 not_before_ms: p.source.modified_ms - skew_ms,
                 proven: p.proven,
                 files: p.written.files.clone(),
@@ -249,7 +252,15 @@ impl Ingestor {
             .collect();
         let writer_id = uuid::Uuid::now_v7().to_string();
         let decisions: Arc<Mutex<Vec<Decision>>> = Arc::default();
-        let plan = batch_plan(members, writer_id.clone(), decisions.clone());
+        // The members' preparations (one after another) plus this commit: the batch's work.
+        let prepared_usage = prepared
+            .iter()
+            .fold(Usage::default(), |acc, (_, p)| acc.plus(&p.prepared));
+        let meter = self.meter().carrying(prepared_usage);
+        let plan = metered(
+            meter,
+            batch_plan(members, writer_id.clone(), decisions.clone()),
+        );
         let outcome = self
             .committer
             .commit_from(&ident, base, &limits, plan)
@@ -491,6 +502,11 @@ fn batch_plan(
             serde_json::to_string(&ids).unwrap_or_default(),
         );
         props.insert(WRITER_ID.into(), writer_id.clone());
+        let modified: Vec<i64> = taken.iter().map(|m| m.modified_ms).collect();
+        props.insert(
+            SOURCE_MODIFIED_MS.into(),
+            crate::summary::source_modified_value(&modified),
+        );
         let files = taken.iter().flat_map(|m| m.files.iter().cloned()).collect();
         Ok(Plan::Apply(Change::append(files, props)))
     }
@@ -554,6 +570,7 @@ mod tests {
         Member {
             report: ObjectReport::new(id.clone(), "orders", Status::Committed),
             id,
+            modified_ms: 1_000 + k as i64,
             not_before_ms: 0,
             proven: None,
             files: Vec::new(),
@@ -588,6 +605,10 @@ mod tests {
             Ok(Plan::Apply(c)) => {
                 let ids: Vec<String> = serde_json::from_str(&c.properties[SOURCE_OBJECTS]).unwrap();
                 assert_eq!(ids.len(), MAX_OBJECTS_PER_COMMIT);
+                // Each member's LastModified, in the order of the identities.
+                let modified: Vec<&str> = c.properties[SOURCE_MODIFIED_MS].split(',').collect();
+                assert_eq!(modified.len(), MAX_OBJECTS_PER_COMMIT);
+                assert_eq!((modified[0], modified[7]), ("1000", "1007"));
             }
             other => panic!("{other:?}"),
         });

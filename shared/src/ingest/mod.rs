@@ -27,13 +27,15 @@ use iceberg::{Catalog, TableIdent};
 use serde_json::json;
 
 use crate::catalog;
-use crate::commit::{CommitLimits, Committer, Outcome, Skipped, SourceObject};
+use crate::commit::{metered, CommitLimits, Committer, Outcome, Skipped, SourceObject};
 use crate::config::{Config, RouteConfig, SchemaPolicy, TableConfig};
 use crate::decode::{self};
 use crate::error::{Error, ErrorKind, Result};
 use crate::event::{self, ObjectRef};
+use crate::requests::{Meter, Requests};
 use crate::snapshot::Change;
 use crate::store::{ObjectStore, Version};
+use crate::summary::{Usage, FUNCTION_INGEST};
 pub use crate::write::writer_properties;
 use report::{commit_detail, commit_summary, report_written};
 use rows::{write_object, WriteFailure, WriteParams, Written};
@@ -53,6 +55,10 @@ struct Prepared {
     proven: Option<i64>,
     report: ObjectReport,
     started: Instant,
+    /// Meters the object from its open: a commit of its own records everything up to it.
+    meter: Meter,
+    /// What preparing it used (a batch commit records its members' preparations).
+    prepared: Usage,
 }
 
 /// What [`Ingestor::prepare`] leaves.
@@ -98,11 +104,14 @@ pub struct PayloadResult {
 impl Ingestor {
     /// Connects the catalog and store named by the config and creates missing tables.
     pub async fn new(config: Config) -> Result<Self> {
-        let catalog = catalog::connect(&config).await?;
+        // Every request counted, landing objects and table files alike: the cost baseline.
+        let requests = Requests::new();
+        let catalog = catalog::connect_counted(&config, Some(&requests)).await?;
         let swap = crate::catalog::pointer_swap(&config).await?;
-        let store = crate::store::from_config(&config.storage).await;
+        let store = crate::store::from_config_counted(&config.storage, Some(&requests)).await;
         let notifier = crate::notify::Notifier::from_config(&config).await;
-        let mut me = Self::with_parts(config, Committer::new(catalog, swap), store).await?;
+        let committer = Committer::new(catalog, swap).with_requests(requests);
+        let mut me = Self::with_parts(config, committer, store).await?;
         me.notifier = notifier;
         Ok(me)
     }
@@ -155,8 +164,28 @@ impl Ingestor {
         &self.config
     }
 
+    /// A meter for ingest work starting now (this function's memory, its request counters).
+    pub(super) fn meter(&self) -> Meter {
+        Meter::start(
+            FUNCTION_INGEST,
+            self.config.cost.memory_mb(FUNCTION_INGEST),
+            self.committer.requests(),
+        )
+    }
+
     /// Handles a whole Lambda payload (direct S3, SQS batch, EventBridge).
     pub async fn handle_payload(
+        &self,
+        payload: &serde_json::Value,
+        deadline: Instant,
+    ) -> PayloadResult {
+        let meter = self.meter();
+        let result = Box::pin(self.handle_payload_unmetered(payload, deadline)).await;
+        emit_payload_usage(&meter, &result.reports);
+        result
+    }
+
+    async fn handle_payload_unmetered(
         &self,
         payload: &serde_json::Value,
         deadline: Instant,
@@ -258,6 +287,7 @@ impl Ingestor {
     /// or its final report.
     async fn prepare(&self, obj: &ObjectRef) -> Result<Stage> {
         let started = Instant::now();
+        let meter = self.meter();
         let uri = obj.uri();
         let (route, tctx) = match self.route(obj)? {
             Ok(routed) => routed,
@@ -383,6 +413,8 @@ impl Ingestor {
             proven,
             report: r,
             started,
+            prepared: meter.usage(),
+            meter,
         })))
     }
 
@@ -399,6 +431,7 @@ impl Ingestor {
             proven,
             report: mut r,
             started,
+            meter,
             ..
         } = p;
         let mut change = Change::append(
@@ -407,7 +440,10 @@ impl Ingestor {
         );
         change.schema = evolved.as_ref().map(|(s, _)| s.clone());
         let limits = self.commit_limits(deadline);
-        let plan = dedup::append_once_plan(&source, &writer_id, change, limits.skew, proven);
+        let plan = metered(
+            meter,
+            dedup::append_once_plan(&source, &writer_id, change, limits.skew, proven),
+        );
         let outcome = self
             .committer
             .commit_from(&ident, Some(table.clone()), &limits, plan)
@@ -638,6 +674,25 @@ impl Ingestor {
             "{}{}/{}.{}.{}",
             self.config.ingest.quarantine_prefix, route.table, obj.key, v, ext
         )
+    }
+}
+
+/// The payload's usage as metrics: the whole payload's (GB-seconds, requests by kind), and each
+/// table's GB-seconds from its objects' times.
+fn emit_payload_usage(meter: &Meter, reports: &[ObjectReport]) {
+    let total = meter.usage();
+    crate::metrics::emit_usage(&[], &total);
+    let mut per_table: std::collections::BTreeMap<&str, u64> = Default::default();
+    for r in reports.iter().filter(|r| !r.table.is_empty()) {
+        *per_table.entry(r.table.as_str()).or_default() += r.millis;
+    }
+    for (table, ms) in per_table {
+        let u = Usage {
+            compute_ms: ms,
+            s3: None,
+            ..total.clone()
+        };
+        crate::metrics::emit_usage(&[("Table", table)], &u);
     }
 }
 
