@@ -353,6 +353,18 @@ impl Maintainer {
             dry_run: pick("dry_run").and_then(|v| v.as_bool()).unwrap_or(false),
             ..Options::from_config(&self.config, deadline)
         };
+        // The whole invocation's usage (each table's run is in its own line).
+        let meter = Meter::start(
+            FUNCTION_MAINTAIN,
+            self.config.cost.memory_mb(FUNCTION_MAINTAIN),
+            self.committer.requests(),
+        );
+        let reports = self.maintain_tables(tables, &opts).await;
+        crate::metrics::emit_usage(&[], &meter.usage());
+        reports
+    }
+
+    async fn maintain_tables(&self, tables: Vec<String>, opts: &Options) -> Result<Vec<Report>> {
         let mut reports = Vec::new();
         for table in tables {
             if !self.config.all_tables().contains(&table) {
@@ -374,7 +386,7 @@ impl Maintainer {
                 tracing::info!(table = %ident, "not created yet; nothing to maintain");
                 continue;
             }
-            let r = self.run(&table, &opts).await?;
+            let r = self.run(&table, opts).await?;
             r.emit();
             reports.push(r);
         }

@@ -194,6 +194,18 @@ impl Processor {
         payload: &Value,
         deadline: Instant,
     ) -> (Vec<RunReport>, Vec<Error>) {
+        let meter = self.meter();
+        let out = self.handle_payload_unmetered(payload, deadline).await;
+        // The whole invocation's usage (each run's is in its own line, per pipeline).
+        crate::metrics::emit_usage(&[], &meter.usage());
+        out
+    }
+
+    async fn handle_payload_unmetered(
+        &self,
+        payload: &Value,
+        deadline: Instant,
+    ) -> (Vec<RunReport>, Vec<Error>) {
         let mut reports = Vec::new();
         let mut errors = Vec::new();
         for name in self.pipelines_for(payload) {
