@@ -179,7 +179,7 @@ pub fn render(b: &Baseline, markdown: bool) -> String {
                 "throughput",
                 match (t.throughput.rows_per_second, t.throughput.bytes_per_second) {
                     (Some(r), Some(by)) => format!(
-                        "{:.1} rows/s, {}/s ({} rows in {} commit(s) over {:.0} s; peak hour {:.2} rows/s)",
+                        "{:.1} rows/s, {}/s ({} rows in {} commit(s) over {:.1} s; peak hour {:.2} rows/s)",
                         r,
                         bytes(by as u64),
                         t.throughput.rows,
