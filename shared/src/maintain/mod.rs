@@ -359,7 +359,7 @@ impl Maintainer {
             self.config.cost.memory_mb(FUNCTION_MAINTAIN),
             self.committer.requests(),
         );
-        let reports = self.maintain_tables(tables, &opts).await;
+        let reports = Box::pin(self.maintain_tables(tables, &opts)).await;
         crate::metrics::emit_usage(&[], &meter.usage());
         reports
     }

@@ -195,7 +195,7 @@ impl Processor {
         deadline: Instant,
     ) -> (Vec<RunReport>, Vec<Error>) {
         let meter = self.meter();
-        let out = self.handle_payload_unmetered(payload, deadline).await;
+        let out = Box::pin(self.handle_payload_unmetered(payload, deadline)).await;
         // The whole invocation's usage (each run's is in its own line, per pipeline).
         crate::metrics::emit_usage(&[], &meter.usage());
         out
