@@ -46,14 +46,18 @@ fn parse_since(s: &str) -> Result<DateTime<Utc>, String> {
     let n: i64 = n
         .parse()
         .map_err(|_| format!("`{s}`: expected RFC 3339 or an age like 24h, 7d"))?;
-    let secs = match unit.trim() {
-        "s" => n,
-        "m" => n * 60,
-        "h" => n * 3600,
-        "d" => n * 86_400,
+    let per = match unit.trim() {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86_400,
         other => return Err(format!("`{s}`: unknown unit `{other}` (s, m, h, d)")),
     };
-    Ok(Utc::now() - chrono::Duration::seconds(secs))
+    // Checked all the way: an age beyond chrono's range is an error, not a panic.
+    n.checked_mul(per)
+        .and_then(chrono::TimeDelta::try_seconds)
+        .and_then(|age| Utc::now().checked_sub_signed(age))
+        .ok_or_else(|| format!("`{s}`: an age too far back to be a date"))
 }
 
 /// Measures the baseline of `config`'s tables.
@@ -368,6 +372,14 @@ mod tests {
         assert!((age.num_seconds() - 86_400).abs() < 5, "{age}");
         assert!(parse_since("3 weeks").is_err());
         assert!(parse_since("12y").is_err());
+    }
+
+    #[test]
+    fn since_out_of_range_is_an_error_not_a_panic() {
+        for s in ["100000000d", "9223372036854775807s", "99999999999999999h"] {
+            let e = parse_since(s).expect_err(s);
+            assert!(e.contains(s), "{e}");
+        }
     }
 
     /// A local world: SQLite catalog, file warehouse, a local landing "bucket", the sample
