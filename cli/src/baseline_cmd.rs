@@ -582,6 +582,75 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
+    /// A `--since` before the table's first snapshot covers the same history as none: the
+    /// window (per-day rate, storage over it) starts at the first commit, not at `--since`.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn since_before_the_first_commit_measures_the_same_window() {
+        let dir = std::env::temp_dir().join(format!("floe-baseline-since-{}", uuid_like()));
+        let cfg = config(&dir, "");
+        history(&cfg, &dir, 2).await;
+        let catalog = floe::catalog::connect(&cfg).await.expect("catalog");
+        let now = Utc::now();
+        let measure = |since: Option<DateTime<Utc>>| {
+            let catalog = catalog.clone();
+            let cfg = cfg.clone();
+            async move {
+                let opts = Options {
+                    since,
+                    now,
+                    planning_runs: 0,
+                    ..Default::default()
+                };
+                floe::baseline::collect(catalog.as_ref(), &cfg, &opts)
+                    .await
+                    .expect("baseline")
+            }
+        };
+        let all = measure(None).await;
+        let week = measure(Some(now - chrono::Duration::days(7))).await;
+        for (a, w) in all.tables.iter().zip(&week.tables) {
+            assert_eq!(a.table, w.table);
+            assert_eq!(a.snapshots, w.snapshots, "{}", a.table);
+            assert_eq!(a.window.start, w.window.start, "{}", a.table);
+            assert!(close(a.window.seconds, w.window.seconds), "{}", a.table);
+            assert!(
+                close(a.cost.per_day_usd, w.cost.per_day_usd),
+                "{}: {} vs {}",
+                a.table,
+                a.cost.per_day_usd,
+                w.cost.per_day_usd
+            );
+            assert!(close(a.cost.storage_usd, w.cost.storage_usd), "{}", a.table);
+        }
+        let orders = week
+            .tables
+            .iter()
+            .find(|t| t.table == "orders")
+            .expect("orders");
+        assert!(orders.cost.per_day_usd > 0.0 && orders.window.seconds < 86_400.0);
+        for (a, w) in all.pipelines.iter().zip(&week.pipelines) {
+            assert!(
+                close(a.cost.per_day_usd, w.cost.per_day_usd),
+                "{}",
+                a.pipeline
+            );
+        }
+        // A `--since` inside the history still starts the window there.
+        let first = orders.window.start.clone().expect("start");
+        let first = DateTime::parse_from_rfc3339(&first)
+            .expect("rfc3339")
+            .with_timezone(&Utc);
+        let later = first + chrono::Duration::seconds(2);
+        let inside = measure(Some(later)).await;
+        let o = inside
+            .tables
+            .iter()
+            .find(|t| t.table == "orders")
+            .expect("orders");
+        assert!(o.window.seconds < orders.window.seconds);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     fn uuid_like() -> String {
         format!(
             "{}-{}",

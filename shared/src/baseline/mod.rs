@@ -90,7 +90,7 @@ pub struct Baseline {
 /// The window a figure covers.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Window {
-    /// Start (RFC 3339): `--since`, else the oldest retained snapshot.
+    /// Start (RFC 3339): the later of `--since` and the oldest retained snapshot.
     pub start: Option<String>,
     /// End: now.
     pub end: String,
@@ -265,12 +265,16 @@ fn in_window<'a>(md: &'a TableMetadata, opts: &Options) -> Vec<&'a Snapshot> {
     snaps
 }
 
-/// The window: `--since` (else the oldest retained snapshot) to now.
+/// The window: from the later of `--since` and the oldest retained snapshot, to now. A
+/// `--since` before the history would stretch the per-day rate and the storage over days the
+/// table did not exist (or the history does not reach).
 fn window(md: &TableMetadata, opts: &Options) -> Window {
-    let start = opts
-        .since
-        .map(|t| t.timestamp_millis())
-        .or_else(|| md.snapshots().map(|s| s.timestamp_ms()).min());
+    let oldest = md.snapshots().map(|s| s.timestamp_ms()).min();
+    let since = opts.since.map(|t| t.timestamp_millis());
+    let start = match (since, oldest) {
+        (Some(since), Some(oldest)) => Some(since.max(oldest)),
+        (since, oldest) => since.or(oldest),
+    };
     let now = opts.now.timestamp_millis();
     Window {
         start: start.map(stats::rfc3339),
