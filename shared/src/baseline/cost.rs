@@ -228,7 +228,7 @@ mod tests {
         };
         let prices = CostConfig::default();
         let c = Cost::of(&f, 1 << 30, 86_400.0, &prices);
-        assert!((c.lambda_compute_usd - 0.0166667).abs() < 1e-9);
+        assert!((c.lambda_compute_usd - 0.0133334).abs() < 1e-9);
         assert!((c.lambda_requests_usd - 0.20).abs() < 1e-12);
         assert!((c.s3_requests_usd - (2.0 * 0.005 + 2.5 * 0.0004)).abs() < 1e-12);
         assert!((c.storage_per_day_usd - 0.023 * 24.0 / 730.0).abs() < 1e-12);

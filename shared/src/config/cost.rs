@@ -1,9 +1,9 @@
 //! `[cost]`: the prices the cost baseline multiplies usage by, and the memory size a function is
 //! metered with where it does not run in Lambda.
 //!
-//! Every default is a us-east-1 list price (checked against the AWS price pages, Nov 2026);
-//! a deployment elsewhere, on arm64 (Lambda's arm64 price is $0.0000133334 per GB-s, the
-//! template deploys arm64) or with a discount sets its own.
+//! Every default is a us-east-1 list price (checked against the AWS price pages, Nov 2026), for
+//! arm64 Lambda as template.yaml deploys it; a deployment elsewhere, on x86_64 (set
+//! `lambda_gb_second = 0.0000166667`) or with a discount sets its own.
 
 use serde::{Deserialize, Serialize};
 
@@ -13,7 +13,8 @@ use crate::error::{Error, Result};
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct CostConfig {
-    /// Lambda compute per GB-second (default 0.0000166667, x86).
+    /// Lambda compute per GB-second (default 0.0000133334, arm64 as the template deploys;
+    /// x86_64 is 0.0000166667).
     pub lambda_gb_second: f64,
     /// Lambda requests per million invocations (default 0.20).
     pub lambda_per_million_requests: f64,
@@ -35,7 +36,7 @@ pub struct CostConfig {
 impl Default for CostConfig {
     fn default() -> Self {
         Self {
-            lambda_gb_second: 0.000_016_666_7,
+            lambda_gb_second: 0.000_013_333_4,
             lambda_per_million_requests: 0.20,
             s3_put_per_1000: 0.005,
             s3_get_per_1000: 0.0004,
@@ -120,6 +121,8 @@ mod tests {
         let c = CostConfig::default();
         assert_eq!(c.configured_memory_mb("ingest"), 1024);
         assert_eq!(c.configured_memory_mb("maintain"), 2048);
+        // The template deploys arm64: its price is the default.
+        assert_eq!(c.lambda_gb_second, 0.0000133334);
     }
 
     #[test]
