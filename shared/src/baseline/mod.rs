@@ -417,14 +417,8 @@ async fn table_baseline(
         None
     };
 
-    let storage = storage(md);
-    let usage = UsageSummary::of(
-        snaps
-            .iter()
-            .map(|s| (Usage::read(s.summary()), summary::run_id(s.summary()))),
-    );
+    let (storage, usage, cost) = priced(config, md, &snaps, &window);
     let stored = storage.live_bytes + storage.retained_only_bytes;
-    let cost = Cost::of(&usage.total(), stored, window.seconds, &config.cost);
     let mut days: BTreeMap<String, Vec<&Snapshot>> = BTreeMap::new();
     for s in &snaps {
         let day = stats::rfc3339(s.timestamp_ms());
@@ -466,6 +460,32 @@ async fn table_baseline(
         cost,
         daily,
     })
+}
+
+/// The storage, the usage of the window's commits, and their price: from the metadata alone
+/// (summaries and totals; no manifest is read).
+fn priced(
+    config: &Config,
+    md: &TableMetadata,
+    snaps: &[&Snapshot],
+    window: &Window,
+) -> (Storage, UsageSummary, Cost) {
+    let storage = storage(md);
+    let usage = UsageSummary::of(
+        snaps
+            .iter()
+            .map(|s| (Usage::read(s.summary()), summary::run_id(s.summary()))),
+    );
+    let stored = storage.live_bytes + storage.retained_only_bytes;
+    let cost = Cost::of(&usage.total(), stored, window.seconds, &config.cost);
+    (storage, usage, cost)
+}
+
+/// The cost of one loaded table over the window of `opts` (its [`TableBaseline::cost`]), from
+/// its metadata alone: what `floe status` shows for a table it has loaded already.
+pub fn table_cost(config: &Config, md: &TableMetadata, opts: &Options) -> Cost {
+    let snaps = in_window(md, opts);
+    priced(config, md, &snaps, &window(md, opts)).2
 }
 
 /// Live bytes, and bytes only retained snapshots still hold: a data file a retained snapshot
@@ -570,18 +590,4 @@ fn pipeline_baseline(
     out.object_to_output = stats::percentiles(object_lag);
     out.recovery = stats::recovery(&items, p.lag_objective_seconds as i64 * 1000, now_ms);
     out
-}
-
-/// Cost per table per day (the rate of [`Cost::per_day_usd`]), without planning the query.
-pub async fn cost_per_day(catalog: &dyn Catalog, config: &Config) -> Result<BTreeMap<String, f64>> {
-    let opts = Options {
-        planning_runs: 0,
-        ..Default::default()
-    };
-    let b = collect(catalog, config, &opts).await?;
-    Ok(b.tables
-        .into_iter()
-        .filter(|t| t.exists)
-        .map(|t| (t.table, t.cost.per_day_usd))
-        .collect())
 }
