@@ -14,7 +14,14 @@
 //! even when the SDK splits it into a multipart upload (then S3 counts parts + 2: a lower
 //! bound for files larger than a part); `exists`/`metadata` are HEADs; a prefix delete is one
 //! LIST plus one DELETE. Local directories count the same calls (what they would cost on S3).
+//!
+//! Work that runs beside other work of the same component (the commits of different tables of
+//! one payload run side by side) is metered in a scope of its own ([`Meter::scoped_carrying`],
+//! [`Meter::run`]): a task-local list of counters that every request made by the future run in
+//! it is counted on too, so its usage holds its own requests, not those of the work beside it.
+//! Tasks that future spawns do not inherit the scope: it suits work that spawns none (a commit).
 
+use std::future::Future;
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -66,8 +73,17 @@ impl Requests {
         Self::default()
     }
 
-    /// Counts `n` requests of `kind`.
+    /// Counts `n` requests of `kind` (and on every scope the current future runs in).
     pub fn count(&self, kind: RequestKind, n: u64) {
+        self.add(kind, n);
+        let _ = SCOPES.try_with(|scopes| {
+            for s in scopes.iter().filter(|s| !Arc::ptr_eq(&s.0, &self.0)) {
+                s.add(kind, n);
+            }
+        });
+    }
+
+    fn add(&self, kind: RequestKind, n: u64) {
         let c = match kind {
             RequestKind::Get => &self.0.get,
             RequestKind::Put => &self.0.put,
@@ -90,6 +106,18 @@ impl Requests {
     }
 }
 
+tokio::task_local! {
+    /// The scopes the current future runs in, outermost first ([`in_scope`]).
+    static SCOPES: Vec<Requests>;
+}
+
+/// Runs `fut` with every request it makes also counted on `scope` (nested scopes each count).
+async fn in_scope<F: Future>(scope: Requests, fut: F) -> F::Output {
+    let mut scopes = SCOPES.try_with(Clone::clone).unwrap_or_default();
+    scopes.push(scope);
+    SCOPES.scope(scopes, fut).await
+}
+
 /// Counts a request on `requests` if there are counters.
 pub(crate) fn count(requests: &Option<Requests>, kind: RequestKind) {
     if let Some(r) = requests {
@@ -105,6 +133,8 @@ pub struct Meter {
     function: &'static str,
     memory_mb: u64,
     requests: Option<Requests>,
+    /// `requests` are the counters of a scope of this meter's own ([`Meter::run`]).
+    scoped: bool,
     /// Since when (time, request counts), plus usage carried in (a batch's members).
     mark: Arc<Mutex<(Instant, S3Requests, Usage)>>,
 }
@@ -117,7 +147,26 @@ impl Meter {
             function,
             memory_mb,
             requests: requests.cloned(),
+            scoped: false,
             mark: Arc::new(Mutex::new((Instant::now(), at, Usage::default()))),
+        }
+    }
+
+    /// A meter that starts now, adds `carried`, and counts only the requests of the work run
+    /// through [`Meter::run`] (in a scope of its own): not those of work running beside it on
+    /// the same counters. Without counters, time only.
+    pub fn scoped_carrying(&self, carried: Usage) -> Self {
+        let scope = self.requests.as_ref().map(|_| Requests::new());
+        let mut m = Self::start(self.function, self.memory_mb, scope.as_ref()).carrying(carried);
+        m.scoped = scope.is_some();
+        m
+    }
+
+    /// Runs `fut`: in this meter's scope when it has one ([`Meter::scoped_carrying`]).
+    pub async fn run<F: Future>(&self, fut: F) -> F::Output {
+        match (&self.requests, self.scoped) {
+            (Some(scope), true) => in_scope(scope.clone(), fut).await,
+            _ => fut.await,
         }
     }
 
@@ -353,6 +402,47 @@ mod tests {
         assert_eq!(u.s3.map(|s| (s.get, s.put)), Some((4, 1)));
         // Without counters: time only.
         assert_eq!(Meter::start("process", 2048, None).usage().s3, None);
+    }
+
+    /// Two scoped meters run side by side on one component's counters: each counts the requests
+    /// of its own future only; the component counts them all, and an enclosing scope both.
+    #[tokio::test]
+    async fn scoped_meters_count_only_their_own_work() {
+        let r = Requests::new();
+        let component = Meter::start("ingest", 1024, Some(&r));
+        let (a, b) = (
+            component.scoped_carrying(Usage::default()),
+            component.scoped_carrying(Usage::default()),
+        );
+        let work = |kind: RequestKind, n: u64| {
+            let r = r.clone();
+            async move {
+                for _ in 0..n {
+                    r.count(kind, 1);
+                    tokio::task::yield_now().await;
+                }
+            }
+        };
+        let outer = component.scoped_carrying(Usage::default());
+        outer
+            .run(async {
+                futures::future::join(
+                    a.run(work(RequestKind::Get, 3)),
+                    b.run(work(RequestKind::Put, 2)),
+                )
+                .await
+            })
+            .await;
+        r.count(RequestKind::List, 1); // outside every scope
+        let s3 = |m: &Meter| m.usage().s3.map(|s| (s.get, s.put, s.list));
+        assert_eq!(s3(&a), Some((3, 0, 0)));
+        assert_eq!(s3(&b), Some((0, 2, 0)));
+        assert_eq!(s3(&outer), Some((3, 2, 0)));
+        assert_eq!(s3(&component), Some((3, 2, 1)));
+        // Without counters: time only, and the work still runs.
+        let none = Meter::start("ingest", 1024, None).scoped_carrying(Usage::default());
+        assert_eq!(none.run(async { 7 }).await, 7);
+        assert_eq!(none.usage().s3, None);
     }
 
     #[tokio::test]

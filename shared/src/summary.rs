@@ -85,8 +85,8 @@ pub fn quality_counts(summary: &Summary) -> Vec<(String, String, u64)> {
 /// The function whose work made the snapshot (`ingest`, `process`, `maintain`), with
 /// [`COMPUTE_MS`] and [`MEMORY_MB`]: what the cost baseline reads.
 pub const FUNCTION: &str = "floe.function";
-/// Compute time (ms) of the work the snapshot commits: an ingest commit's objects from open to
-/// commit, a pipeline run from start to its sink commit, a maintenance run's share since its
+/// Compute time (ms) of the work the snapshot commits: an ingest commit's objects from their
+/// open until written, plus the commit, a pipeline run from start to its sink commit, a maintenance run's share since its
 /// previous commit.
 pub const COMPUTE_MS: &str = "floe.compute-ms";
 /// The memory (MB) of the function that did the work (`AWS_LAMBDA_FUNCTION_MEMORY_SIZE`, or the

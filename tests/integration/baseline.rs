@@ -231,3 +231,128 @@ async fn every_commit_records_its_usage_and_the_baseline_adds_it_up() {
     assert!(t.usage.by_function.is_empty());
     assert_eq!(t.cost.lambda_compute_usd, 0.0);
 }
+
+/// The snapshots of `table`, oldest first.
+async fn history_of(env: &TestEnv, table: &str) -> Vec<Snapshot> {
+    let catalog = floe::catalog::connect(&env.config).await.expect("catalog");
+    let ident = floe::catalog::table_ident(&env.config, table).expect("ident");
+    let t = catalog.load_table(&ident).await.expect("load");
+    let mut snaps: Vec<Snapshot> = t
+        .metadata()
+        .snapshots()
+        .map(|s| s.as_ref().clone())
+        .collect();
+    snaps.sort_by_key(|s| s.sequence_number());
+    snaps
+}
+
+fn requests(s: &Snapshot) -> summary::S3Requests {
+    Usage::read(s.summary())
+        .and_then(|u| u.s3)
+        .unwrap_or_else(|| panic!("no request counts in {:?}", s.summary()))
+}
+
+/// What a commit of its own objects writes: their data files (measured in their preparation),
+/// the manifest, the manifest list and metadata.json (measured in the commit).
+fn assert_only_its_own_writes(s: &Snapshot, what: &str) {
+    let put = requests(s).put;
+    assert_eq!(
+        put,
+        count(s, "added-data-files") + 3,
+        "{what}: {:?}",
+        s.summary()
+    );
+}
+
+/// 101 objects of one table: a commit of 100 and a lone commit of the remainder. The lone one
+/// records its own object's preparation and its own commit: not the other objects'
+/// preparations, nor the first chunk's commit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lone_chunk_records_only_its_own_work() {
+    let env = TestEnv::new("sqlite").await;
+    let ingestor = env.ingestor().await;
+    let keys: Vec<String> = (0..101).map(|i| format!("orders/c{i:03}.jsonl")).collect();
+    for (i, k) in keys.iter().enumerate() {
+        env.put(k, orders(2, 1000 + i as u64)).await;
+    }
+    let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+    let r = ingestor
+        .handle_payload(
+            &env.sqs_batch(&refs),
+            Instant::now() + Duration::from_secs(600),
+        )
+        .await;
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    let snaps = history_of(&env, "orders").await;
+    let sizes: Vec<usize> = snaps
+        .iter()
+        .map(|s| summary::source_modified(s.summary()).len())
+        .collect();
+    assert_eq!(sizes, vec![100, 1], "a chunk of 100, then the remainder");
+    let lone = &snaps[1];
+    assert_only_its_own_writes(lone, "the lone chunk");
+    // Its object read, and the first chunk's manifest list (carried into its own); the table
+    // itself was loaded before, by the first object, and is reused while current.
+    assert_eq!(requests(lone).get, 2, "{:?}", lone.summary());
+    // And no attempt of it was wasted on a base older than the first chunk's commit.
+    assert_eq!(r.reports.last().map(|r| r.attempts), Some(1));
+    assert_only_its_own_writes(&snaps[0], "the chunk of 100");
+}
+
+/// [B/x, A/1, A/2, A/3]: B alone in its table, A's three in one commit; the two commits run side
+/// by side. B's snapshot records exactly what B alone records in a payload of its own (its
+/// preparation, its commit), none of A's requests; A's records its three objects and its commit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lone_commit_beside_a_batch_records_none_of_the_batch() {
+    let keys = [
+        "consumer/x.jsonl",
+        "orders/a1.jsonl",
+        "orders/a2.jsonl",
+        "orders/a3.jsonl",
+    ];
+    // B alone, in a world of its own: what its snapshot records.
+    let alone = TestEnv::new("sqlite").await;
+    alone.put(keys[0], orders(20, 7)).await;
+    let r = alone
+        .ingestor()
+        .await
+        .handle_payload(&alone.sqs_batch(&keys[..1]), soon())
+        .await;
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    let reference = history_of(&alone, "orders_consumer").await;
+    assert_eq!(reference.len(), 1);
+    assert_only_its_own_writes(&reference[0], "B alone");
+    let expected = requests(&reference[0]);
+
+    let env = TestEnv::new("sqlite").await;
+    env.put(keys[0], orders(20, 7)).await;
+    for (i, k) in keys[1..].iter().enumerate() {
+        env.put(k, orders(30, 20 + i as u64)).await;
+    }
+    let r = env
+        .ingestor()
+        .await
+        .handle_payload(&env.sqs_batch(&keys), soon())
+        .await;
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    let b = history_of(&env, "orders_consumer").await;
+    assert_eq!(b.len(), 1);
+    assert_eq!(summary::source_modified(b[0].summary()).len(), 1);
+    assert_eq!(
+        requests(&b[0]),
+        expected,
+        "B's snapshot: {:?}",
+        b[0].summary()
+    );
+    let a = history_of(&env, "orders").await;
+    assert_eq!(a.len(), 1);
+    assert_eq!(summary::source_modified(a[0].summary()).len(), 3);
+    assert_only_its_own_writes(&a[0], "A's batch");
+    // A's three objects read, and A's table loaded once (as B's was).
+    assert_eq!(
+        requests(&a[0]).get,
+        3 + (expected.get - 1),
+        "{:?}",
+        a[0].summary()
+    );
+}

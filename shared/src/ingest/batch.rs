@@ -156,7 +156,7 @@ impl Ingestor {
             if prepared.evolved.is_some() {
                 // Its files carry the new field ids: it commits alone, with its schema change.
                 let t0 = Instant::now();
-                results[i] = Some(self.commit_alone(*prepared, deadline).await);
+                results[i] = Some(self.commit_alone(*prepared, deadline, None).await);
                 slowest = slowest.max(t0.elapsed());
             } else {
                 groups
@@ -195,48 +195,66 @@ impl Ingestor {
             .collect()
     }
 
-    /// Commits one prepared object alone; a `Stale` answer (the schema moved differently)
-    /// starts the object over on the single path, which retries.
-    async fn commit_alone(&self, p: Prepared, deadline: Instant) -> Result<ObjectReport> {
+    /// Commits one prepared object alone (from `base` when given); a `Stale` answer (the schema
+    /// moved differently) starts the object over on the single path, which retries.
+    async fn commit_alone(
+        &self,
+        p: Prepared,
+        deadline: Instant,
+        base: Option<Table>,
+    ) -> Result<ObjectReport> {
         let obj = p.obj.clone();
-        match Box::pin(self.commit_one(p, deadline)).await {
+        match Box::pin(self.commit_one(p, deadline, base)).await {
             Err(e) if e.kind() == ErrorKind::Stale => self.ingest(&obj, deadline).await,
             other => other,
         }
     }
 
-    /// The prepared objects of one table in commits of at most [`MAX_OBJECTS_PER_COMMIT`].
+    /// The prepared objects of one table in commits of at most [`MAX_OBJECTS_PER_COMMIT`]. A
+    /// chunk after the first starts from the version the one before it left (the members were
+    /// prepared on an older one: from there its first attempt could only conflict).
     async fn commit_chunks(
         &self,
         mut members: Vec<(usize, Box<Prepared>)>,
         deadline: Instant,
     ) -> Vec<(usize, Result<ObjectReport>)> {
         let mut out = Vec::with_capacity(members.len());
+        let mut base = None;
         while !members.is_empty() {
             let rest = members.split_off(members.len().min(MAX_OBJECTS_PER_COMMIT));
-            out.extend(Box::pin(self.commit_group(members, deadline)).await);
+            let ident = members[0].1.ident.clone();
+            out.extend(Box::pin(self.commit_group(members, deadline, base)).await);
             members = rest;
+            base = match members.is_empty() {
+                true => None,
+                // The committer's cached version while the catalog still names it.
+                false => self.committer.load(&ident).await.ok(),
+            };
         }
         out
     }
 
-    /// One commit for the prepared objects of one table; each member's result.
+    /// One commit for the prepared objects of one table (from `base` when given, else from the
+    /// newest version a member was prepared on); each member's result.
     async fn commit_group(
         &self,
         mut prepared: Vec<(usize, Box<Prepared>)>,
         deadline: Instant,
+        base: Option<Table>,
     ) -> Vec<(usize, Result<ObjectReport>)> {
         if prepared.len() == 1 {
             let (i, p) = prepared.remove(0);
-            return vec![(i, self.commit_alone(*p, deadline).await)];
+            // Its own preparation and its own commit, like a group's members.
+            return vec![(i, self.commit_alone(*p, deadline, base).await)];
         }
         let limits = self.commit_limits(deadline);
         let skew_ms = limits.skew.as_millis() as i64;
         let ident: TableIdent = prepared[0].1.ident.clone();
-        // The newest version any member loaded: the first attempt's base.
+        // The newest version known: the first attempt's base.
         let base = prepared
             .iter()
             .map(|(_, p)| &p.table)
+            .chain(base.as_ref())
             .max_by_key(|t| t.metadata().last_sequence_number())
             .cloned();
         let members: Vec<Member> = prepared
@@ -256,14 +274,13 @@ impl Ingestor {
         let prepared_usage = prepared
             .iter()
             .fold(Usage::default(), |acc, (_, p)| acc.plus(&p.prepared));
-        let meter = self.meter().carrying(prepared_usage);
+        let meter = self.commit_meter(prepared_usage);
         let plan = metered(
-            meter,
+            meter.clone(),
             batch_plan(members, writer_id.clone(), decisions.clone()),
         );
-        let outcome = self
-            .committer
-            .commit_from(&ident, base, &limits, plan)
+        let outcome = meter
+            .run(self.committer.commit_from(&ident, base, &limits, plan))
             .await;
         let last: Vec<Decision> = decisions.lock().map(|d| d.clone()).unwrap_or_default();
         let found_in_last = |k: usize| match last.get(k) {

@@ -55,9 +55,7 @@ struct Prepared {
     proven: Option<i64>,
     report: ObjectReport,
     started: Instant,
-    /// Meters the object from its open: a commit of its own records everything up to it.
-    meter: Meter,
-    /// What preparing it used (a batch commit records its members' preparations).
+    /// What preparing it used, from its open: its commit records it, plus the commit's own.
     prepared: Usage,
 }
 
@@ -173,6 +171,13 @@ impl Ingestor {
         )
     }
 
+    /// A meter for a commit starting now, carrying `prepared` (what preparing its objects used),
+    /// in a scope of its own: the commits of different tables run side by side, and each one's
+    /// snapshot records its own requests only.
+    pub(super) fn commit_meter(&self, prepared: Usage) -> Meter {
+        self.meter().scoped_carrying(prepared)
+    }
+
     /// Handles a whole Lambda payload (direct S3, SQS batch, EventBridge).
     pub async fn handle_payload(
         &self,
@@ -278,7 +283,7 @@ impl Ingestor {
     async fn ingest_once(&self, obj: &ObjectRef, deadline: Instant) -> Result<ObjectReport> {
         match Box::pin(self.prepare(obj)).await? {
             Stage::Done(r) => Ok(r),
-            Stage::Ready(p) => Box::pin(self.commit_one(*p, deadline)).await,
+            Stage::Ready(p) => Box::pin(self.commit_one(*p, deadline, None)).await,
         }
     }
 
@@ -414,12 +419,18 @@ impl Ingestor {
             report: r,
             started,
             prepared: meter.usage(),
-            meter,
         })))
     }
 
-    /// Commits one prepared object in its own snapshot (its schema change included).
-    async fn commit_one(&self, p: Prepared, deadline: Instant) -> Result<ObjectReport> {
+    /// Commits one prepared object in its own snapshot (its schema change included), from
+    /// `base` when given (a version newer than the one it was prepared on), else from that one.
+    /// The snapshot records the object's preparation and this commit, nothing else.
+    async fn commit_one(
+        &self,
+        p: Prepared,
+        deadline: Instant,
+        base: Option<Table>,
+    ) -> Result<ObjectReport> {
         let Prepared {
             uri,
             ident,
@@ -431,7 +442,7 @@ impl Ingestor {
             proven,
             report: mut r,
             started,
-            meter,
+            prepared,
             ..
         } = p;
         let mut change = Change::append(
@@ -440,13 +451,17 @@ impl Ingestor {
         );
         change.schema = evolved.as_ref().map(|(s, _)| s.clone());
         let limits = self.commit_limits(deadline);
+        let meter = self.commit_meter(prepared);
         let plan = metered(
-            meter,
+            meter.clone(),
             dedup::append_once_plan(&source, &writer_id, change, limits.skew, proven),
         );
-        let outcome = self
-            .committer
-            .commit_from(&ident, Some(table.clone()), &limits, plan)
+        let base = base.unwrap_or_else(|| table.clone());
+        let outcome = meter
+            .run(
+                self.committer
+                    .commit_from(&ident, Some(base), &limits, plan),
+            )
             .await;
         settle_commit(&mut r, outcome, &table, &written, &writer_id).await?;
         r.millis = started.elapsed().as_millis() as u64;
