@@ -59,13 +59,47 @@ pub(crate) fn emf(dimensions: &[(&str, &str)], metrics: &[Metric<'_>], now_ms: i
 
 /// Prints an EMF document on stdout, where Lambda ships it to CloudWatch Logs.
 pub(crate) fn emit(dimensions: &[(&str, &str)], metrics: &[Metric<'_>]) {
+    let doc = || emf(dimensions, metrics, chrono::Utc::now().timestamp_millis());
+    #[cfg(test)]
+    if capture::keep(doc) {
+        return;
+    }
     if std::env::var("FLOE_METRICS").as_deref() == Ok("off") {
         return;
     }
-    println!(
-        "{}",
-        emf(dimensions, metrics, chrono::Utc::now().timestamp_millis())
-    );
+    println!("{}", doc());
+}
+
+/// Unit tests' view of what a future emits (instead of stdout, shared by the parallel tests).
+#[cfg(test)]
+pub(crate) mod capture {
+    use std::future::Future;
+    use std::sync::{Arc, Mutex};
+
+    use serde_json::Value;
+
+    tokio::task_local! {
+        static LINES: Arc<Mutex<Vec<Value>>>;
+    }
+
+    /// Runs `fut`; what it emitted, one EMF document per line.
+    pub(crate) async fn emitted<F: Future>(fut: F) -> (F::Output, Vec<Value>) {
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let out = LINES.scope(lines.clone(), fut).await;
+        let lines = lines.lock().map(|l| l.clone()).unwrap_or_default();
+        (out, lines)
+    }
+
+    /// Keeps the document when the current future captures; whether it did.
+    pub(super) fn keep(doc: impl FnOnce() -> Value) -> bool {
+        LINES
+            .try_with(|l| {
+                if let Ok(mut l) = l.lock() {
+                    l.push(doc());
+                }
+            })
+            .is_ok()
+    }
 }
 
 /// The metrics of a unit of work's usage: `GBSeconds` (duration × memory, what Lambda bills),

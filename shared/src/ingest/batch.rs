@@ -98,7 +98,8 @@ impl Ingestor {
         // from the event when it names the version, else from the identity read.
         let mut first_event: HashMap<(String, String, String), usize> = HashMap::new();
         let mut first_of: HashMap<String, usize> = HashMap::new();
-        let mut copies: Vec<(usize, usize)> = Vec::new();
+        // (copy, first, the copy's own preparation time when it was prepared).
+        let mut copies: Vec<(usize, usize, u64)> = Vec::new();
         let window = Duration::from_secs(self.config.ingest.commit_timeout_seconds);
         let mut slowest = Duration::ZERO;
         let mut out_of_time = false;
@@ -106,7 +107,7 @@ impl Ingestor {
             if let Some(version) = obj.version_id.clone().or_else(|| obj.etag.clone()) {
                 let key = (obj.bucket.clone(), obj.key.clone(), version);
                 if let Some(&first) = first_event.get(&key) {
-                    copies.push((i, first));
+                    copies.push((i, first, 0));
                     continue;
                 }
                 first_event.insert(key, i);
@@ -149,7 +150,7 @@ impl Ingestor {
             let id = prepared.source.id();
             if let Some(&first) = first_of.get(&id) {
                 crate::write::delete_uncommitted(&prepared.table, &prepared.written.files).await;
-                copies.push((i, first));
+                copies.push((i, first, prepared.report.compute_ms));
                 continue;
             }
             first_of.insert(id, i);
@@ -176,13 +177,15 @@ impl Ingestor {
         {
             results[i] = Some(r);
         }
-        for (copy, first) in copies {
+        for (copy, first, prepared_ms) in copies {
             results[copy] = Some(match &results[first] {
                 Some(Ok(r)) => {
                     let mut d = r.clone();
                     if d.status == Status::Committed {
                         d.status = Status::Duplicate;
                     }
+                    // Its own time only: the first's is the first's.
+                    d.compute_ms = prepared_ms;
                     Ok(nothing_added(d))
                 }
                 Some(Err(e)) => Err(copy_error(e)),
@@ -279,6 +282,7 @@ impl Ingestor {
             meter.clone(),
             batch_plan(members, writer_id.clone(), decisions.clone()),
         );
+        let commit_started = Instant::now();
         let outcome = meter
             .run(self.committer.commit_from(&ident, base, &limits, plan))
             .await;
@@ -315,6 +319,7 @@ impl Ingestor {
                         settle_member(*p, fate, snapshot_id, attempts, &ident).await,
                     ));
                 }
+                share_commit(&mut out, commit_started.elapsed());
             }
             Ok(Outcome::Skipped(_)) => {
                 // Every member was found committed, and no attempt of ours that added a snapshot
@@ -330,6 +335,7 @@ impl Ingestor {
                     };
                     out.push((i, settle_member(*p, fate, None, 0, &ident).await));
                 }
+                share_commit(&mut out, commit_started.elapsed());
             }
             // Nothing was committed (the commit loop reports Stale only when no attempt is
             // unknown): these files can go, and each member starts over alone, where the early
@@ -438,6 +444,18 @@ async fn settle_member(
             ),
         )
         .with_retryable(true)),
+    }
+}
+
+/// Splits a batch commit's time (its attempts and settling its members) evenly over the members
+/// it settled: each report's compute share is its own preparation plus its part of the commit.
+fn share_commit(out: &mut [(usize, Result<ObjectReport>)], took: Duration) {
+    let n = out.len().max(1) as u64;
+    let ms = took.as_millis() as u64;
+    for (k, (_, r)) in out.iter_mut().enumerate() {
+        if let Ok(r) = r {
+            r.compute_ms += ms / n + u64::from((k as u64) < ms % n);
+        }
     }
 }
 
