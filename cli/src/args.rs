@@ -74,6 +74,16 @@ pub enum Command {
     /// and the small-file share, quarantined records, last commit, freshness lag (commit time −
     /// newest event time) and how far each consumer's checkpoint is behind.
     Status(StatusArgs),
+    /// Freshness, throughput, small files, query planning, recovery and cost, per table and
+    /// pipeline, from the tables' history.
+    ///
+    /// Freshness p50/p95/p99 (commit − object LastModified, and commit − event time), rows/s and
+    /// bytes/s (overall and per hour), the small-file share, the planning time of a
+    /// representative query (DataFusion), the longest stretch with the lag above its objective
+    /// (recovery), and the cost: Lambda GB-seconds per function and pipeline, S3 requests by
+    /// kind per commit and per maintenance run, storage (live and retained by snapshots only),
+    /// in dollars at the `[cost]` prices of the config (defaults: us-east-1 list prices).
+    Baseline(crate::baseline_cmd::BaselineArgs),
     /// Compaction, snapshot expiration, orphan cleanup, manifest rewrite.
     ///
     /// Runs the maintain Lambda's operations by hand over one table or all configured ones.
@@ -640,6 +650,7 @@ impl Command {
             Command::Ingest(a) => Some(&mut a.config),
             Command::Backfill(a) => Some(&mut a.config),
             Command::Status(a) => Some(&mut a.config),
+            Command::Baseline(a) => Some(&mut a.config),
             Command::Maintain(a) => Some(&mut a.config),
             Command::SchemaDiff(a) => Some(&mut a.config),
             Command::Compare(a) => Some(&mut a.config),

@@ -4,7 +4,8 @@
 //! floe demo [--dir DIR]                     local demo: SQLite catalog + local warehouse, nothing but cargo
 //! floe ingest --config F s3://b/k [...]     ingest objects by hand through the Lambda code path
 //! floe backfill --config F s3://b/prefix [--since T] [--until T] [--dry-run] [--concurrency N] [--batch N]   history, exactly once, in batches
-//! floe status --config F [--json]           per table: snapshots, files, records, freshness, quarantine
+//! floe status --config F [--json]           per table: snapshots, files, records, freshness, quarantine, cost per day
+//! floe baseline --config F [--since T] [--json|--markdown]   freshness, throughput, small files, planning, recovery, cost
 //! floe maintain --config F [--table T] [--only compact,expire,orphans,manifests] [--dry-run]
 //!               [--older-than-hours H] [--retain-last N] [--orphan-older-than-hours H] [--json]
 //! floe schema-diff --config F --table T [--object s3://b/k] [--json]   classify schema changes, plan consumers (exit 2 if anything breaks)
@@ -27,6 +28,7 @@ use floe::config::Config;
 
 mod args;
 mod backfill_cmd;
+mod baseline_cmd;
 mod bench;
 mod bench_checks;
 mod bench_latency;
@@ -124,6 +126,10 @@ async fn run(command: Command) -> Result<Outcome> {
         Command::Status(a) => {
             let config = load_config(&a.config).await?;
             status::run(&config, a.json).await?;
+        }
+        Command::Baseline(a) => {
+            let config = load_config(&a.config).await?;
+            baseline_cmd::run(&config, &a).await?;
         }
         Command::Maintain(a) => {
             let config = load_config(&a.config).await?;

@@ -27,6 +27,9 @@ pub struct TableStatus {
     pub contract_version: Option<String>,
     /// Records that failed each data-quality check, summed over the retained snapshots.
     pub quality: Vec<CheckViolations>,
+    /// Cost per day (USD, at the `[cost]` prices): the retained history's compute and requests
+    /// as a daily rate, plus storage per day (`floe baseline` shows the parts).
+    pub cost_per_day_usd: Option<f64>,
 }
 
 /// One data-quality check's violations on a table.
@@ -73,6 +76,11 @@ pub async fn collect(config: &Config) -> Result<Vec<TableStatus>> {
             catalog.load_table(&ident).await.ok(),
         ));
     }
+    // Over every retained snapshot, from the metadata already loaded (no second load).
+    let cost_window = floe::baseline::Options {
+        planning_runs: 0,
+        ..Default::default()
+    };
     let mut out = Vec::new();
     let planner = floe::consumers::Planner::default();
     let today = Utc::now().date_naive();
@@ -163,6 +171,9 @@ pub async fn collect(config: &Config) -> Result<Vec<TableStatus>> {
                     .cloned()
             }),
             quality: quality_totals(snaps.iter().map(|s| s.summary())),
+            cost_per_day_usd: Some(
+                floe::baseline::table_cost(config, md, &cost_window).per_day_usd,
+            ),
         });
     }
     Ok(out)
@@ -180,7 +191,7 @@ pub async fn run(config: &Config, json: bool) -> Result<()> {
 
 pub fn print(rows: &[TableStatus]) {
     println!(
-        "{:<32} {:>9} {:>9} {:>6} {:>6} {:>11} {:>26} {:>9}",
+        "{:<32} {:>9} {:>9} {:>6} {:>6} {:>11} {:>26} {:>9} {:>10}",
         "table",
         "snapshots",
         "records",
@@ -188,11 +199,12 @@ pub fn print(rows: &[TableStatus]) {
         "small",
         "quarantined",
         "last commit",
-        "fresh (s)"
+        "fresh (s)",
+        "$/day"
     );
     for r in rows {
         println!(
-            "{:<32} {:>9} {:>9} {:>6} {:>6} {:>11} {:>26} {:>9}",
+            "{:<32} {:>9} {:>9} {:>6} {:>6} {:>11} {:>26} {:>9} {:>10}",
             r.table,
             r.snapshots,
             r.records,
@@ -204,6 +216,9 @@ pub fn print(rows: &[TableStatus]) {
             r.last_commit.clone().unwrap_or_else(|| "-".into()),
             r.freshness_lag_seconds
                 .map(|f| format!("{f:.1}"))
+                .unwrap_or_else(|| "-".into()),
+            r.cost_per_day_usd
+                .map(|c| format!("{c:.4}"))
                 .unwrap_or_else(|| "-".into())
         );
         for (consumer, behind, secs) in &r.processor_lag {
@@ -228,6 +243,64 @@ pub fn print(rows: &[TableStatus]) {
 mod tests {
     use super::*;
     use iceberg::spec::{Operation, Summary};
+
+    /// A table whose current metadata.json is gone cannot load: its row shows nothing ("-"),
+    /// and the other tables' rows are still there.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn status_survives_an_unloadable_table() {
+        let dir = std::env::temp_dir().join(format!(
+            "floe-status-{}-{}",
+            std::process::id(),
+            Utc::now().timestamp_nanos_opt().unwrap_or(0)
+        ));
+        let inputs = dir.join("inputs");
+        std::fs::create_dir_all(inputs.join("input")).expect("inputs");
+        let text = format!(
+            "{}\n{}",
+            crate::bench::bench_config(&dir, &inputs),
+            floe::sample::PIPELINES_TOML
+        );
+        let cfg = Config::parse(&text, "status test").expect("config");
+        let ingestor = floe::ingest::Ingestor::new(cfg.clone())
+            .await
+            .expect("ingestor");
+        std::fs::write(
+            inputs.join("input/a.jsonl"),
+            floe::sample::orders_jsonl(20, 1, Utc::now()),
+        )
+        .expect("object");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);
+        let r = ingestor
+            .ingest(&floe::event::ObjectRef::new("input", "a.jsonl"), deadline)
+            .await
+            .expect("ingest");
+        assert_eq!(r.records_committed, 20);
+        let before = collect(&cfg).await.expect("status");
+        let orders = |rows: &[TableStatus]| {
+            rows.iter()
+                .find(|r| r.table.ends_with(".orders"))
+                .map(|r| (r.snapshots, r.records, r.cost_per_day_usd))
+                .expect("orders row")
+        };
+        assert_eq!(orders(&before).0, 1);
+        assert!(orders(&before).2.is_some());
+
+        let catalog = floe::catalog::connect(&cfg).await.expect("catalog");
+        let ident = floe::catalog::table_ident(&cfg, "orders").expect("ident");
+        let table = catalog.load_table(&ident).await.expect("load");
+        let location = table.metadata_location().expect("metadata location");
+        let path = location.strip_prefix("file://").unwrap_or(location);
+        std::fs::remove_file(path).expect("delete metadata.json");
+        assert!(catalog.load_table(&ident).await.is_err());
+
+        let after = collect(&cfg)
+            .await
+            .expect("status with an unloadable table");
+        assert_eq!(orders(&after), (0, 0, None));
+        assert_eq!(after.len(), before.len(), "every table has its row");
+        print(&after);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn violations_sum_per_check_and_action_over_snapshots() {

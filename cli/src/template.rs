@@ -447,7 +447,7 @@ fn alarms(config: &Config) -> Result<String> {
 }
 
 /// The dashboard: ingest counts, one freshness widget per table (with its objective), pipeline
-/// lag, maintenance work, function errors, queue depth.
+/// lag, maintenance work, cost, function errors, queue depth.
 fn dashboard(config: &Config) -> String {
     let mut widgets = vec![
         r#"{"type": "metric", "width": 12, "height": 6, "properties": {"title": "Ingest records", "region": "${AWS::Region}", "stat": "Sum", "period": 300,
@@ -488,6 +488,22 @@ fn dashboard(config: &Config) -> String {
               [{"expression": "SEARCH('{floe,Table} MetricName=\"FilesDeleted\"', 'Sum', 3600)", "id": "od"}]]}}"#
             .to_string(),
     );
+    // Cost: what the functions report (EMF `GBSeconds` and S3 requests by kind, per function),
+    // and the dollars per hour at the config's `[cost]` prices, priced as `Cost::of` prices
+    // them (PUT and LIST at the PUT price, GET and HEAD at the GET price, DELETE free).
+    let c = &config.cost;
+    widgets.push(format!(
+        r#"{{"type": "metric", "width": 12, "height": 6, "properties": {{"title": "Cost: Lambda GB-seconds and S3 requests per function, USD per hour at the [cost] prices", "region": "${{AWS::Region}}", "stat": "Sum", "period": 3600,
+  "metrics": [[{{"expression": "SEARCH('{{floe,Function}} MetricName=\"GBSeconds\"', 'Sum', 3600)", "id": "gbs", "label": "GB-s"}}],
+              [{{"expression": "SEARCH('{{floe,Function}} MetricName=\"S3PutRequests\"', 'Sum', 3600)", "id": "put", "label": "PUT", "yAxis": "right"}}],
+              [{{"expression": "SEARCH('{{floe,Function}} MetricName=\"S3GetRequests\"', 'Sum', 3600)", "id": "get", "label": "GET", "yAxis": "right"}}],
+              [{{"expression": "SEARCH('{{floe,Function}} MetricName=\"S3ListRequests\"', 'Sum', 3600)", "id": "lst", "visible": false}}],
+              [{{"expression": "SEARCH('{{floe,Function}} MetricName=\"S3HeadRequests\"', 'Sum', 3600)", "id": "hd", "visible": false}}],
+              [{{"expression": "SUM(gbs)*{gbs} + (SUM(put)+SUM(lst))*{put}/1000 + (SUM(get)+SUM(hd))*{get}/1000", "id": "usd", "label": "USD per hour"}}]]}}}}"#,
+        gbs = c.lambda_gb_second,
+        put = c.s3_put_per_1000,
+        get = c.s3_get_per_1000,
+    ));
     widgets.push(
         r#"{"type": "metric", "width": 12, "height": 6, "properties": {"title": "Function errors", "region": "${AWS::Region}", "stat": "Sum", "period": 300,
   "metrics": [["AWS/Lambda", "Errors", "FunctionName", "${IngestFunction}"], ["...", "${ProcessFunction}"], ["...", "${MaintainFunction}"]]}}"#
@@ -543,6 +559,25 @@ mod tests {
             rendered == template,
             "template.yaml is stale: run `cargo run --bin floe -- template --config infra/floe.toml`"
         );
+    }
+
+    #[test]
+    fn the_dashboard_prices_the_functions_usage_at_the_config_prices() {
+        // The deploy config sets no [cost]: the defaults, Lambda at the arm64 price the
+        // template deploys, and HEAD requests at the GET price (as `Cost::of` prices them).
+        let d = dashboard(&deploy_config());
+        assert!(d.contains(r#"MetricName=\"GBSeconds\"'"#), "{d}");
+        assert!(d.contains("SUM(gbs)*0.0000133334 "), "{d}");
+        assert!(d.contains(r#"MetricName=\"S3HeadRequests\"'"#), "{d}");
+        assert!(d.contains("(SUM(get)+SUM(hd))*0.0004/1000"), "{d}");
+        assert!(repo_file("template.yaml").contains("SUM(gbs)*0.0000133334 "));
+        let dearer = format!(
+            "{}\n[cost]\nlambda_gb_second = 0.5\ns3_get_per_1000 = 0.25\n",
+            repo_file("infra/floe.toml")
+        );
+        let d = dashboard(&parse_config(&dearer, "dearer").expect("config"));
+        assert!(d.contains("SUM(gbs)*0.5 "), "{d}");
+        assert!(d.contains("(SUM(get)+SUM(hd))*0.25/1000"), "{d}");
     }
 
     #[test]

@@ -20,6 +20,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::catalog::PointerSwap;
 use crate::error::{Error, ErrorKind, Result};
+use crate::requests::{Meter, Requests};
 use crate::snapshot::{self, Change};
 
 /// Where an object's rows were found.
@@ -49,6 +50,21 @@ impl SourceObject {
     /// `s3://bucket/key#version`: the string recorded in snapshot summaries.
     pub fn id(&self) -> String {
         format!("s3://{}/{}#{}", self.bucket, self.key, self.version)
+    }
+}
+
+/// `plan` with every change it applies metered by `meter`: the snapshot of the attempt that
+/// lands records the usage up to its staging (failed attempts' work included).
+pub fn metered<F>(meter: Meter, mut plan: F) -> impl FnMut(&Table) -> Result<Plan> + Send
+where
+    F: FnMut(&Table) -> Result<Plan> + Send,
+{
+    move |t: &Table| {
+        let mut p = plan(t)?;
+        if let Plan::Apply(change) = &mut p {
+            change.meter = Some(meter.clone());
+        }
+        Ok(p)
     }
 }
 
@@ -106,6 +122,8 @@ pub struct Committer {
     /// Last known version per table: reused while the catalog pointer still names it, so a warm
     /// function does not re-read and re-parse metadata it wrote itself.
     cache: Arc<std::sync::Mutex<HashMap<TableIdent, Table>>>,
+    /// The counters the catalog's FileIO counts on, when it was connected counting.
+    requests: Option<Requests>,
 }
 
 impl Committer {
@@ -115,7 +133,20 @@ impl Committer {
             catalog,
             swap,
             cache: Arc::default(),
+            requests: None,
         }
+    }
+
+    /// Names the counters `catalog` was connected with ([`crate::catalog::connect_counted`]):
+    /// the usage of the work committed through this committer includes them.
+    pub fn with_requests(mut self, requests: Requests) -> Self {
+        self.requests = Some(requests);
+        self
+    }
+
+    /// The request counters of this committer's catalog, if it counts.
+    pub fn requests(&self) -> Option<&Requests> {
+        self.requests.as_ref()
     }
 
     /// The catalog.

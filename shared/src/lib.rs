@@ -7,11 +7,11 @@
 //! 1. foundation: [`error`], [`summary`] (every `floe.*` key, checkpoints), [`metrics`], [`sample`]
 //! 2. config: [`config`]
 //! 3. schema: [`schema`], [`evolve`]
-//! 4. io: [`store`], [`event`], [`notify`], [`decode`], [`quality`] (data-quality contracts),
-//!    [`protect`]
+//! 4. io: [`store`], [`requests`] (S3 requests counted, usage metered), [`event`], [`notify`],
+//!    [`decode`], [`quality`] (data-quality contracts), [`protect`]
 //! 5. table: [`snapshot`], [`catalog`] (one file per backend), [`commit`], [`scan`], [`write`]
 //! 6. operations: [`ingest`], [`process`], [`maintain`], [`consumers`], [`schema_diff`],
-//!    [`drop_column`]
+//!    [`drop_column`], [`compare`], [`baseline`] (freshness, throughput, recovery and cost)
 //! 7. edge: [`lambda`]
 #![deny(missing_docs)]
 #![warn(unreachable_pub)]
@@ -31,6 +31,7 @@ pub mod event;
 pub(crate) mod notify;
 pub mod protect;
 pub mod quality;
+pub mod requests;
 pub mod store;
 
 pub mod catalog;
@@ -39,6 +40,7 @@ pub mod scan;
 pub mod snapshot;
 pub(crate) mod write;
 
+pub mod baseline;
 pub mod compare;
 pub mod consumers;
 pub mod drop_column;

@@ -16,6 +16,7 @@ use iceberg::table::Table;
 use iceberg::{MetadataLocation, TableRequirement, TableUpdate};
 
 use crate::error::{Error, ErrorKind, Result};
+use crate::requests::Meter;
 use crate::summary;
 
 /// A change to the table's data files (or only to its manifests or snapshots).
@@ -39,6 +40,10 @@ pub struct Change {
     /// With `schema`: it replaces the base's current schema, which must have this id (a column
     /// drop: the new schema lacks fields, so it cannot "extend" the base); another id → `Stale`.
     pub replaces_schema: Option<i32>,
+    /// Meters the work this change commits: its usage when the snapshot is staged (manifests
+    /// and manifest list written, the metadata.json write counted ahead) goes into the
+    /// snapshot's summary ([`crate::summary::Usage`]).
+    pub meter: Option<Meter>,
 }
 
 impl Change {
@@ -53,6 +58,7 @@ impl Change {
             expire: Vec::new(),
             schema: None,
             replaces_schema: None,
+            meter: None,
         }
     }
 
@@ -67,6 +73,7 @@ impl Change {
             expire: snapshot_ids,
             schema: None,
             replaces_schema: None,
+            meter: None,
         }
     }
 
@@ -81,6 +88,7 @@ impl Change {
             expire: Vec::new(),
             schema: None,
             replaces_schema: None,
+            meter: None,
         }
     }
 
@@ -99,6 +107,7 @@ impl Change {
             expire: Vec::new(),
             schema: None,
             replaces_schema: None,
+            meter: None,
         }
     }
 }
@@ -284,12 +293,19 @@ pub(crate) async fn stage(table: &Table, change: &Change, write: bool) -> Result
     m.carry_existing(change).await?;
     m.add_files(&change.added, seq).await?;
     let list_path = m.write_list(parent.map(|s| s.snapshot_id()), seq).await?;
-    let props = snapshot_summary(
+    let mut props = snapshot_summary(
         change,
         parent.map(|p| p.summary()),
         &m.collector,
         new_schema.is_none(),
     );
+    if let Some(meter) = &change.meter {
+        let mut usage = meter.usage();
+        if let (true, Some(s3)) = (write, usage.s3.as_mut()) {
+            s3.put += 1; // the metadata.json, written next
+        }
+        props.extend(usage.properties());
+    }
     let snapshot = Snapshot::builder()
         .with_snapshot_id(snapshot_id)
         .with_parent_snapshot_id(parent.map(|s| s.snapshot_id()))

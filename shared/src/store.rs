@@ -13,6 +13,7 @@ use tokio::io::{AsyncRead, ReadBuf};
 
 use crate::config::StorageConfig;
 use crate::error::{Error, ErrorKind, Result};
+use crate::requests::{count, RequestKind, Requests};
 
 /// What floe needs to know about an object before reading it.
 #[derive(Debug, Clone)]
@@ -144,9 +145,24 @@ pub struct Listed {
 
 /// Builds the store the config asks for: a local directory when `storage.local_root` is set, else S3.
 pub async fn from_config(cfg: &StorageConfig) -> std::sync::Arc<dyn ObjectStore> {
+    from_config_counted(cfg, None).await
+}
+
+/// Like [`from_config`], counting every request on `requests`.
+pub async fn from_config_counted(
+    cfg: &StorageConfig,
+    requests: Option<&Requests>,
+) -> std::sync::Arc<dyn ObjectStore> {
+    let requests = requests.cloned();
     match &cfg.local_root {
-        Some(root) => std::sync::Arc::new(LocalStore::new(root)),
-        None => std::sync::Arc::new(S3Store::new(s3_client(cfg).await)),
+        Some(root) => std::sync::Arc::new(LocalStore {
+            requests,
+            ..LocalStore::new(root)
+        }),
+        None => std::sync::Arc::new(S3Store {
+            requests,
+            ..S3Store::new(s3_client(cfg).await)
+        }),
     }
 }
 
@@ -191,12 +207,16 @@ pub async fn s3_client(cfg: &StorageConfig) -> aws_sdk_s3::Client {
 #[derive(Clone, Debug)]
 pub struct S3Store {
     client: aws_sdk_s3::Client,
+    requests: Option<Requests>,
 }
 
 impl S3Store {
     /// Wraps a client.
     pub fn new(client: aws_sdk_s3::Client) -> Self {
-        Self { client }
+        Self {
+            client,
+            requests: None,
+        }
     }
 }
 
@@ -251,6 +271,7 @@ impl ObjectStore for S3Store {
             get = get.if_match(format!("\"{etag}\""));
             what.push_str(&format!(" if ETag {etag}"));
         }
+        count(&self.requests, RequestKind::Get);
         let out = get.send().await.map_err(|e| s3_error(what, e))?;
         let last_modified = out
             .last_modified()
@@ -270,6 +291,7 @@ impl ObjectStore for S3Store {
     }
 
     async fn put(&self, bucket: &str, key: &str, body: Vec<u8>) -> Result<()> {
+        count(&self.requests, RequestKind::Put);
         self.client
             .put_object()
             .bucket(bucket)
@@ -285,6 +307,7 @@ impl ObjectStore for S3Store {
         let body = ByteStream::from_path(path).await.map_err(|e| {
             Error::new(ErrorKind::Storage, format!("reading {}", path.display())).with_source(e)
         })?;
+        count(&self.requests, RequestKind::Put);
         self.client
             .put_object()
             .bucket(bucket)
@@ -306,6 +329,7 @@ impl ObjectStore for S3Store {
             .into_paginator()
             .send();
         while let Some(page) = pages.next().await {
+            count(&self.requests, RequestKind::List);
             let page =
                 page.map_err(|e| s3_error(format!("ListObjectsV2 s3://{bucket}/{prefix}"), e))?;
             for o in page.contents() {
@@ -345,6 +369,8 @@ impl<R: AsyncRead + Unpin> AsyncRead for TransientReader<R> {
 #[derive(Clone, Debug)]
 pub struct LocalStore {
     root: PathBuf,
+    /// Counted as the S3 requests the same calls would make.
+    requests: Option<Requests>,
 }
 
 impl LocalStore {
@@ -352,6 +378,7 @@ impl LocalStore {
     pub fn new(root: impl AsRef<Path>) -> Self {
         Self {
             root: root.as_ref().to_path_buf(),
+            requests: None,
         }
     }
 
@@ -389,6 +416,7 @@ impl ObjectStore for LocalStore {
     /// modification-time fingerprint) is.
     async fn open(&self, bucket: &str, key: &str, version: &Version) -> Result<OpenedObject> {
         let path = self.path(bucket, key)?;
+        count(&self.requests, RequestKind::Get);
         let file = tokio::fs::File::open(&path)
             .await
             .map_err(|e| io_error(format!("open {}", path.display()), e))?;
@@ -421,6 +449,7 @@ impl ObjectStore for LocalStore {
 
     async fn put(&self, bucket: &str, key: &str, body: Vec<u8>) -> Result<()> {
         let path = self.path(bucket, key)?;
+        count(&self.requests, RequestKind::Put);
         if let Some(dir) = path.parent() {
             tokio::fs::create_dir_all(dir)
                 .await
@@ -438,6 +467,7 @@ impl ObjectStore for LocalStore {
 
     async fn put_file(&self, bucket: &str, key: &str, from: &std::path::Path) -> Result<()> {
         let path = self.path(bucket, key)?;
+        count(&self.requests, RequestKind::Put);
         if let Some(dir) = path.parent() {
             tokio::fs::create_dir_all(dir)
                 .await
@@ -455,6 +485,7 @@ impl ObjectStore for LocalStore {
     async fn list(&self, bucket: &str, prefix: &str) -> Result<Vec<Listed>> {
         let root = self.path(bucket, "")?;
         let mut out = Vec::new();
+        // One page per 1,000 keys, as ListObjectsV2 would return them (counted at the end).
         let mut dirs = vec![root.clone()];
         while let Some(dir) = dirs.pop() {
             let mut entries = match tokio::fs::read_dir(&dir).await {
@@ -501,6 +532,9 @@ impl ObjectStore for LocalStore {
             }
         }
         out.sort_by(|a, b| a.key.cmp(&b.key));
+        if let Some(r) = &self.requests {
+            r.count(RequestKind::List, (out.len() as u64).div_ceil(1000).max(1));
+        }
         Ok(out)
     }
 }

@@ -5,6 +5,7 @@
 //! into `target/venv` and starts the server; run alone, the harness starts a server itself.
 
 mod backfill;
+mod baseline;
 mod batch;
 mod chaos;
 mod compare;

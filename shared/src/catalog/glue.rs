@@ -19,7 +19,6 @@ use iceberg::{
     Catalog, CatalogBuilder, MetadataLocation, NamespaceIdent, TableCreation, TableIdent,
 };
 use iceberg_catalog_glue::GlueCatalogBuilder;
-use iceberg_storage_opendal::OpenDalResolvingStorageFactory;
 
 use super::{connect_error, Hooked, PointerSwap, UpdateHook};
 use crate::config::{CatalogKind, Config};
@@ -30,7 +29,7 @@ use crate::snapshot::{conflict, Staged};
 pub(crate) async fn connect(
     cfg: &Config,
     mut props: HashMap<String, String>,
-    factory: Arc<OpenDalResolvingStorageFactory>,
+    factory: Arc<dyn iceberg::io::StorageFactory>,
     warehouse: String,
 ) -> Result<Arc<dyn Catalog>> {
     let c = &cfg.catalog;

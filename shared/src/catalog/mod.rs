@@ -15,12 +15,14 @@ use std::path::Path;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use iceberg::io::StorageFactory;
 use iceberg::table::Table;
 use iceberg::{Catalog, Namespace, NamespaceIdent, TableCommit, TableCreation, TableIdent};
 use iceberg_storage_opendal::OpenDalResolvingStorageFactory;
 
 use crate::config::{CatalogKind, Config, TableConfig};
 use crate::error::{Error, ErrorKind, Result};
+use crate::requests::{CountingStorageFactory, Requests};
 use crate::schema;
 use crate::snapshot::Staged;
 use crate::summary;
@@ -78,12 +80,27 @@ pub(crate) fn storage_props(cfg: &Config) -> HashMap<String, String> {
 
 /// Connects to the configured catalog.
 pub async fn connect(cfg: &Config) -> Result<Arc<dyn Catalog>> {
+    connect_counted(cfg, None).await
+}
+
+/// Like [`connect`]; with `requests`, every table file read or written through the tables it
+/// loads is counted there ([`crate::requests`]).
+pub async fn connect_counted(
+    cfg: &Config,
+    requests: Option<&Requests>,
+) -> Result<Arc<dyn Catalog>> {
     let c = &cfg.catalog;
     let warehouse = location_url(&c.warehouse)?;
     let mut props = storage_props(cfg);
     props.insert("warehouse".into(), warehouse.clone());
     props.extend(c.properties.clone());
-    let factory = Arc::new(OpenDalResolvingStorageFactory::new());
+    let factory: Arc<dyn StorageFactory> = match requests {
+        Some(r) => Arc::new(CountingStorageFactory::new(
+            Box::new(OpenDalResolvingStorageFactory::new()),
+            r.clone(),
+        )),
+        None => Arc::new(OpenDalResolvingStorageFactory::new()),
+    };
     match c.kind {
         CatalogKind::Sqlite => sqlite::connect(cfg, props, factory).await,
         CatalogKind::Glue => glue::connect(cfg, props, factory, warehouse).await,

@@ -7,7 +7,6 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use iceberg::{Catalog, CatalogBuilder, TableIdent};
 use iceberg_catalog_rest::RestCatalogBuilder;
-use iceberg_storage_opendal::OpenDalResolvingStorageFactory;
 
 use super::{connect_error, PointerSwap};
 use crate::config::{CatalogKind, Config};
@@ -18,7 +17,7 @@ use crate::snapshot::{conflict, Staged};
 pub(crate) async fn connect(
     cfg: &Config,
     mut props: HashMap<String, String>,
-    factory: Arc<OpenDalResolvingStorageFactory>,
+    factory: Arc<dyn iceberg::io::StorageFactory>,
 ) -> Result<Arc<dyn Catalog>> {
     let c = &cfg.catalog;
     let err = connect_error(CatalogKind::Rest);

@@ -8,7 +8,6 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use iceberg::{Catalog, CatalogBuilder, TableIdent};
 use iceberg_catalog_sql::SqlCatalogBuilder;
-use iceberg_storage_opendal::OpenDalResolvingStorageFactory;
 use sqlx::any::AnyPoolOptions;
 use sqlx::AnyPool;
 
@@ -45,7 +44,7 @@ pub(crate) fn sqlite_uri(cfg: &Config) -> Result<String> {
 pub(crate) async fn connect(
     cfg: &Config,
     mut props: HashMap<String, String>,
-    factory: Arc<OpenDalResolvingStorageFactory>,
+    factory: Arc<dyn iceberg::io::StorageFactory>,
 ) -> Result<Arc<dyn Catalog>> {
     let c = &cfg.catalog;
     let err = connect_error(CatalogKind::Sqlite);

@@ -11,12 +11,14 @@ use crate::error::{Error, ErrorKind, Result};
 
 mod compare;
 pub(crate) mod contract;
+mod cost;
 mod defaults;
 pub(crate) mod types;
 mod validate;
 
 pub use compare::CompareConfig;
 pub use contract::{Action, CheckConfig, CheckKind};
+pub use cost::CostConfig;
 pub(crate) use defaults::retention_properties;
 pub use defaults::DefaultsConfig;
 
@@ -53,6 +55,9 @@ pub struct Config {
     /// How `floe compare` lines tables up against the system they replace.
     #[serde(default)]
     pub compare: Vec<CompareConfig>,
+    /// Prices for the cost baseline and local memory sizes (defaults: us-east-1 list prices).
+    #[serde(default)]
+    pub cost: CostConfig,
 }
 
 /// Commit notifications.

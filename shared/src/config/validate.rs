@@ -72,6 +72,7 @@ impl Config {
         for (i, c) in self.compare.iter().enumerate() {
             c.validate(self, origin, i)?;
         }
+        self.cost.validate(origin)?;
         Ok(())
     }
 

@@ -32,11 +32,11 @@ use iceberg::TableIdent;
 use super::dedup::{walk_all, Sought, Walk};
 use super::report::{batch_summary, nothing_added};
 use super::{Ingestor, ObjectReport, Prepared, Stage, Status};
-use crate::commit::{Found, Outcome, Plan, Skipped};
+use crate::commit::{metered, Found, Outcome, Plan, Skipped};
 use crate::error::{Error, ErrorKind, Result};
 use crate::event::ObjectRef;
 use crate::snapshot::Change;
-use crate::summary::{SOURCE_OBJECTS, WRITER_ID};
+use crate::summary::{Usage, SOURCE_MODIFIED_MS, SOURCE_OBJECTS, WRITER_ID};
 
 /// Most objects in one commit. Every snapshot's summary lists its objects and every later
 /// metadata.json carries the summaries of the retained snapshots, so the list is kept short
@@ -55,6 +55,8 @@ enum Decision {
 /// One member as the plan sees it.
 struct Member {
     id: String,
+    /// The object's LastModified (epoch ms).
+    modified_ms: i64,
     not_before_ms: i64,
     proven: Option<i64>,
     files: Vec<iceberg::spec::DataFile>,
@@ -96,7 +98,8 @@ impl Ingestor {
         // from the event when it names the version, else from the identity read.
         let mut first_event: HashMap<(String, String, String), usize> = HashMap::new();
         let mut first_of: HashMap<String, usize> = HashMap::new();
-        let mut copies: Vec<(usize, usize)> = Vec::new();
+        // (copy, first, the copy's own preparation time when it was prepared).
+        let mut copies: Vec<(usize, usize, u64)> = Vec::new();
         let window = Duration::from_secs(self.config.ingest.commit_timeout_seconds);
         let mut slowest = Duration::ZERO;
         let mut out_of_time = false;
@@ -104,7 +107,7 @@ impl Ingestor {
             if let Some(version) = obj.version_id.clone().or_else(|| obj.etag.clone()) {
                 let key = (obj.bucket.clone(), obj.key.clone(), version);
                 if let Some(&first) = first_event.get(&key) {
-                    copies.push((i, first));
+                    copies.push((i, first, 0));
                     continue;
                 }
                 first_event.insert(key, i);
@@ -147,14 +150,14 @@ impl Ingestor {
             let id = prepared.source.id();
             if let Some(&first) = first_of.get(&id) {
                 crate::write::delete_uncommitted(&prepared.table, &prepared.written.files).await;
-                copies.push((i, first));
+                copies.push((i, first, prepared.report.compute_ms));
                 continue;
             }
             first_of.insert(id, i);
             if prepared.evolved.is_some() {
                 // Its files carry the new field ids: it commits alone, with its schema change.
                 let t0 = Instant::now();
-                results[i] = Some(self.commit_alone(*prepared, deadline).await);
+                results[i] = Some(self.commit_alone(*prepared, deadline, None).await);
                 slowest = slowest.max(t0.elapsed());
             } else {
                 groups
@@ -174,13 +177,15 @@ impl Ingestor {
         {
             results[i] = Some(r);
         }
-        for (copy, first) in copies {
+        for (copy, first, prepared_ms) in copies {
             results[copy] = Some(match &results[first] {
                 Some(Ok(r)) => {
                     let mut d = r.clone();
                     if d.status == Status::Committed {
                         d.status = Status::Duplicate;
                     }
+                    // Its own time only: the first's is the first's.
+                    d.compute_ms = prepared_ms;
                     Ok(nothing_added(d))
                 }
                 Some(Err(e)) => Err(copy_error(e)),
@@ -193,54 +198,73 @@ impl Ingestor {
             .collect()
     }
 
-    /// Commits one prepared object alone; a `Stale` answer (the schema moved differently)
-    /// starts the object over on the single path, which retries.
-    async fn commit_alone(&self, p: Prepared, deadline: Instant) -> Result<ObjectReport> {
+    /// Commits one prepared object alone (from `base` when given); a `Stale` answer (the schema
+    /// moved differently) starts the object over on the single path, which retries.
+    async fn commit_alone(
+        &self,
+        p: Prepared,
+        deadline: Instant,
+        base: Option<Table>,
+    ) -> Result<ObjectReport> {
         let obj = p.obj.clone();
-        match Box::pin(self.commit_one(p, deadline)).await {
+        match Box::pin(self.commit_one(p, deadline, base)).await {
             Err(e) if e.kind() == ErrorKind::Stale => self.ingest(&obj, deadline).await,
             other => other,
         }
     }
 
-    /// The prepared objects of one table in commits of at most [`MAX_OBJECTS_PER_COMMIT`].
+    /// The prepared objects of one table in commits of at most [`MAX_OBJECTS_PER_COMMIT`]. A
+    /// chunk after the first starts from the version the one before it left (the members were
+    /// prepared on an older one: from there its first attempt could only conflict).
     async fn commit_chunks(
         &self,
         mut members: Vec<(usize, Box<Prepared>)>,
         deadline: Instant,
     ) -> Vec<(usize, Result<ObjectReport>)> {
         let mut out = Vec::with_capacity(members.len());
+        let mut base = None;
         while !members.is_empty() {
             let rest = members.split_off(members.len().min(MAX_OBJECTS_PER_COMMIT));
-            out.extend(Box::pin(self.commit_group(members, deadline)).await);
+            let ident = members[0].1.ident.clone();
+            out.extend(Box::pin(self.commit_group(members, deadline, base)).await);
             members = rest;
+            base = match members.is_empty() {
+                true => None,
+                // The committer's cached version while the catalog still names it.
+                false => self.committer.load(&ident).await.ok(),
+            };
         }
         out
     }
 
-    /// One commit for the prepared objects of one table; each member's result.
+    /// One commit for the prepared objects of one table (from `base` when given, else from the
+    /// newest version a member was prepared on); each member's result.
     async fn commit_group(
         &self,
         mut prepared: Vec<(usize, Box<Prepared>)>,
         deadline: Instant,
+        base: Option<Table>,
     ) -> Vec<(usize, Result<ObjectReport>)> {
         if prepared.len() == 1 {
             let (i, p) = prepared.remove(0);
-            return vec![(i, self.commit_alone(*p, deadline).await)];
+            // Its own preparation and its own commit, like a group's members.
+            return vec![(i, self.commit_alone(*p, deadline, base).await)];
         }
         let limits = self.commit_limits(deadline);
         let skew_ms = limits.skew.as_millis() as i64;
         let ident: TableIdent = prepared[0].1.ident.clone();
-        // The newest version any member loaded: the first attempt's base.
+        // The newest version known: the first attempt's base.
         let base = prepared
             .iter()
             .map(|(_, p)| &p.table)
+            .chain(base.as_ref())
             .max_by_key(|t| t.metadata().last_sequence_number())
             .cloned();
         let members: Vec<Member> = prepared
             .iter()
             .map(|(_, p)| Member {
                 id: p.source.id(),
+                modified_ms: p.source.modified_ms,
                 not_before_ms: p.source.modified_ms - skew_ms,
                 proven: p.proven,
                 files: p.written.files.clone(),
@@ -249,10 +273,18 @@ impl Ingestor {
             .collect();
         let writer_id = uuid::Uuid::now_v7().to_string();
         let decisions: Arc<Mutex<Vec<Decision>>> = Arc::default();
-        let plan = batch_plan(members, writer_id.clone(), decisions.clone());
-        let outcome = self
-            .committer
-            .commit_from(&ident, base, &limits, plan)
+        // The members' preparations (one after another) plus this commit: the batch's work.
+        let prepared_usage = prepared
+            .iter()
+            .fold(Usage::default(), |acc, (_, p)| acc.plus(&p.prepared));
+        let meter = self.commit_meter(prepared_usage);
+        let plan = metered(
+            meter.clone(),
+            batch_plan(members, writer_id.clone(), decisions.clone()),
+        );
+        let commit_started = Instant::now();
+        let outcome = meter
+            .run(self.committer.commit_from(&ident, base, &limits, plan))
             .await;
         let last: Vec<Decision> = decisions.lock().map(|d| d.clone()).unwrap_or_default();
         let found_in_last = |k: usize| match last.get(k) {
@@ -287,6 +319,7 @@ impl Ingestor {
                         settle_member(*p, fate, snapshot_id, attempts, &ident).await,
                     ));
                 }
+                share_commit(&mut out, commit_started.elapsed());
             }
             Ok(Outcome::Skipped(_)) => {
                 // Every member was found committed, and no attempt of ours that added a snapshot
@@ -302,6 +335,7 @@ impl Ingestor {
                     };
                     out.push((i, settle_member(*p, fate, None, 0, &ident).await));
                 }
+                share_commit(&mut out, commit_started.elapsed());
             }
             // Nothing was committed (the commit loop reports Stale only when no attempt is
             // unknown): these files can go, and each member starts over alone, where the early
@@ -413,6 +447,18 @@ async fn settle_member(
     }
 }
 
+/// Splits a batch commit's time (its attempts and settling its members) evenly over the members
+/// it settled: each report's compute share is its own preparation plus its part of the commit.
+fn share_commit(out: &mut [(usize, Result<ObjectReport>)], took: Duration) {
+    let n = out.len().max(1) as u64;
+    let ms = took.as_millis() as u64;
+    for (k, (_, r)) in out.iter_mut().enumerate() {
+        if let Ok(r) = r {
+            r.compute_ms += ms / n + u64::from((k as u64) < ms % n);
+        }
+    }
+}
+
 /// The error of an object not started because the payload's time ran out.
 fn left_for_retry(obj: &ObjectRef) -> Error {
     Error::new(
@@ -491,6 +537,11 @@ fn batch_plan(
             serde_json::to_string(&ids).unwrap_or_default(),
         );
         props.insert(WRITER_ID.into(), writer_id.clone());
+        let modified: Vec<i64> = taken.iter().map(|m| m.modified_ms).collect();
+        props.insert(
+            SOURCE_MODIFIED_MS.into(),
+            crate::summary::source_modified_value(&modified),
+        );
         let files = taken.iter().flat_map(|m| m.files.iter().cloned()).collect();
         Ok(Plan::Apply(Change::append(files, props)))
     }
@@ -554,6 +605,7 @@ mod tests {
         Member {
             report: ObjectReport::new(id.clone(), "orders", Status::Committed),
             id,
+            modified_ms: 1_000 + k as i64,
             not_before_ms: 0,
             proven: None,
             files: Vec::new(),
@@ -588,6 +640,10 @@ mod tests {
             Ok(Plan::Apply(c)) => {
                 let ids: Vec<String> = serde_json::from_str(&c.properties[SOURCE_OBJECTS]).unwrap();
                 assert_eq!(ids.len(), MAX_OBJECTS_PER_COMMIT);
+                // Each member's LastModified, in the order of the identities.
+                let modified: Vec<&str> = c.properties[SOURCE_MODIFIED_MS].split(',').collect();
+                assert_eq!(modified.len(), MAX_OBJECTS_PER_COMMIT);
+                assert_eq!((modified[0], modified[7]), ("1000", "1007"));
             }
             other => panic!("{other:?}"),
         });

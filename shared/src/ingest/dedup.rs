@@ -253,6 +253,10 @@ pub(crate) fn append_once_plan(
     change
         .properties
         .insert(SUMMARY_WRITER_ID.into(), writer_id.to_string());
+    change.properties.insert(
+        crate::summary::SOURCE_MODIFIED_MS.into(),
+        crate::summary::source_modified_value(&[object.modified_ms]),
+    );
     let not_before = object.modified_ms - skew.as_millis() as i64;
     move |table: &Table| match walk(table.metadata(), &id, not_before, proven) {
         Walk::Found(found) => Ok(Plan::Skip(Skipped::AlreadyCommitted(found))),

@@ -27,13 +27,15 @@ use iceberg::{Catalog, TableIdent};
 use serde_json::json;
 
 use crate::catalog;
-use crate::commit::{CommitLimits, Committer, Outcome, Skipped, SourceObject};
+use crate::commit::{metered, CommitLimits, Committer, Outcome, Skipped, SourceObject};
 use crate::config::{Config, RouteConfig, SchemaPolicy, TableConfig};
 use crate::decode::{self};
 use crate::error::{Error, ErrorKind, Result};
 use crate::event::{self, ObjectRef};
+use crate::requests::{Meter, Requests};
 use crate::snapshot::Change;
 use crate::store::{ObjectStore, Version};
+use crate::summary::{Usage, FUNCTION_INGEST};
 pub use crate::write::writer_properties;
 use report::{commit_detail, commit_summary, report_written};
 use rows::{write_object, WriteFailure, WriteParams, Written};
@@ -53,6 +55,8 @@ struct Prepared {
     proven: Option<i64>,
     report: ObjectReport,
     started: Instant,
+    /// What preparing it used, from its open: its commit records it, plus the commit's own.
+    prepared: Usage,
 }
 
 /// What [`Ingestor::prepare`] leaves.
@@ -98,11 +102,14 @@ pub struct PayloadResult {
 impl Ingestor {
     /// Connects the catalog and store named by the config and creates missing tables.
     pub async fn new(config: Config) -> Result<Self> {
-        let catalog = catalog::connect(&config).await?;
+        // Every request counted, landing objects and table files alike: the cost baseline.
+        let requests = Requests::new();
+        let catalog = catalog::connect_counted(&config, Some(&requests)).await?;
         let swap = crate::catalog::pointer_swap(&config).await?;
-        let store = crate::store::from_config(&config.storage).await;
+        let store = crate::store::from_config_counted(&config.storage, Some(&requests)).await;
         let notifier = crate::notify::Notifier::from_config(&config).await;
-        let mut me = Self::with_parts(config, Committer::new(catalog, swap), store).await?;
+        let committer = Committer::new(catalog, swap).with_requests(requests);
+        let mut me = Self::with_parts(config, committer, store).await?;
         me.notifier = notifier;
         Ok(me)
     }
@@ -155,8 +162,35 @@ impl Ingestor {
         &self.config
     }
 
+    /// A meter for ingest work starting now (this function's memory, its request counters).
+    pub(super) fn meter(&self) -> Meter {
+        Meter::start(
+            FUNCTION_INGEST,
+            self.config.cost.memory_mb(FUNCTION_INGEST),
+            self.committer.requests(),
+        )
+    }
+
+    /// A meter for a commit starting now, carrying `prepared` (what preparing its objects used),
+    /// in a scope of its own: the commits of different tables run side by side, and each one's
+    /// snapshot records its own requests only.
+    pub(super) fn commit_meter(&self, prepared: Usage) -> Meter {
+        self.meter().scoped_carrying(prepared)
+    }
+
     /// Handles a whole Lambda payload (direct S3, SQS batch, EventBridge).
     pub async fn handle_payload(
+        &self,
+        payload: &serde_json::Value,
+        deadline: Instant,
+    ) -> PayloadResult {
+        let meter = self.meter();
+        let result = Box::pin(self.handle_payload_unmetered(payload, deadline)).await;
+        emit_payload_usage(&meter, &result.reports);
+        result
+    }
+
+    async fn handle_payload_unmetered(
         &self,
         payload: &serde_json::Value,
         deadline: Instant,
@@ -249,15 +283,26 @@ impl Ingestor {
     async fn ingest_once(&self, obj: &ObjectRef, deadline: Instant) -> Result<ObjectReport> {
         match Box::pin(self.prepare(obj)).await? {
             Stage::Done(r) => Ok(r),
-            Stage::Ready(p) => Box::pin(self.commit_one(*p, deadline)).await,
+            Stage::Ready(p) => Box::pin(self.commit_one(*p, deadline, None)).await,
         }
     }
 
     /// Route, open the named version, stop early on a duplicate, write the rows (evolving the
     /// schema when the policy allows), quarantine what does not fit: an object ready to commit,
-    /// or its final report.
+    /// or its final report. Either way its report's compute share is the preparation's time.
     async fn prepare(&self, obj: &ObjectRef) -> Result<Stage> {
         let started = Instant::now();
+        let mut stage = Box::pin(self.prepare_stage(obj)).await?;
+        match &mut stage {
+            Stage::Done(r) => r.compute_ms = started.elapsed().as_millis() as u64,
+            Stage::Ready(p) => p.report.compute_ms = p.prepared.compute_ms,
+        }
+        Ok(stage)
+    }
+
+    async fn prepare_stage(&self, obj: &ObjectRef) -> Result<Stage> {
+        let started = Instant::now();
+        let meter = self.meter();
         let uri = obj.uri();
         let (route, tctx) = match self.route(obj)? {
             Ok(routed) => routed,
@@ -383,11 +428,19 @@ impl Ingestor {
             proven,
             report: r,
             started,
+            prepared: meter.usage(),
         })))
     }
 
-    /// Commits one prepared object in its own snapshot (its schema change included).
-    async fn commit_one(&self, p: Prepared, deadline: Instant) -> Result<ObjectReport> {
+    /// Commits one prepared object in its own snapshot (its schema change included), from
+    /// `base` when given (a version newer than the one it was prepared on), else from that one.
+    /// The snapshot records the object's preparation and this commit, nothing else.
+    async fn commit_one(
+        &self,
+        p: Prepared,
+        deadline: Instant,
+        base: Option<Table>,
+    ) -> Result<ObjectReport> {
         let Prepared {
             uri,
             ident,
@@ -399,6 +452,7 @@ impl Ingestor {
             proven,
             report: mut r,
             started,
+            prepared,
             ..
         } = p;
         let mut change = Change::append(
@@ -407,13 +461,23 @@ impl Ingestor {
         );
         change.schema = evolved.as_ref().map(|(s, _)| s.clone());
         let limits = self.commit_limits(deadline);
-        let plan = dedup::append_once_plan(&source, &writer_id, change, limits.skew, proven);
-        let outcome = self
-            .committer
-            .commit_from(&ident, Some(table.clone()), &limits, plan)
+        let meter = self.commit_meter(prepared);
+        let plan = metered(
+            meter.clone(),
+            dedup::append_once_plan(&source, &writer_id, change, limits.skew, proven),
+        );
+        let base = base.unwrap_or_else(|| table.clone());
+        let commit_started = Instant::now();
+        let outcome = meter
+            .run(
+                self.committer
+                    .commit_from(&ident, Some(base), &limits, plan),
+            )
             .await;
         settle_commit(&mut r, outcome, &table, &written, &writer_id).await?;
         r.millis = started.elapsed().as_millis() as u64;
+        // Its preparation's share (set by `prepare`) plus the whole commit: its own.
+        r.compute_ms += commit_started.elapsed().as_millis() as u64;
         Ok(r)
     }
 
@@ -641,6 +705,45 @@ impl Ingestor {
     }
 }
 
+/// The payload's usage as metrics: the whole payload's (GB-seconds, requests by kind), and each
+/// table's GB-seconds ([`payload_usage`]).
+fn emit_payload_usage(meter: &Meter, reports: &[ObjectReport]) {
+    let (total, tables) = payload_usage(meter.usage(), reports);
+    crate::metrics::emit_usage(&[], &total);
+    for (table, u) in &tables {
+        crate::metrics::emit_usage(&[("Table", table)], u);
+    }
+}
+
+/// The invocation's usage, and each table's: the compute shares of its objects' reports (each
+/// object's own preparation and its share of its commit, never another's time). The commits of
+/// different tables run side by side, so their shares can add up to more than the time that
+/// passed: then every table's is scaled down alike, and together they are at most the
+/// invocation's.
+fn payload_usage(total: Usage, reports: &[ObjectReport]) -> (Usage, Vec<(&str, Usage)>) {
+    let mut per_table: std::collections::BTreeMap<&str, u64> = Default::default();
+    for r in reports.iter().filter(|r| !r.table.is_empty()) {
+        *per_table.entry(r.table.as_str()).or_default() += r.compute_ms;
+    }
+    let sum: u64 = per_table.values().sum();
+    let scale = |ms: u64| match sum > total.compute_ms {
+        true => (ms as u128 * total.compute_ms as u128 / sum as u128) as u64,
+        false => ms,
+    };
+    let tables = per_table
+        .into_iter()
+        .map(|(table, ms)| {
+            let u = Usage {
+                compute_ms: scale(ms),
+                s3: None,
+                ..total.clone()
+            };
+            (table, u)
+        })
+        .collect();
+    (total, tables)
+}
+
 /// The commit events of a payload: one per new snapshot, from the reports of the objects it
 /// committed (in payload order).
 fn commit_details(reports: &[ObjectReport]) -> Vec<serde_json::Value> {
@@ -710,5 +813,135 @@ async fn settle_commit(
         // The outcome may be unknown (a lost answer): never delete files that might be
         // referenced; unreferenced ones are left to orphan cleanup.
         Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use serde_json::Value;
+
+    use super::*;
+
+    /// A local world: SQLite catalog, file warehouse, a local landing bucket `input` whose `a/`
+    /// goes to `orders` and `b/` to `orders_b`.
+    fn local_config(dir: &Path) -> Config {
+        let text = format!(
+            "[catalog]\nkind = \"sqlite\"\nuri = \"{w}/catalog.db\"\nwarehouse = \"{w}/warehouse\"\nnamespace = \"usage\"\n\n\
+             [storage]\nlocal_root = \"{w}/inputs\"\n\n\
+             [[routes]]\nbucket = \"input\"\nprefix = \"a/\"\ntable = \"orders\"\nformat = \"jsonl\"\n\n\
+             [[routes]]\nbucket = \"input\"\nprefix = \"b/\"\ntable = \"orders_b\"\nformat = \"jsonl\"\n{a}{b}",
+            w = dir.display(),
+            a = crate::sample::ORDERS_TABLE_TOML,
+            b = crate::sample::ORDERS_TABLE_TOML.replace("name = \"orders\"", "name = \"orders_b\""),
+        );
+        Config::parse(&text, "usage test").expect("config")
+    }
+
+    /// A direct S3 event naming `keys` of bucket `input`.
+    fn s3_event(keys: &[&str]) -> Value {
+        let records: Vec<Value> = keys
+            .iter()
+            .map(|k| {
+                json!({"eventSource": "aws:s3", "eventName": "ObjectCreated:Put",
+                    "s3": {"bucket": {"name": "input"}, "object": {"key": k}}})
+            })
+            .collect();
+        json!({ "Records": records })
+    }
+
+    /// (Table dimension, ComputeMillis, GBSeconds) of every usage line.
+    fn usage_lines(lines: &[Value]) -> Vec<(Option<String>, f64, f64)> {
+        lines
+            .iter()
+            .filter(|l| l["Function"] == "ingest" && l.get("GBSeconds").is_some())
+            .map(|l| {
+                (
+                    l.get("Table").and_then(Value::as_str).map(str::to_string),
+                    l["ComputeMillis"].as_f64().unwrap_or(f64::NAN),
+                    l["GBSeconds"].as_f64().unwrap_or(f64::NAN),
+                )
+            })
+            .collect()
+    }
+
+    /// Shares that add up to more than the invocation (commits of two tables side by side)
+    /// are scaled down alike; shares within it are kept; unrouted objects have no table.
+    #[test]
+    fn overlapping_table_shares_are_scaled_to_the_invocation() {
+        let report = |table: &str, ms: u64| {
+            let mut r = ObjectReport::new(format!("s3://b/{table}"), table, Status::Committed);
+            r.compute_ms = ms;
+            r.millis = 10_000; // a latency, not a share: never summed
+            r
+        };
+        let total = |ms: u64| Usage {
+            function: FUNCTION_INGEST.into(),
+            compute_ms: ms,
+            memory_mb: 1024,
+            s3: Some(Default::default()),
+        };
+        let reports = [
+            report("a", 300),
+            report("a", 300),
+            report("b", 600),
+            report("", 50),
+        ];
+        let (t, tables) = payload_usage(total(1000), &reports);
+        assert_eq!(t.compute_ms, 1000);
+        let ms: Vec<(&str, u64)> = tables.iter().map(|(t, u)| (*t, u.compute_ms)).collect();
+        assert_eq!(ms, vec![("a", 500), ("b", 500)]);
+        assert!(tables
+            .iter()
+            .all(|(_, u)| u.s3.is_none() && u.memory_mb == 1024));
+        let (_, tables) = payload_usage(total(5000), &reports);
+        let ms: Vec<u64> = tables.iter().map(|(_, u)| u.compute_ms).collect();
+        assert_eq!(ms, vec![600, 600]);
+    }
+
+    /// The per-table usage metrics of a payload share its time: together they are at most the
+    /// invocation's, whether its objects commit in a batch, alone, or as copies of another.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn per_table_usage_never_exceeds_the_invocation() {
+        let dir = std::env::temp_dir().join(format!("floe-usage-{}", uuid::Uuid::now_v7()));
+        std::fs::create_dir_all(dir.join("inputs/input/a")).expect("dir");
+        std::fs::create_dir_all(dir.join("inputs/input/b")).expect("dir");
+        let keys = ["b/x.jsonl", "a/1.jsonl", "a/2.jsonl", "a/3.jsonl"];
+        for (i, k) in keys.iter().enumerate() {
+            let rows = crate::sample::orders_jsonl(200, i as u64 + 1, Utc::now());
+            std::fs::write(dir.join("inputs/input").join(k), rows).expect("object");
+        }
+        let ingestor = Ingestor::new(local_config(&dir)).await.expect("ingestor");
+        let deadline = || Instant::now() + Duration::from_secs(300);
+        // B alone beside A's batch; then the same four again (duplicates), and A/1 twice.
+        let payloads = [
+            s3_event(&keys),
+            s3_event(&keys),
+            s3_event(&["a/1.jsonl", "a/1.jsonl", "b/x.jsonl"]),
+        ];
+        for (n, payload) in payloads.iter().enumerate() {
+            let (result, lines) =
+                crate::metrics::capture::emitted(ingestor.handle_payload(payload, deadline()))
+                    .await;
+            assert!(result.errors.is_empty(), "{:?}", result.errors);
+            let usage = usage_lines(&lines);
+            let total: Vec<_> = usage.iter().filter(|u| u.0.is_none()).collect();
+            assert_eq!(total.len(), 1, "one invocation line: {lines:?}");
+            let (_, total_ms, total_gbs) = total[0];
+            let tables: Vec<_> = usage.iter().filter(|u| u.0.is_some()).collect();
+            assert_eq!(tables.len(), 2, "one line per table: {usage:?}");
+            let ms: f64 = tables.iter().map(|u| u.1).sum();
+            let gbs: f64 = tables.iter().map(|u| u.2).sum();
+            assert!(
+                ms <= *total_ms && gbs <= total_gbs * (1.0 + 1e-9),
+                "payload {n}: tables {usage:?} exceed the invocation"
+            );
+            if n == 0 {
+                // Each table's objects were read, written and committed: time of their own.
+                assert!(tables.iter().all(|u| u.1 > 0.0), "payload {n}: {usage:?}");
+            }
+        }
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -107,6 +107,12 @@ pub struct ObjectReport {
     pub reason: Option<String>,
     /// Wall time spent, milliseconds.
     pub millis: u64,
+    /// This object's share of the invocation's compute (ms): its own preparation, plus its
+    /// share of its commit (a batch commit's time split evenly over its members). The shares
+    /// of a payload's objects do not overlap (`millis` do: a batch member's runs until the
+    /// batch settles): the per-table usage metrics add these up.
+    #[serde(skip)]
+    pub(crate) compute_ms: u64,
 }
 
 impl ObjectReport {
@@ -134,6 +140,7 @@ impl ObjectReport {
             contract_version: None,
             reason: None,
             millis: 0,
+            compute_ms: 0,
         }
     }
 

@@ -18,6 +18,7 @@ impl Maintainer {
         ident: &TableIdent,
         opts: &Options,
         report: &mut Report,
+        run: &RunMeter,
     ) -> Result<()> {
         let table = self.committer.load(ident).await?;
         if snapshot::has_delete_files(&table).await? {
@@ -69,7 +70,7 @@ impl Maintainer {
                 report.groups_compacted += 1;
                 continue;
             }
-            match self.compact_group(ident, &group, target, opts).await? {
+            match self.compact_group(ident, &group, target, opts, run).await? {
                 true => report.groups_compacted += 1,
                 false => report.groups_obsolete += 1,
             }
@@ -88,6 +89,7 @@ impl Maintainer {
         group: &[LiveFile],
         target: u64,
         opts: &Options,
+        run: &RunMeter,
     ) -> Result<bool> {
         let table = self.committer.load(ident).await?;
         let md = table.metadata();
@@ -195,17 +197,24 @@ impl Maintainer {
         let change = Change::replace(added.clone(), removed.clone(), props);
         let result = self
             .committer
-            .commit(ident, &self.limits(opts), move |t: &Table| {
-                // Deletes that arrived since planning would be lost by the rewrite.
-                Ok(if summary::counts_deletes(t.metadata()) {
-                    Plan::Skip(Skipped::Obsolete("delete files arrived meanwhile".into()))
-                } else {
-                    Plan::Apply(change.clone())
-                })
-            })
+            .commit(
+                ident,
+                &self.limits(opts),
+                run.plan(move |t: &Table| {
+                    // Deletes that arrived since planning would be lost by the rewrite.
+                    Ok(if summary::counts_deletes(t.metadata()) {
+                        Plan::Skip(Skipped::Obsolete("delete files arrived meanwhile".into()))
+                    } else {
+                        Plan::Apply(change.clone())
+                    })
+                }),
+            )
             .await;
         match result {
-            Ok(Outcome::Committed { .. }) => Ok(true),
+            Ok(Outcome::Committed { .. }) => {
+                run.committed();
+                Ok(true)
+            }
             Ok(Outcome::Skipped(why)) => {
                 tracing::info!(table = %ident, ?why, "compaction group obsolete; dropped");
                 delete_paths(&table, added.iter().map(|f| f.file_path().to_string())).await;

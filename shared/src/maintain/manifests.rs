@@ -15,6 +15,7 @@ impl Maintainer {
         ident: &TableIdent,
         opts: &Options,
         report: &mut Report,
+        run: &RunMeter,
     ) -> Result<()> {
         let table = self.committer.load(ident).await?;
         let count = |ms: &[iceberg::spec::ManifestFile]| {
@@ -34,10 +35,13 @@ impl Maintainer {
         )]);
         let change = Change::rewrite_manifests(props);
         self.committer
-            .commit(ident, &self.limits(opts), move |_t: &Table| {
-                Ok(Plan::Apply(change.clone()))
-            })
+            .commit(
+                ident,
+                &self.limits(opts),
+                run.plan(move |_t: &Table| Ok(Plan::Apply(change.clone()))),
+            )
             .await?;
+        run.committed();
         let table = self.committer.load(ident).await?;
         report.manifests_after = count(&snapshot::current_manifests(&table).await?);
         Ok(())

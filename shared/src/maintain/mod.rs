@@ -26,9 +26,10 @@ use serde::Serialize;
 use crate::commit::{CommitLimits, Committer, Outcome, Plan, Skipped};
 use crate::config::Config;
 use crate::error::{Error, ErrorKind, Result};
+use crate::requests::{Meter, Requests};
 use crate::scan::{live_files, scan_tasks, LiveFile};
 use crate::snapshot::{self, Change};
-use crate::summary;
+use crate::summary::{self, Usage, FUNCTION_MAINTAIN};
 
 /// What to do and how.
 #[derive(Debug, Clone)]
@@ -154,6 +155,53 @@ pub struct Report {
     pub manifests_after: usize,
     /// Wall time, seconds.
     pub seconds: f64,
+    /// What the whole run used (its snapshots record it in shares, since the run's previous
+    /// commit; expiration and orphan cleanup come after the last snapshot of a run and are only
+    /// here and in the metrics).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
+}
+
+/// Meters one maintenance run: each snapshot it commits records the run's id and its usage
+/// since the run's previous commit (or its start), so the run's commits add up to the run.
+#[derive(Debug, Clone)]
+pub struct RunMeter {
+    since_commit: Meter,
+    total: Meter,
+    id: String,
+}
+
+impl RunMeter {
+    fn start(function: &'static str, memory_mb: u64, requests: Option<&Requests>) -> Self {
+        Self {
+            since_commit: Meter::start(function, memory_mb, requests),
+            total: Meter::start(function, memory_mb, requests),
+            id: uuid::Uuid::now_v7().to_string(),
+        }
+    }
+
+    /// `plan` recording this run's id and usage since its previous commit.
+    fn plan<F>(&self, plan: F) -> impl FnMut(&Table) -> Result<Plan> + Send
+    where
+        F: FnMut(&Table) -> Result<Plan> + Send,
+    {
+        let id = self.id.clone();
+        let mut plan = crate::commit::metered(self.since_commit.clone(), plan);
+        move |t: &Table| {
+            let mut p = plan(t)?;
+            if let Plan::Apply(change) = &mut p {
+                change
+                    .properties
+                    .insert(summary::RUN_ID.to_string(), id.clone());
+            }
+            Ok(p)
+        }
+    }
+
+    /// A commit of the run landed: the next records only what came after.
+    fn committed(&self) {
+        self.since_commit.mark();
+    }
 }
 
 /// Live data files and bytes of the current snapshot, from its summary totals.
@@ -178,9 +226,11 @@ fn prop<T: std::str::FromStr>(md: &TableMetadata, key: &str) -> Option<T> {
 impl Maintainer {
     /// Connects to the configured catalog.
     pub async fn new(config: Config) -> Result<Self> {
-        let catalog = crate::catalog::connect(&config).await?;
+        let requests = Requests::new();
+        let catalog = crate::catalog::connect_counted(&config, Some(&requests)).await?;
         let swap = crate::catalog::pointer_swap(&config).await?;
-        Ok(Self::with_parts(config, Committer::new(catalog, swap)))
+        let committer = Committer::new(catalog, swap).with_requests(requests);
+        Ok(Self::with_parts(config, committer))
     }
 
     /// From explicit parts.
@@ -207,6 +257,11 @@ impl Maintainer {
     /// Runs the selected operations on `table` (a configured table name).
     pub async fn run(&self, table: &str, opts: &Options) -> Result<Report> {
         let started = Instant::now();
+        let run = RunMeter::start(
+            FUNCTION_MAINTAIN,
+            self.config.cost.memory_mb(FUNCTION_MAINTAIN),
+            self.committer.requests(),
+        );
         let ident = crate::catalog::table_ident(&self.config, table)?;
         let mut report = Report {
             table: ident.to_string(),
@@ -216,10 +271,11 @@ impl Maintainer {
         let t = self.committer.load(&ident).await?;
         (report.files_before, report.bytes_before) = totals(&t);
         if opts.compact {
-            self.compact(&ident, opts, &mut report).await?;
+            self.compact(&ident, opts, &mut report, &run).await?;
         }
         if opts.rewrite_manifests && Instant::now() < opts.deadline {
-            self.rewrite_manifests(&ident, opts, &mut report).await?;
+            self.rewrite_manifests(&ident, opts, &mut report, &run)
+                .await?;
         }
         if opts.expire && Instant::now() < opts.deadline {
             self.expire(&ident, opts, &mut report).await?;
@@ -230,6 +286,7 @@ impl Maintainer {
         let t = self.committer.load(&ident).await?;
         (report.files_after, report.bytes_after) = totals(&t);
         report.seconds = started.elapsed().as_secs_f64();
+        report.usage = Some(run.total.usage());
         Ok(report)
     }
 }
@@ -296,6 +353,18 @@ impl Maintainer {
             dry_run: pick("dry_run").and_then(|v| v.as_bool()).unwrap_or(false),
             ..Options::from_config(&self.config, deadline)
         };
+        // The whole invocation's usage (each table's run is in its own line).
+        let meter = Meter::start(
+            FUNCTION_MAINTAIN,
+            self.config.cost.memory_mb(FUNCTION_MAINTAIN),
+            self.committer.requests(),
+        );
+        let reports = Box::pin(self.maintain_tables(tables, &opts)).await;
+        crate::metrics::emit_usage(&[], &meter.usage());
+        reports
+    }
+
+    async fn maintain_tables(&self, tables: Vec<String>, opts: &Options) -> Result<Vec<Report>> {
         let mut reports = Vec::new();
         for table in tables {
             if !self.config.all_tables().contains(&table) {
@@ -317,7 +386,7 @@ impl Maintainer {
                 tracing::info!(table = %ident, "not created yet; nothing to maintain");
                 continue;
             }
-            let r = self.run(&table, &opts).await?;
+            let r = self.run(&table, opts).await?;
             r.emit();
             reports.push(r);
         }
@@ -348,6 +417,9 @@ impl Report {
                 Metric::seconds("MaintainSeconds", self.seconds),
             ],
         );
+        if let Some(u) = &self.usage {
+            crate::metrics::emit_usage(&[("Table", self.table.as_str())], u);
+        }
         tracing::info!(table = %self.table, files_before = self.files_before, files_after = self.files_after,
             groups = self.groups_compacted, expired = self.snapshots_expired, orphans = self.orphans_deleted,
             dry_run = self.dry_run, "maintained table");

@@ -17,12 +17,13 @@ use super::plan::{self, RowChangePolicy};
 use super::transform::{self, WINDOW_START};
 use super::{input, windows};
 use crate::catalog;
-use crate::commit::{CommitLimits, Committer, Outcome, Plan, Skipped};
+use crate::commit::{metered, CommitLimits, Committer, Outcome, Plan, Skipped};
 use crate::config::{Config, PipelineConfig, PipelineMode, RowChange};
 use crate::error::{Error, ErrorKind, Result};
+use crate::requests::{Meter, Requests};
 use crate::scan::LiveFile;
 use crate::snapshot::Change;
-use crate::summary::{self, Checkpoint};
+use crate::summary::{self, Checkpoint, Usage, FUNCTION_PROCESS};
 
 /// Runs that lost the race to another run re-plan at most this often.
 pub(super) const MAX_ROUNDS: u32 = 8;
@@ -64,6 +65,9 @@ pub struct RunReport {
     pub seconds: f64,
     /// A full refresh (batch over the whole table).
     pub refresh: bool,
+    /// What the run used (compute time, memory, S3 requests), as its sink commit records it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
 }
 
 impl RunReport {
@@ -82,6 +86,9 @@ impl RunReport {
             m.push(Metric::seconds("CommitToOutputSeconds", ms as f64 / 1e3));
         }
         emit(&[("Pipeline", &self.pipeline)], &m);
+        if let Some(u) = &self.usage {
+            crate::metrics::emit_usage(&[("Pipeline", &self.pipeline)], u);
+        }
         tracing::info!(pipeline = %self.pipeline, from = ?self.from_snapshot, to = ?self.to_snapshot,
             snapshots = self.source_snapshots, rows_in = self.rows_in, rows_out = self.rows_out,
             windows = self.windows, sink_snapshot = ?self.sink_snapshot, replans = self.replans,
@@ -112,9 +119,11 @@ impl Processor {
     pub async fn new(config: Config) -> Result<Self> {
         // Sources are not created here: the process role only reads them (a pipeline whose
         // source does not exist yet is skipped, see `handle_payload`).
-        let catalog = catalog::connect(&config).await?;
+        let requests = Requests::new();
+        let catalog = catalog::connect_counted(&config, Some(&requests)).await?;
         let swap = crate::catalog::pointer_swap(&config).await?;
-        let mut me = Self::with_parts(config, Committer::new(catalog, swap));
+        let committer = Committer::new(catalog, swap).with_requests(requests);
+        let mut me = Self::with_parts(config, committer);
         for p in &me.config.pipelines {
             let Some(a) = &p.alert else { continue };
             let sdk = crate::store::sdk_config(&me.config.storage, a.endpoint.as_deref()).await;
@@ -161,6 +170,15 @@ impl Processor {
         })
     }
 
+    /// A meter for a pipeline run starting now.
+    pub(super) fn meter(&self) -> Meter {
+        Meter::start(
+            FUNCTION_PROCESS,
+            self.config.cost.memory_mb(FUNCTION_PROCESS),
+            self.committer.requests(),
+        )
+    }
+
     pub(super) fn limits(&self, deadline: Instant) -> CommitLimits {
         CommitLimits {
             max_attempts: self.config.ingest.max_commit_attempts,
@@ -172,6 +190,18 @@ impl Processor {
     /// Handles a process-function payload: runs every pipeline it concerns, each once. Errors of
     /// single pipelines are collected so one broken pipeline does not starve the others.
     pub async fn handle_payload(
+        &self,
+        payload: &Value,
+        deadline: Instant,
+    ) -> (Vec<RunReport>, Vec<Error>) {
+        let meter = self.meter();
+        let out = Box::pin(self.handle_payload_unmetered(payload, deadline)).await;
+        // The whole invocation's usage (each run's is in its own line, per pipeline).
+        crate::metrics::emit_usage(&[], &meter.usage());
+        out
+    }
+
+    async fn handle_payload_unmetered(
         &self,
         payload: &Value,
         deadline: Instant,
@@ -220,12 +250,15 @@ impl Processor {
     pub async fn run(&self, name: &str, deadline: Instant) -> Result<RunReport> {
         let p = self.pipeline(name)?;
         let started = Instant::now();
+        // The whole run, re-plans included: what its sink commit records.
+        let meter = self.meter();
         let mut replans = 0;
         loop {
-            match self.run_once(p, deadline).await? {
+            match self.run_once(p, deadline, &meter).await? {
                 Some(mut report) => {
                     report.replans = replans;
                     report.seconds = started.elapsed().as_secs_f64();
+                    report.usage = Some(meter.usage());
                     return Ok(report);
                 }
                 None if replans + 1 < MAX_ROUNDS && Instant::now() < deadline => replans += 1,
@@ -284,7 +317,12 @@ impl Processor {
     ///
     /// Reads the position, plans the source's delta after the checkpoint, runs the SQL over it,
     /// and commits the output with the new checkpoint.
-    async fn run_once(&self, p: &PipelineConfig, deadline: Instant) -> Result<Option<RunReport>> {
+    async fn run_once(
+        &self,
+        p: &PipelineConfig,
+        deadline: Instant,
+        meter: &Meter,
+    ) -> Result<Option<RunReport>> {
         let pos = self.position(p).await?;
         self.check_sql(p, &pos.source).await?;
         let after = self.start_point(p, &pos)?;
@@ -335,7 +373,7 @@ impl Processor {
             report.alerts = self.send_alerts(p, alert, &pos.sink, &added).await?;
         }
         let change = sink_change(p, &pos, to, &report, added, removed, schema);
-        self.commit_with_checkpoint(p, &pos, to, change, report, deadline)
+        self.commit_with_checkpoint(p, &pos, to, change, report, deadline, meter)
             .await
     }
 
@@ -429,6 +467,7 @@ impl Processor {
 
     /// Commits `change` unless the checkpoint moved since `pos` was read (another run processed
     /// this delta: `None`, and this run's files are removed).
+    #[allow(clippy::too_many_arguments)]
     async fn commit_with_checkpoint(
         &self,
         p: &PipelineConfig,
@@ -437,6 +476,7 @@ impl Processor {
         change: Change,
         mut report: RunReport,
         deadline: Instant,
+        meter: &Meter,
     ) -> Result<Option<RunReport>> {
         let added = change.added.clone();
         let expected = pos.checkpoint.as_ref().map(|c| c.snapshot_id);
@@ -444,7 +484,7 @@ impl Processor {
         let sink_ident = pos.sink.identifier().clone();
         let result = self
             .committer
-            .commit_from(&sink_ident, Some(pos.sink.clone()), &self.limits(deadline), move |t: &Table| {
+            .commit_from(&sink_ident, Some(pos.sink.clone()), &self.limits(deadline), metered(meter.clone(), move |t: &Table| {
                 let now = summary::read_checkpoint(t.metadata(), &source_uuid).map(|c| c.snapshot_id);
                 Ok(if now != expected {
                     Plan::Skip(Skipped::Obsolete(format!(
@@ -453,7 +493,7 @@ impl Processor {
                 } else {
                     Plan::Apply(change.clone())
                 })
-            })
+            }))
             .await;
         match result {
             Ok(Outcome::Committed { snapshot_id, .. }) => {

@@ -98,6 +98,7 @@ impl Processor {
     pub async fn refresh(&self, name: &str, deadline: Instant) -> Result<RunReport> {
         let p = self.pipeline(name)?;
         let started = Instant::now();
+        let meter = self.meter();
         let mut replans = 0;
         loop {
             let pos = self.position(p).await?;
@@ -144,7 +145,7 @@ impl Processor {
                     &ident,
                     Some(pos.sink.clone()),
                     &self.limits(deadline),
-                    move |t: &Table| {
+                    crate::commit::metered(meter.clone(), move |t: &Table| {
                         Ok(if t.metadata().current_snapshot_id() != base_snapshot {
                             Plan::Skip(Skipped::Obsolete(
                                 "the sink changed during the refresh".into(),
@@ -152,7 +153,7 @@ impl Processor {
                         } else {
                             Plan::Apply(change.clone())
                         })
-                    },
+                    }),
                 )
                 .await;
             match result {
@@ -160,6 +161,7 @@ impl Processor {
                     return Ok(RunReport {
                         sink_snapshot: snapshot_id,
                         seconds: started.elapsed().as_secs_f64(),
+                        usage: Some(meter.usage()),
                         ..report
                     })
                 }
