@@ -83,14 +83,17 @@ fn ranges(touched: &BTreeSet<i64>, window: i64, max: usize) -> Vec<(i64, i64)> {
     let mut ranges: Vec<(i64, i64)> = Vec::new();
     for &w in touched {
         match ranges.last_mut() {
-            Some((_, hi)) if *hi == w => *hi = w + window,
-            _ => ranges.push((w, w + window)),
+            Some((_, hi)) if *hi == w => *hi = w.saturating_add(window),
+            _ => ranges.push((w, w.saturating_add(window))),
         }
     }
     if ranges.len() <= max.max(1) {
         return ranges;
     }
-    let mut gaps: Vec<i64> = ranges.windows(2).map(|r| r[1].0 - r[0].1).collect();
+    let mut gaps: Vec<i64> = ranges
+        .windows(2)
+        .map(|r| r[1].0.saturating_sub(r[0].1))
+        .collect();
     // Closing every gap up to the (n - max)-th smallest leaves at most `max` ranges.
     let k = ranges.len() - max.max(1) - 1;
     let (_, threshold, _) = gaps.select_nth_unstable(k);
@@ -98,7 +101,7 @@ fn ranges(touched: &BTreeSet<i64>, window: i64, max: usize) -> Vec<(i64, i64)> {
     let mut out: Vec<(i64, i64)> = Vec::with_capacity(max);
     for r in ranges {
         match out.last_mut() {
-            Some((_, hi)) if r.0 - *hi <= threshold => *hi = r.1,
+            Some((_, hi)) if r.0.saturating_sub(*hi) <= threshold => *hi = r.1,
             _ => out.push(r),
         }
     }
