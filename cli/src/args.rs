@@ -124,7 +124,7 @@ pub enum Command {
     /// EventBridge → SQS → the process code path (plus a 60 s poll), maintenance on a timer.
     Local(LocalArgs),
     /// Benchmarks: ingest vs PyIceberg and plain arrow-rs; --maintenance, --planning, --latency,
-    /// --checks.
+    /// --checks, --delta.
     ///
     /// Without a mode flag: generates order events and runs floe, PyIceberg and a plain arrow-rs
     /// JSON → Parquet conversion side by side, each in its own process, and prints wall time,
@@ -560,7 +560,7 @@ pub struct LocalArgs {
 
 /// `floe bench`.
 #[derive(Debug, Args)]
-#[command(group(clap::ArgGroup::new("mode").args(["maintenance", "planning", "latency"])))]
+#[command(group(clap::ArgGroup::new("mode").args(["maintenance", "planning", "latency", "delta"])))]
 pub struct BenchArgs {
     /// Maintenance benchmark: commit latency of the 1st vs the Nth append with and without
     /// periodic maintenance, and compaction throughput vs plain arrow-rs.
@@ -598,6 +598,14 @@ pub struct BenchArgs {
     /// Rows per commit (--latency).
     #[arg(long, value_name = "N", default_value = "200", requires = "latency")]
     pub rows: usize,
+    /// Delta benchmark: an aggregate pipeline's incremental run after one small object, on a
+    /// 100 k-row source and on a --delta-rows source (same event rate, longer history), side by
+    /// side: wall time, source bytes read, data files opened, sink bytes rewritten, peak RSS.
+    #[arg(long)]
+    pub delta: bool,
+    /// Rows of the big source (--delta).
+    #[arg(long, value_name = "N", default_value = "10000000", requires = "delta")]
+    pub delta_rows: u64,
     /// MiB of JSON lines in the big object (ingest benchmark).
     #[arg(long, value_name = "N", default_value = "200", conflicts_with = "mode")]
     pub big_mb: usize,
@@ -614,7 +622,7 @@ pub struct BenchArgs {
     #[arg(long, conflicts_with = "mode")]
     pub skip_pyiceberg: bool,
     /// Working directory, deleted first [default: target/floe-bench, target/floe-bench-maintain,
-    /// target/floe-bench-plan or target/floe-bench-latency by mode].
+    /// target/floe-bench-plan, target/floe-bench-latency or target/floe-bench-delta by mode].
     #[arg(long, value_name = "DIR")]
     pub dir: Option<PathBuf>,
     /// Internal: the benchmark's child process (plain, floe-big, floe-small).
@@ -626,6 +634,9 @@ pub struct BenchArgs {
     /// Internal: the child's working directory.
     #[arg(long, hide = true, requires = "child")]
     pub work: Option<PathBuf>,
+    /// Internal: the child's row count (delta benchmark).
+    #[arg(long, hide = true, requires = "child")]
+    pub child_rows: Option<u64>,
 }
 
 impl BenchArgs {
@@ -1083,6 +1094,19 @@ mod tests {
         assert!(b.checks && !b.planning);
         assert_eq!(b.big_mb, 50);
         parse_err(&["floe", "bench", "--checks", "--planning"]);
+        let Command::Bench(b) = parse(&["floe", "bench", "--delta"]).command else {
+            panic!()
+        };
+        assert!(b.delta && !b.planning);
+        assert_eq!(b.delta_rows, 10_000_000);
+        let Command::Bench(b) =
+            parse(&["floe", "bench", "--delta", "--delta-rows", "1000000"]).command
+        else {
+            panic!()
+        };
+        assert_eq!(b.delta_rows, 1_000_000);
+        parse_err(&["floe", "bench", "--delta", "--latency"]);
+        parse_err(&["floe", "bench", "--delta-rows", "5"]);
 
         // The child form the benchmark spawns itself with.
         let Command::Bench(b) = parse(&[

@@ -141,6 +141,7 @@ fn child_plain(input: &Path, out: &Path) -> Result<Value> {
     Ok(json!({"secs": t0.elapsed().as_secs_f64(), "rows": rows, "rss_mb": peak_rss_mb()}))
 }
 
+#[derive(Clone)]
 pub(crate) struct Run {
     pub(crate) name: String,
     pub(crate) wall: f64,
@@ -240,6 +241,11 @@ pub async fn run(args: BenchArgs) -> Result<()> {
                     .to_path_buf();
                 child_floe(&root, &work, keys, "").await?
             }
+            "delta-setup" => {
+                let rows = args.child_rows.context("--child-rows")?;
+                crate::bench_delta::child_setup(&work, rows).await?
+            }
+            "delta-run" => crate::bench_delta::child_run(&work).await?,
             other => bail!("unknown child mode {other}"),
         };
         println!("{out}");
@@ -248,6 +254,10 @@ pub async fn run(args: BenchArgs) -> Result<()> {
 
     if args.checks {
         return crate::bench_checks::run(&args.dir_or("target/floe-bench-checks"), args.big_mb);
+    }
+    if args.delta {
+        let dir = args.dir_or("target/floe-bench-delta");
+        return crate::bench_delta::run(&dir, args.delta_rows);
     }
     if args.planning {
         return crate::bench_plan::run(&args.dir_or("target/floe-bench-plan")).await;

@@ -14,6 +14,7 @@
 //! floe process run|refresh|reconcile --config F [--pipeline P] [--json]   incremental run, batch refresh, batch-vs-sink check (exit 1 on difference)
 //! floe local [--port 5000] [--dir D]        the deployed topology on moto_server: S3 → SQS → ingest, schedule → maintain
 //! floe bench [--big-mb N] [--small N] ...   ingest benchmark vs PyIceberg and plain arrow-rs
+//! floe bench --delta [--delta-rows N]       an aggregate run after one object: 100 k vs N-row source
 //! floe template --config F [--check]       template.yaml's table-scoped roles and alarms from floe.toml
 //! floe completions bash|zsh|fish|...        a shell completion script
 //! ```
@@ -31,6 +32,7 @@ mod backfill_cmd;
 mod baseline_cmd;
 mod bench;
 mod bench_checks;
+mod bench_delta;
 mod bench_latency;
 mod bench_maintain;
 mod bench_plan;

@@ -54,10 +54,14 @@ GROUP BY window_start, region
 """
 "#;
 
-const REGIONS: [&str; 5] = ["eu-west", "us-east", "us-west", "ap-south", "sa-east"];
-const CURRENCIES: [&str; 4] = ["EUR", "USD", "GBP", "JPY"];
-const STATUSES: [&str; 4] = ["placed", "paid", "shipped", "cancelled"];
-const PAYMENTS: [&str; 4] = ["card", "paypal", "bank_transfer", "voucher"];
+/// The sample orders' regions.
+pub const REGIONS: [&str; 5] = ["eu-west", "us-east", "us-west", "ap-south", "sa-east"];
+/// The sample orders' currencies.
+pub const CURRENCIES: [&str; 4] = ["EUR", "USD", "GBP", "JPY"];
+/// The sample orders' statuses.
+pub const STATUSES: [&str; 4] = ["placed", "paid", "shipped", "cancelled"];
+/// The sample orders' payment methods.
+pub const PAYMENTS: [&str; 4] = ["card", "paypal", "bank_transfer", "voucher"];
 
 /// A small deterministic PRNG (xorshift64*), so samples need no extra crate.
 #[derive(Debug, Clone)]

@@ -54,6 +54,24 @@ pub(crate) async fn live_files_added_by(table: &Table) -> Result<Vec<(LiveFile, 
 
 /// Scan tasks reading `files` with `table`'s current schema (older files: new columns null).
 pub fn scan_tasks(table: &Table, files: &[LiveFile]) -> Vec<FileScanTask> {
+    let ids: Vec<i32> = table
+        .metadata()
+        .current_schema()
+        .as_struct()
+        .fields()
+        .iter()
+        .map(|f| f.id)
+        .collect();
+    projected_scan_tasks(table, files, &ids)
+}
+
+/// Scan tasks reading only the columns `field_ids` (of the current schema) of `files`: Parquet
+/// fetches and decodes just those column chunks.
+pub fn projected_scan_tasks(
+    table: &Table,
+    files: &[LiveFile],
+    field_ids: &[i32],
+) -> Vec<FileScanTask> {
     let md = table.metadata();
     let schema = md.current_schema().clone();
     // Files added without field ids (Spark/PyIceberg `add_files`, migrations) are read by the
@@ -67,7 +85,6 @@ pub fn scan_tasks(table: &Table, files: &[LiveFile]) -> Vec<FileScanTask> {
                 .ok()
         })
         .map(Arc::new);
-    let field_ids: Vec<i32> = schema.as_struct().fields().iter().map(|f| f.id).collect();
     files
         .iter()
         .map(|f| {
@@ -79,7 +96,7 @@ pub fn scan_tasks(table: &Table, files: &[LiveFile]) -> Vec<FileScanTask> {
                 .with_data_file_path(f.file.file_path().to_string())
                 .with_data_file_format(f.file.file_format())
                 .with_schema(schema.clone())
-                .with_project_field_ids(field_ids.clone())
+                .with_project_field_ids(field_ids.to_vec())
                 .with_partition(Some(f.file.partition().clone()))
                 .with_partition_spec(md.partition_spec_by_id(f.spec_id).cloned())
                 .with_name_mapping(name_mapping.clone())

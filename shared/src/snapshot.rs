@@ -436,6 +436,16 @@ impl Manifests<'_> {
                 && change.operation == Operation::Append
                 && data_manifests >= min_merge);
         for mf in existing {
+            // A manifest of only DELETED entries (an earlier overwrite's or replace's
+            // tombstones) lists no live file: it belongs to the snapshot that wrote it, not to
+            // later ones (Java's snapshot producer drops it too). Carried on, one would pile up
+            // per aggregate run, and every reader of the live files would load them all.
+            if mf.content == ManifestContentType::Data
+                && !mf.has_added_files()
+                && !mf.has_existing_files()
+            {
+                continue;
+            }
             let touches = rewrite_manifests && mf.content == ManifestContentType::Data
                 || (!removed.is_empty()
                     && mf.content == ManifestContentType::Data

@@ -734,3 +734,254 @@ async fn expiring_a_sink_under_another_engines_snapshot_keeps_the_pipeline_posit
     p.run(APPEND, soon()).await.unwrap();
     assert_reconciled(&p, APPEND).await;
 }
+
+/// `n` order lines whose event times lie `from_s` to `from_s + span_s` seconds in the past.
+fn orders_between(n: usize, seed: u64, from_s: i64, span_s: u64) -> String {
+    let mut rng = floe::sample::Rng::new(seed);
+    let now = chrono::Utc::now();
+    let mut s = String::new();
+    for _ in 0..n {
+        let late = from_s + rng.below(span_s) as i64;
+        floe::sample::order_line(&mut s, &mut rng, now, late);
+    }
+    s
+}
+
+/// The `[min, max]` (µs) of a data file's column `field`, from its manifest bounds.
+fn bounds(f: &floe::scan::LiveFile, field: i32) -> (i64, i64) {
+    let get = |d: Option<&iceberg::spec::Datum>| match d.map(|d| d.literal()) {
+        Some(iceberg::spec::PrimitiveLiteral::Long(v)) => *v,
+        other => panic!("no bound: {other:?}"),
+    };
+    (
+        get(f.file.lower_bounds().get(&field)),
+        get(f.file.upper_bounds().get(&field)),
+    )
+}
+
+fn field_id(t: &iceberg::table::Table, name: &str) -> i32 {
+    t.metadata()
+        .current_schema()
+        .field_by_name(name)
+        .unwrap()
+        .id
+}
+
+/// Source files kept out of storage for one run (a run that opens one fails), bytes kept.
+type Hidden = Vec<(String, Vec<u8>)>;
+
+/// Takes every live source file whose event times miss `[lo, hi)` out of storage.
+async fn hide_source_files_outside(t: &iceberg::table::Table, lo: i64, hi: i64) -> Hidden {
+    let field = field_id(t, "event_time");
+    let mut hidden = Vec::new();
+    for f in floe::scan::live_files(t).await.unwrap() {
+        let (min, max) = bounds(&f, field);
+        if max < lo || min >= hi {
+            let path = f.file.file_path().to_string();
+            let bytes = t.file_io().new_input(&path).unwrap().read().await.unwrap();
+            t.file_io().delete(&path).await.unwrap();
+            hidden.push((path, bytes.to_vec()));
+        }
+    }
+    hidden
+}
+
+async fn put_back(t: &iceberg::table::Table, hidden: Hidden) {
+    for (path, bytes) in hidden {
+        let out = t.file_io().new_output(&path).unwrap();
+        out.write(bytes.into()).await.unwrap();
+    }
+}
+
+/// The data files the source's newest commit added, and the `[lo, hi)` (µs) of the minute
+/// windows their event times fall in.
+async fn newest_files(t: &iceberg::table::Table) -> (Vec<floe::process::NewFile>, i64, i64) {
+    let parent = t
+        .metadata()
+        .current_snapshot()
+        .unwrap()
+        .parent_snapshot_id();
+    let delta = floe::process::plan(t, parent, floe::process::RowChangePolicy::Fail, "test")
+        .await
+        .unwrap();
+    let field = field_id(t, "event_time");
+    let (mut lo, mut hi) = (i64::MAX, i64::MIN);
+    for f in &delta.files {
+        let live = floe::scan::LiveFile {
+            file: f.file.clone(),
+            spec_id: f.spec_id,
+        };
+        let (min, max) = bounds(&live, field);
+        lo = lo.min(min.div_euclid(60_000_000) * 60_000_000);
+        hi = hi.max(max.div_euclid(60_000_000) * 60_000_000 + 60_000_000);
+    }
+    (delta.files, lo, hi)
+}
+
+/// Live sink files: path → `window_start` bounds (µs).
+async fn sink_files(
+    p: &Processor,
+    ident: &iceberg::TableIdent,
+) -> std::collections::BTreeMap<String, (i64, i64)> {
+    let t = p.committer().load(ident).await.unwrap();
+    let field = field_id(&t, "window_start");
+    floe::scan::live_files(&t)
+        .await
+        .unwrap()
+        .iter()
+        .map(|f| (f.file.file_path().to_string(), bounds(f, field)))
+        .collect()
+}
+
+/// Issue #14: an incremental aggregate run costs the delta, not the table. It reads only the
+/// time column of the new files to find the windows they touch, opens only the source files
+/// whose time range meets those windows (every other one is taken out of storage during the
+/// run: opening it would fail), and rewrites only the sink files of the touched days (the
+/// sink is partitioned by day of `window_start`; the other days' files stay as they are). A
+/// late object three days old recomputes its old windows the same way; the sink equals the
+/// batch result after each run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_aggregate_run_reads_and_rewrites_only_the_windows_it_touches() {
+    let env = TestEnv::with_pipelines("sqlite", "").await;
+    let ingestor = env.ingestor().await;
+    // Five days of history (two hours of each), a decoy three days and five hours back (the
+    // same day as a late object below, but two hours away from it) and the last hour.
+    let mut objects: Vec<(String, String)> = (1..=5)
+        .map(|d| {
+            let body = orders_between(400, 700 + d, d as i64 * 86_400, 2 * 3600);
+            (format!("orders/day{d}.jsonl"), body)
+        })
+        .collect();
+    objects.push((
+        "orders/decoy.jsonl".into(),
+        orders_between(200, 706, 3 * 86_400 + 4 * 3600, 3600),
+    ));
+    objects.push((
+        "orders/recent.jsonl".into(),
+        orders_between(300, 710, 0, 3600),
+    ));
+    for (key, body) in objects {
+        env.put(&key, body).await;
+        env.ingest(&ingestor, &key).await.unwrap();
+    }
+    let p = env.processor().await;
+    p.run(AGG, soon()).await.unwrap();
+    assert_reconciled(&p, AGG).await;
+    let sink = floe::catalog::table_ident(&env.config, AGG).unwrap();
+    let before = sink_files(&p, &sink).await;
+    assert!(before.len() >= 6, "one sink file per day: {before:?}");
+
+    // One new object in the last hour.
+    env.put("orders/new.jsonl", orders_between(20_000, 711, 0, 3600))
+        .await;
+    env.ingest(&ingestor, "orders/new.jsonl").await.unwrap();
+    let source = p.committer().load(&env.ident()).await.unwrap();
+    let (new, lo, hi) = newest_files(&source).await;
+    let hidden = hide_source_files_outside(&source, lo, hi).await;
+    assert!(
+        hidden.len() >= 6,
+        "the history is out of reach: {}",
+        hidden.len()
+    );
+    let r = p.run(AGG, soon()).await;
+    put_back(&source, hidden).await;
+    let r = r.expect("no source file outside the touched windows is opened");
+    assert!(r.windows >= 50 && r.windows <= 62, "{r:?}");
+    // The touched windows come from the time column alone.
+    let new_bytes: u64 = new.iter().map(|f| f.file.file_size_in_bytes()).sum();
+    assert!(
+        r.delta_files_read >= 1 && r.delta_files_read <= new.len(),
+        "{r:?}"
+    );
+    assert!(
+        r.delta_bytes_read * 2 < new_bytes,
+        "only the time column of the new files is read: {} of {new_bytes} bytes",
+        r.delta_bytes_read
+    );
+    // The recompute: the new files and the last hour's older file.
+    assert!(
+        r.recompute_files_read >= new.len() && r.recompute_files_read <= new.len() + 2,
+        "{r:?}"
+    );
+    // The sink: only the files holding touched windows are replaced; the other days' stay.
+    let after = sink_files(&p, &sink).await;
+    let replaced: Vec<&String> = before.keys().filter(|k| !after.contains_key(*k)).collect();
+    assert_eq!(replaced.len(), r.files_replaced, "{r:?}");
+    assert!(r.files_replaced >= 1 && r.files_replaced <= 2, "{r:?}");
+    for path in &replaced {
+        let (min, max) = before[*path];
+        assert!(max >= lo && min < hi, "{path} holds no touched window");
+    }
+    let kept = before.len() - replaced.len();
+    assert!(
+        kept >= 5,
+        "history sink files kept: {kept} of {}",
+        before.len()
+    );
+    assert!(
+        r.sink_bytes_replaced > 0 && r.rows_out < 1_000,
+        "only the touched day is rewritten: {r:?}"
+    );
+    assert_reconciled(&p, AGG).await;
+
+    // A late object three days and an hour old: its windows are recomputed from the day-3
+    // history file (not the decoy, two hours away; nor any other day's).
+    env.put(
+        "orders/late.jsonl",
+        orders_between(60, 712, 3 * 86_400 + 3600, 600),
+    )
+    .await;
+    env.ingest(&ingestor, "orders/late.jsonl").await.unwrap();
+    let source = p.committer().load(&env.ident()).await.unwrap();
+    let (new, lo, hi) = newest_files(&source).await;
+    let before = sink_files(&p, &sink).await;
+    let live = floe::scan::live_files(&source).await.unwrap().len();
+    let hidden = hide_source_files_outside(&source, lo, hi).await;
+    let decoy_hidden = hidden.len() >= live - new.len() - 2;
+    let reachable = live - hidden.len();
+    let r = p.run(AGG, soon()).await;
+    put_back(&source, hidden).await;
+    let r = r.expect("no source file outside the late windows is opened");
+    assert!(
+        decoy_hidden,
+        "the decoy and every other day are out of reach"
+    );
+    assert!(r.windows >= 5 && r.windows <= 12, "{r:?}");
+    assert!(
+        r.recompute_files_read > new.len() && r.recompute_files_read <= reachable,
+        "the late files and the day-3 history file: {r:?}"
+    );
+    let after = sink_files(&p, &sink).await;
+    let replaced: Vec<&String> = before.keys().filter(|k| !after.contains_key(*k)).collect();
+    assert!(
+        !replaced.is_empty() && replaced.len() <= 2,
+        "the day-3 sink file only: {replaced:?} {r:?}"
+    );
+    for path in &replaced {
+        let (min, max) = before[*path];
+        assert!(max >= lo && min < hi, "{path} holds no touched window");
+    }
+    assert!(after.len() >= before.len() - 1);
+    assert_reconciled(&p, AGG).await;
+
+    // Runs that replace the file the run before wrote leave a manifest of tombstones only: it
+    // belongs to the snapshot that wrote it and is not carried into the next (Java's rule);
+    // carried on, one would pile up per run, and every run would load them all.
+    for i in 0..3 {
+        let key = format!("orders/more{i}.jsonl");
+        env.put(&key, orders_between(50, 720 + i, 0, 600)).await;
+        env.ingest(&ingestor, &key).await.unwrap();
+        p.run(AGG, soon()).await.unwrap();
+    }
+    let t = p.committer().load(&sink).await.unwrap();
+    let current = t.metadata().current_snapshot_id().unwrap();
+    let manifests = floe::snapshot::current_manifests(&t).await.unwrap();
+    assert!(
+        manifests.iter().all(|m| m.has_added_files()
+            || m.has_existing_files()
+            || m.added_snapshot_id == current),
+        "{manifests:#?}"
+    );
+    assert!(manifests.len() <= 4, "{} manifests", manifests.len());
+    assert_reconciled(&p, AGG).await;
+}

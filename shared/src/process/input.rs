@@ -5,11 +5,12 @@ use arrow::array::RecordBatch;
 use arrow_schema::SchemaRef;
 use futures::TryStreamExt;
 use iceberg::expr::Predicate;
+use iceberg::scan::FileScanTask;
 use iceberg::table::Table;
 
 use super::transform;
-use crate::error::{Error, Result};
-use crate::scan::{live_files, scan_tasks, LiveFile};
+use crate::error::{Error, ErrorKind, Result};
+use crate::scan::{live_files, projected_scan_tasks, scan_tasks, LiveFile};
 
 /// Rows per chunk of an append pipeline (bounds memory whatever the delta's size).
 const CHUNK_ROWS: u64 = 256 * 1024;
@@ -33,33 +34,109 @@ pub(super) fn chunks(files: &[LiveFile]) -> Vec<&[LiveFile]> {
     out
 }
 
+/// What a read cost: data files opened and bytes fetched from storage (Parquet footers, column
+/// chunks) — iceberg's reader counts the bytes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct ReadCost {
+    /// Data files opened.
+    pub(super) files: usize,
+    /// Bytes read from them.
+    pub(super) bytes: u64,
+}
+
+impl std::ops::AddAssign for ReadCost {
+    fn add_assign(&mut self, o: Self) {
+        self.files += o.files;
+        self.bytes += o.bytes;
+    }
+}
+
+/// Bytes fetched from a Parquet file's end to read its footer in one request. iceberg's
+/// default (512 KiB) is not reused for the column chunks read next: a small file would be
+/// fetched about twice, and a projected read of one column would fetch most of it.
+const FOOTER_HINT: usize = 64 << 10;
+
+/// Reads `tasks` of `table` (as they come: not conformed), counting what the reads cost.
+async fn read_tasks(
+    table: &Table,
+    tasks: Vec<FileScanTask>,
+) -> Result<(Vec<RecordBatch>, ReadCost)> {
+    let files = tasks.len();
+    if files == 0 {
+        return Ok((Vec::new(), ReadCost::default()));
+    }
+    let stream = futures::stream::iter(tasks.into_iter().map(Ok));
+    let result = table
+        .reader_builder()
+        .with_batch_size(8192)
+        .with_metadata_size_hint(FOOTER_HINT)
+        .build()
+        .read(Box::pin(stream))
+        .map_err(|e| Error::iceberg(format!("reading {}", table.identifier()), e))?;
+    let metrics = result.metrics().clone();
+    let batches: Vec<RecordBatch> = result.stream().try_collect().await.map_err(|e| {
+        Error::iceberg(format!("reading {}", table.identifier()), e).with_retryable(true)
+    })?;
+    let cost = ReadCost {
+        files,
+        bytes: metrics.bytes_read(),
+    };
+    Ok((batches, cost))
+}
+
 /// Reads `files` of `table` into memory with the current schema (metadata-free Arrow schema).
 pub(super) async fn read_rows(
     table: &Table,
     files: &[LiveFile],
 ) -> Result<(SchemaRef, Vec<RecordBatch>)> {
+    let (schema, rows, _) = read_rows_costed(table, files).await?;
+    Ok((schema, rows))
+}
+
+/// [`read_rows`], with what the read cost.
+pub(super) async fn read_rows_costed(
+    table: &Table,
+    files: &[LiveFile],
+) -> Result<(SchemaRef, Vec<RecordBatch>, ReadCost)> {
     let schema = transform::table_schema(table)?;
-    if files.is_empty() {
-        return Ok((schema, Vec::new()));
-    }
-    let stream = futures::stream::iter(scan_tasks(table, files).into_iter().map(Ok));
-    let batches: Vec<RecordBatch> = table
-        .reader_builder()
-        .with_batch_size(8192)
-        .build()
-        .read(Box::pin(stream))
-        .map_err(|e| Error::iceberg(format!("reading {}", table.identifier()), e))?
-        .stream()
-        .try_collect()
-        .await
-        .map_err(|e| {
-            Error::iceberg(format!("reading {}", table.identifier()), e).with_retryable(true)
-        })?;
+    let (batches, cost) = read_tasks(table, scan_tasks(table, files)).await?;
     let mut out = Vec::with_capacity(batches.len());
     for b in batches {
         out.push(transform::conform(&b, &schema)?);
     }
-    Ok((schema, out))
+    Ok((schema, out, cost))
+}
+
+/// Only the column `column` (of the current schema) of `files`: a projected read that fetches
+/// and decodes that one column chunk per row group. Batches hold that one column (a file
+/// written before the column existed reads as nulls).
+pub(super) async fn read_column(
+    table: &Table,
+    files: &[LiveFile],
+    column: &str,
+) -> Result<(Vec<RecordBatch>, ReadCost)> {
+    let id = table
+        .metadata()
+        .current_schema()
+        .field_by_name(column)
+        .map(|f| f.id)
+        .ok_or_else(|| {
+            Error::new(
+                ErrorKind::Transform,
+                format!("{} has no column `{column}`", table.identifier()),
+            )
+        })?;
+    let full = transform::table_schema(table)?;
+    let field = full
+        .field_with_name(column)
+        .map_err(|e| Error::new(ErrorKind::Internal, format!("`{column}`: {e}")))?;
+    let schema: SchemaRef = std::sync::Arc::new(arrow_schema::Schema::new(vec![field.clone()]));
+    let (batches, cost) = read_tasks(table, projected_scan_tasks(table, files, &[id])).await?;
+    let batches = batches
+        .iter()
+        .map(|b| transform::conform(b, &schema))
+        .collect::<Result<Vec<_>>>()?;
+    Ok((batches, cost))
 }
 
 /// All rows of `table`'s current snapshot.
@@ -68,13 +145,16 @@ pub(super) async fn scan_table(table: &Table) -> Result<Vec<RecordBatch>> {
     Ok(read_rows(table, &files).await?.1)
 }
 
-/// Rows of `table` at `snapshot` (default: current) matching `filter`, conformed to `schema`.
+/// Rows of `table` at `snapshot` (default: current) matching `filter`, conformed to `schema`,
+/// with what the read cost. iceberg plans the files: manifests whose partition summaries
+/// cannot match are skipped, then data files by partition value and by column min/max; its
+/// reader skips row groups by their Parquet statistics and filters the rows.
 pub(super) async fn scan_rows(
     table: &Table,
     snapshot: Option<i64>,
     filter: Option<Predicate>,
     schema: &SchemaRef,
-) -> Result<Vec<RecordBatch>> {
+) -> Result<(Vec<RecordBatch>, ReadCost)> {
     let mut scan = table.scan().select_all();
     if let Some(id) = snapshot {
         scan = scan.snapshot_id(id);
@@ -83,17 +163,19 @@ pub(super) async fn scan_rows(
         scan = scan.with_filter(f);
     }
     let failed = |e| Error::iceberg(format!("scanning {}", table.identifier()), e);
-    let batches: Vec<RecordBatch> = scan
+    let tasks: Vec<FileScanTask> = scan
         .build()
         .map_err(failed)?
-        .to_arrow()
+        .plan_files()
         .await
         .map_err(failed)?
         .try_collect()
         .await
         .map_err(|e| failed(e).with_retryable(true))?;
-    batches
+    let (batches, cost) = read_tasks(table, tasks).await?;
+    let batches = batches
         .iter()
         .map(|b| transform::conform(b, schema))
-        .collect()
+        .collect::<Result<Vec<_>>>()?;
+    Ok((batches, cost))
 }

@@ -51,6 +51,18 @@ pub struct RunReport {
     pub windows: usize,
     /// Sink files replaced (aggregate mode, refresh).
     pub files_replaced: usize,
+    /// Bytes of the sink files replaced (aggregate mode: read, and rewritten without the
+    /// touched windows).
+    pub sink_bytes_replaced: u64,
+    /// New source files read to find the touched windows (aggregate mode: their time column
+    /// only; a file within one window is not read).
+    pub delta_files_read: usize,
+    /// Bytes read from them.
+    pub delta_bytes_read: u64,
+    /// Source data files opened to recompute the touched windows (aggregate mode).
+    pub recompute_files_read: usize,
+    /// Bytes read from them.
+    pub recompute_bytes_read: u64,
     /// Alerts sent.
     pub alerts: usize,
     /// The sink snapshot committed (None: nothing new).
@@ -447,22 +459,25 @@ impl Processor {
     ) -> Result<Vec<String>> {
         let window = p.window_micros().unwrap_or(60_000_000);
         let time_column = p.time_column(&self.config);
-        let touched = windows::touched(&pos.source, files, time_column, window).await?;
+        let (touched, cost) = windows::touched(&pos.source, files, time_column, window).await?;
         report.windows = touched.len();
+        (report.delta_files_read, report.delta_bytes_read) = (cost.files, cost.bytes);
         if touched.is_empty() {
             return Ok(Vec::new());
         }
-        let (schema, recomputed) =
+        let (schema, recomputed, cost) =
             windows::read_windows(&pos.source, to, time_column, window, &touched).await?;
         report.rows_recomputed = recomputed.iter().map(|b| b.num_rows() as u64).sum();
+        (report.recompute_files_read, report.recompute_bytes_read) = (cost.files, cost.bytes);
         let context = format!("pipeline `{}` over `{}`", p.name, p.source);
         let (_, batches) = transform::run_sql(&p.sql, schema, recomputed, &context).await?;
         windows::require_window_column(&batches, p)?;
-        let (removed, kept) = windows::sink_rows_outside(&pos.sink, &touched).await?;
-        report.files_replaced = removed.len();
-        out.write(kept).await?;
+        let sink = windows::sink_rows_outside(&pos.sink, &touched).await?;
+        report.files_replaced = sink.paths.len();
+        report.sink_bytes_replaced = sink.bytes;
+        out.write(sink.kept).await?;
         out.write(batches).await?;
-        Ok(removed)
+        Ok(sink.paths)
     }
 
     /// Commits `change` unless the checkpoint moved since `pos` was read (another run processed
@@ -538,9 +553,18 @@ impl Processor {
             }
             let schema = arrow_schema_to_schema_auto_assign_ids(&out)
                 .map_err(|e| Error::iceberg(format!("sink schema of `{}`", p.name), e))?;
+            // An aggregate sink is partitioned by the period of `window_start`, so a run
+            // rewrites the files of the periods it touches, not the whole sink.
+            let spec = match p.mode {
+                PipelineMode::Aggregate => {
+                    windows::sink_partition(&schema, p.window_micros().unwrap_or(60_000_000))?
+                }
+                PipelineMode::Append => None,
+            };
             let creation = TableCreation::builder()
                 .name(p.sink.clone())
                 .schema(schema)
+                .partition_spec_opt(spec)
                 .properties(sink_properties(&self.config, p))
                 .build();
             catalog::create_if_missing(self.committer.catalog().as_ref(), &ident, creation).await?;

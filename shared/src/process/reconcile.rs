@@ -60,7 +60,7 @@ impl Processor {
         let schema = transform::table_schema(source)?;
         let mut rows = Vec::new();
         if !empty && source.metadata().current_snapshot_id().is_some() {
-            rows = input::scan_rows(source, snapshot, None, &schema).await?;
+            rows = input::scan_rows(source, snapshot, None, &schema).await?.0;
         }
         if p.mode != PipelineMode::Aggregate {
             return Ok((schema, rows));

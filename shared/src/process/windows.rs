@@ -6,42 +6,119 @@ use std::collections::BTreeSet;
 use arrow::array::{Array, BooleanArray, RecordBatch};
 use arrow_schema::SchemaRef;
 use iceberg::expr::{Predicate, Reference};
-use iceberg::spec::{Datum, PrimitiveLiteral, PrimitiveType, Type};
+use iceberg::spec::{
+    Datum, PrimitiveLiteral, PrimitiveType, Transform, Type, UnboundPartitionSpec,
+};
 use iceberg::table::Table;
 
-use super::input;
+use super::input::{self, ReadCost};
 use super::transform::{self, WINDOW_START};
 use crate::config::PipelineConfig;
 use crate::error::{Error, ErrorKind, Result};
 use crate::scan::LiveFile;
 
-/// The windows the rows of `files` touch (late rows included), one chunk of files at a time:
-/// memory is bounded by a chunk, not by the delta.
+/// The windows the rows of `files` touch (late rows included), and what finding them cost.
+///
+/// Only the time column of the new files is read (a projected read: one column chunk per row
+/// group), one chunk of files at a time, so memory is bounded by a chunk, not by the delta. A
+/// file whose time bounds (manifest min/max) fall in one window touches exactly that window and
+/// is not read at all.
 pub(super) async fn touched(
     source: &Table,
     files: &[LiveFile],
     time_column: &str,
     window: i64,
-) -> Result<BTreeSet<i64>> {
+) -> Result<(BTreeSet<i64>, ReadCost)> {
+    let field = source
+        .metadata()
+        .current_schema()
+        .field_by_name(time_column)
+        .map(|f| f.id);
     let mut touched = BTreeSet::new();
-    for chunk in input::chunks(files) {
-        let (_, rows) = input::read_rows(source, chunk).await?;
-        for b in &rows {
+    let mut to_read = Vec::new();
+    for f in files {
+        let bounds = field.and_then(|id| {
+            let lo = f.file.lower_bounds().get(&id).and_then(micros)?;
+            let hi = f.file.upper_bounds().get(&id).and_then(micros)?;
+            Some((lo.div_euclid(window), hi.div_euclid(window)))
+        });
+        match bounds {
+            Some((lo, hi)) if lo == hi => {
+                touched.insert(lo * window);
+            }
+            _ => to_read.push(f.clone()),
+        }
+    }
+    let mut cost = ReadCost::default();
+    for chunk in input::chunks(&to_read) {
+        let (times, c) = input::read_column(source, chunk, time_column).await?;
+        cost += c;
+        for b in &times {
             let b = transform::with_window_start(b, time_column, window)?;
             touched.extend(transform::window_starts(&b));
         }
     }
-    Ok(touched)
+    Ok((touched, cost))
 }
 
-/// Source rows (with `window_start`) of the `touched` windows at snapshot `at`.
+/// A timestamp bound in microseconds (`timestamp`/`timestamptz` columns; None otherwise).
+fn micros(d: &Datum) -> Option<i64> {
+    match (d.data_type(), d.literal()) {
+        (PrimitiveType::Timestamp | PrimitiveType::Timestamptz, PrimitiveLiteral::Long(v)) => {
+            Some(*v)
+        }
+        _ => None,
+    }
+}
+
+/// At most this many time ranges in the recompute's scan predicate: iceberg evaluates the
+/// predicate per manifest, file and row group (recursively), so thousands of scattered windows
+/// (a catch-up over a sparse history) are coarsened; the rows read are filtered to the
+/// windows exactly afterwards.
+const MAX_RANGES: usize = 64;
+
+/// The `[lo, hi)` ranges covering `touched` windows: one per run of adjacent windows, and at
+/// most `max` of them (the smallest gaps closed first).
+fn ranges(touched: &BTreeSet<i64>, window: i64, max: usize) -> Vec<(i64, i64)> {
+    let mut ranges: Vec<(i64, i64)> = Vec::new();
+    for &w in touched {
+        match ranges.last_mut() {
+            Some((_, hi)) if *hi == w => *hi = w.saturating_add(window),
+            _ => ranges.push((w, w.saturating_add(window))),
+        }
+    }
+    if ranges.len() <= max.max(1) {
+        return ranges;
+    }
+    let mut gaps: Vec<i64> = ranges
+        .windows(2)
+        .map(|r| r[1].0.saturating_sub(r[0].1))
+        .collect();
+    // Closing every gap up to the (n - max)-th smallest leaves at most `max` ranges.
+    let k = ranges.len() - max.max(1) - 1;
+    let (_, threshold, _) = gaps.select_nth_unstable(k);
+    let threshold = *threshold;
+    let mut out: Vec<(i64, i64)> = Vec::with_capacity(max);
+    for r in ranges {
+        match out.last_mut() {
+            Some((_, hi)) if r.0.saturating_sub(*hi) <= threshold => *hi = r.1,
+            _ => out.push(r),
+        }
+    }
+    out
+}
+
+/// Source rows (with `window_start`) of the `touched` windows at snapshot `at`, and what
+/// reading them cost. The scan's time-range predicate lets iceberg skip manifests (partition
+/// summaries), data files (partition values, then the time column's min/max) and row groups
+/// (Parquet statistics) outside the windows; the rows read are then cut to the windows exactly.
 pub(super) async fn read_windows(
     source: &Table,
     at: i64,
     time_column: &str,
     window: i64,
     touched: &BTreeSet<i64>,
-) -> Result<(SchemaRef, Vec<RecordBatch>)> {
+) -> Result<(SchemaRef, Vec<RecordBatch>, ReadCost)> {
     let schema = transform::table_schema(source)?;
     let tz = matches!(
         source
@@ -59,14 +136,7 @@ pub(super) async fn read_windows(
         }
     };
     // One range per run of adjacent windows: late rows far back do not pull in everything between.
-    let mut ranges: Vec<(i64, i64)> = Vec::new();
-    for &w in touched {
-        match ranges.last_mut() {
-            Some((_, hi)) if *hi == w => *hi = w + window,
-            _ => ranges.push((w, w + window)),
-        }
-    }
-    let predicate = ranges
+    let predicate = ranges(touched, window, MAX_RANGES)
         .iter()
         .map(|&(lo, hi)| {
             Reference::new(time_column)
@@ -75,7 +145,7 @@ pub(super) async fn read_windows(
         })
         .reduce(Predicate::or)
         .unwrap_or(Predicate::AlwaysFalse);
-    let batches = input::scan_rows(source, Some(at), Some(predicate), &schema).await?;
+    let (batches, cost) = input::scan_rows(source, Some(at), Some(predicate), &schema).await?;
     let empty = RecordBatch::new_empty(schema.clone());
     let out_schema = transform::with_window_start(&empty, time_column, window)?.schema();
     let mut out = Vec::new();
@@ -88,7 +158,7 @@ pub(super) async fn read_windows(
             out.push(b);
         }
     }
-    Ok((out_schema, out))
+    Ok((out_schema, out, cost))
 }
 
 /// Which rows of `batch` have a `window_start` in `touched`.
@@ -114,21 +184,40 @@ fn in_windows(batch: &RecordBatch, touched: &BTreeSet<i64>) -> BooleanArray {
         .collect()
 }
 
-/// Sink files that may hold rows of the `touched` windows, and their rows outside them (kept).
+/// The sink side of a run: the sink files that may hold rows of the touched windows (to be
+/// replaced) and their rows outside them (kept, rewritten).
+pub(super) struct SinkRewrite {
+    /// Paths of the files to replace.
+    pub(super) paths: Vec<String>,
+    /// Their rows outside the touched windows.
+    pub(super) kept: Vec<RecordBatch>,
+    /// Their total size.
+    pub(super) bytes: u64,
+}
+
+/// Sink files that may hold rows of the `touched` windows (by their `window_start` min/max; a
+/// sink partitioned by time keeps each file to one period), and their rows outside them.
 pub(super) async fn sink_rows_outside(
     sink: &Table,
     touched: &BTreeSet<i64>,
-) -> Result<(Vec<String>, Vec<RecordBatch>)> {
+) -> Result<SinkRewrite> {
     let field = sink
         .metadata()
         .current_schema()
         .field_by_name(WINDOW_START)
         .map(|f| f.id);
     if touched.is_empty() {
-        return Ok((Vec::new(), Vec::new()));
+        return Ok(SinkRewrite {
+            paths: Vec::new(),
+            kept: Vec::new(),
+            bytes: 0,
+        });
     }
-    let bound = |d: Option<&Datum>| match d.map(|d| d.literal()) {
-        Some(PrimitiveLiteral::Long(v)) => Some(*v),
+    let bound = |d: Option<&Datum>| match d.map(|d| (d.data_type(), d.literal())) {
+        Some((
+            PrimitiveType::Timestamp | PrimitiveType::Timestamptz | PrimitiveType::Long,
+            PrimitiveLiteral::Long(v),
+        )) => Some(*v),
         _ => None,
     };
     let affected: Vec<LiveFile> = crate::scan::live_files(sink)
@@ -148,6 +237,7 @@ pub(super) async fn sink_rows_outside(
         .iter()
         .map(|f| f.file.file_path().to_string())
         .collect();
+    let bytes = affected.iter().map(|f| f.file.file_size_in_bytes()).sum();
     let (_, rows) = input::read_rows(sink, &affected).await?;
     let mut kept = Vec::new();
     for b in rows {
@@ -160,7 +250,40 @@ pub(super) async fn sink_rows_outside(
             kept.push(b);
         }
     }
-    Ok((paths, kept))
+    Ok(SinkRewrite { paths, kept, bytes })
+}
+
+/// The partition spec of a new aggregate sink: `window_start` by day for windows up to an
+/// hour, by month up to a day, by year above (a sink file holds one period, so a run rewrites
+/// only the periods of the windows it touches; each period holds at least ~24 windows). None
+/// when the SQL's `window_start` is not a timestamp.
+pub(super) fn sink_partition(
+    schema: &iceberg::spec::Schema,
+    window: i64,
+) -> Result<Option<UnboundPartitionSpec>> {
+    let Some(field) = schema.field_by_name(WINDOW_START) else {
+        return Ok(None);
+    };
+    if !matches!(
+        field.field_type.as_ref(),
+        Type::Primitive(PrimitiveType::Timestamp | PrimitiveType::Timestamptz)
+    ) {
+        return Ok(None);
+    }
+    const HOUR: i64 = 3_600_000_000;
+    let (transform, name) = if window <= HOUR {
+        (Transform::Day, "window_start_day")
+    } else if window <= 24 * HOUR {
+        (Transform::Month, "window_start_month")
+    } else {
+        (Transform::Year, "window_start_year")
+    };
+    let spec = UnboundPartitionSpec::builder()
+        .with_spec_id(0)
+        .add_partition_field(field.id, name, transform)
+        .map_err(|e| Error::iceberg("the sink's partition spec", e))?
+        .build();
+    Ok(Some(spec))
 }
 
 pub(super) fn window_missing(p: &PipelineConfig) -> Error {
@@ -181,4 +304,70 @@ pub(super) fn require_window_column(batches: &[RecordBatch], p: &PipelineConfig)
         return Err(window_missing(p));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIN: i64 = 60_000_000;
+
+    #[test]
+    fn ranges_join_adjacent_windows_and_stay_few() {
+        let touched: BTreeSet<i64> = [0, 1, 2, 5, 9, 10].iter().map(|w| w * MIN).collect();
+        assert_eq!(
+            ranges(&touched, MIN, 64),
+            vec![(0, 3 * MIN), (5 * MIN, 6 * MIN), (9 * MIN, 11 * MIN)]
+        );
+        // The smallest gap (5 → 9 is 3 windows, 2 → 5 is 2) closes first.
+        assert_eq!(
+            ranges(&touched, MIN, 2),
+            vec![(0, 6 * MIN), (9 * MIN, 11 * MIN)]
+        );
+        assert_eq!(ranges(&touched, MIN, 1), vec![(0, 11 * MIN)]);
+        assert!(ranges(&BTreeSet::new(), MIN, 4).is_empty());
+        // Thousands of scattered windows: at most the cap, every window still covered.
+        let scattered: BTreeSet<i64> = (0..5_000).map(|i| i * i % 100_003 * MIN).collect();
+        let r = ranges(&scattered, MIN, MAX_RANGES);
+        assert!(r.len() <= MAX_RANGES && !r.is_empty(), "{}", r.len());
+        for w in &scattered {
+            assert!(
+                r.iter().any(|(lo, hi)| lo <= w && w < hi),
+                "{w} not covered"
+            );
+        }
+        assert!(r.windows(2).all(|p| p[0].1 < p[1].0), "ordered, disjoint");
+    }
+
+    #[test]
+    fn aggregate_sinks_are_partitioned_by_the_period_of_their_windows() {
+        use iceberg::spec::{NestedField, Schema};
+        let schema = |ty: PrimitiveType| {
+            Schema::builder()
+                .with_fields(vec![
+                    NestedField::optional(1, "region", Type::Primitive(PrimitiveType::String))
+                        .into(),
+                    NestedField::optional(2, WINDOW_START, Type::Primitive(ty)).into(),
+                ])
+                .build()
+                .unwrap()
+        };
+        let tz = schema(PrimitiveType::Timestamptz);
+        for (window, transform) in [
+            (MIN, Transform::Day),
+            (60 * MIN, Transform::Day),
+            (6 * 60 * MIN, Transform::Month),
+            (7 * 24 * 60 * MIN, Transform::Year),
+        ] {
+            let spec = sink_partition(&tz, window).unwrap().unwrap();
+            let f = &spec.fields()[0];
+            assert_eq!((f.source_id, f.transform), (2, transform), "{window}");
+        }
+        assert!(sink_partition(&schema(PrimitiveType::Timestamp), MIN)
+            .unwrap()
+            .is_some());
+        assert!(sink_partition(&schema(PrimitiveType::String), MIN)
+            .unwrap()
+            .is_none());
+    }
 }
