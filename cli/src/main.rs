@@ -4,6 +4,7 @@
 //! floe demo [--dir DIR]                     local demo: SQLite catalog + local warehouse, nothing but cargo
 //! floe ingest --config F s3://b/k [...]     ingest objects by hand through the Lambda code path
 //! floe backfill --config F s3://b/prefix [--since T] [--until T] [--dry-run] [--concurrency N] [--batch N]   history, exactly once, in batches
+//! floe replay --config F --dlq URL|--keys FILE|- [--max N] [--dry-run] [--json]   the ingest DLQ (or keys), exactly once, deleting only what is settled
 //! floe status --config F [--json]           per table: snapshots, files, records, freshness, quarantine
 //! floe maintain --config F [--table T] [--only compact,expire,orphans,manifests] [--dry-run]
 //!               [--older-than-hours H] [--retain-last N] [--orphan-older-than-hours H] [--json]
@@ -13,6 +14,7 @@
 //! floe process run|refresh|reconcile --config F [--pipeline P] [--json]   incremental run, batch refresh, batch-vs-sink check (exit 1 on difference)
 //! floe local [--port 5000] [--dir D]        the deployed topology on moto_server: S3 → SQS → ingest, schedule → maintain
 //! floe bench [--big-mb N] [--small N] ...   ingest benchmark vs PyIceberg and plain arrow-rs
+//! floe bench --backfill [--backfill-small N] [--backfill-big-mb M]   backfill vs one commit per object
 //! floe template --config F [--check]       template.yaml's table-scoped roles and alarms from floe.toml
 //! floe completions bash|zsh|fish|...        a shell completion script
 //! ```
@@ -28,6 +30,7 @@ use floe::config::Config;
 mod args;
 mod backfill_cmd;
 mod bench;
+mod bench_backfill;
 mod bench_checks;
 mod bench_latency;
 mod bench_maintain;
@@ -39,6 +42,7 @@ mod local;
 mod maintain_cmd;
 mod process_cmd;
 mod progress;
+mod replay_cmd;
 mod schema_cmd;
 mod schema_diff;
 mod status;
@@ -118,6 +122,12 @@ async fn run(command: Command) -> Result<Outcome> {
         Command::Backfill(a) => {
             let config = load_config(&a.config).await?;
             if !backfill_cmd::run(config, &a).await? {
+                return Ok(Outcome::Different);
+            }
+        }
+        Command::Replay(a) => {
+            let config = load_config(&a.config).await?;
+            if !replay_cmd::run(config, &a).await? {
                 return Ok(Outcome::Different);
             }
         }

@@ -22,6 +22,7 @@ mod matrix;
 mod planning;
 mod process;
 mod quality;
+mod replay;
 mod rest;
 mod second_pipeline;
 mod template;
