@@ -522,3 +522,38 @@ async fn a_lost_or_refused_delete_loses_no_message_and_duplicates_nothing() {
     assert_eq!((rows, ids), (40, 40));
     assert_eq!(snapshots(&env, &ingestor).await, 1);
 }
+
+/// The commit lands and the process "crashes" before hearing so (an error after the swap): the
+/// outcome is unknown, and the replay's re-read of the table — the ingest path's own duplicate
+/// check — finds the object, so its message goes in the same run; the next replay has nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_outcome_is_settled_by_re_reading_the_table() {
+    let env = TestEnv::new("sqlite").await;
+    let sqs = sqs().await;
+    let url = dlq(&sqs).await;
+    env.put("orders/c.jsonl", orders(20, 50)).await;
+    send(&sqs, &url, &env.s3_notification("orders/c.jsonl", None)).await;
+    let crashing = env
+        .ingestor_with(crate::faults::faulty(crate::faults::Fault::AfterCommit))
+        .await;
+    let queue = TestQueue::new(&sqs, &url);
+    let r = crashing.replay_queue(&queue, &options()).await.unwrap();
+    reconciles(&r);
+    assert_eq!(
+        (r.messages, r.deleted, r.already_committed),
+        (1, 1, 1),
+        "{r:#?}"
+    );
+    let o = &r.items[0].objects[0];
+    assert!(
+        o.snapshot_id.is_some()
+            && o.reason
+                .as_deref()
+                .is_some_and(|e| e.contains("the table holds the object")),
+        "{o:?}"
+    );
+    assert_eq!(depth(&sqs, &url).await, (0, 0));
+    let healthy = env.ingestor().await;
+    assert_eq!(env.count_rows(healthy.catalog().as_ref()).await, 20);
+    assert_eq!(snapshots(&env, &healthy).await, 1);
+}
