@@ -78,6 +78,14 @@ fn tail(s: &str, n: usize) -> String {
     }
 }
 
+/// A reason cut to a readable length (the JSON report keeps it whole).
+fn short(reason: &str) -> String {
+    match reason.char_indices().nth(300) {
+        Some((i, _)) => format!("{}…", &reason[..i]),
+        None => reason.to_string(),
+    }
+}
+
 fn print_report(r: &ReplayReport) {
     println!(
         "{:<14} {:<44} {:<18} {:>9} {:>11} {:>20} {:<8}",
@@ -114,16 +122,16 @@ fn print_report(r: &ReplayReport) {
                 action
             );
             if let Some(reason) = &o.reason {
-                println!("    {reason}");
+                println!("    {}", short(reason));
             }
             if let Some(q) = &o.quarantine {
                 println!("    quarantine: {q}");
             }
         }
         if let (Action::Left, Some(reason)) = (item.action, &item.reason) {
-            println!("    stays: {reason}");
+            println!("    stays: {}", short(reason));
         } else if let Some(reason) = &item.reason {
-            println!("    {reason}");
+            println!("    {}", short(reason));
         }
     }
     let what = if r.items.iter().any(|i| i.message_id.is_some()) {
