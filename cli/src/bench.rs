@@ -178,7 +178,6 @@ pub(crate) fn print_runs_with(runs: &[Run], extra: &[Column<'_>]) {
 }
 
 /// Runs one contender in its own process (a spinner meanwhile) and reads its result line.
-
 pub(crate) fn run_child(name: &str, cmd: &mut Command) -> Result<Run> {
     let spinner = progress::spinner(format!("running {name}"));
     let t0 = Instant::now();

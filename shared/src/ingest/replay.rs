@@ -433,7 +433,7 @@ enum Lookup {
     /// Not in its table.
     Absent(String),
     /// Unrouted, gone or superseded: the report says which.
-    Refused(ObjectReport),
+    Refused(Box<ObjectReport>),
 }
 
 /// Why an item's message cannot go, if it cannot.
@@ -469,11 +469,14 @@ fn unsettled(item: &ReplayItem) -> Option<String> {
         })
 }
 
+/// An object and the version (id or ETag) a line names, if any.
+pub type NamedObject = (ObjectRef, Option<String>);
+
 /// One line of an object list: `s3://bucket/key[#version]`, where the version is what the
 /// table's `_source` records (the version id on a versioned bucket, else the ETag). The last
 /// `#` separates the version, so a key holding `#` is written with its version, or with a
 /// trailing `#` for the current content.
-pub fn parse_object_line(line: &str) -> Result<(ObjectRef, Option<String>)> {
+pub fn parse_object_line(line: &str) -> Result<NamedObject> {
     let bad = || {
         Error::new(
             ErrorKind::Event,
@@ -586,7 +589,7 @@ impl Ingestor {
             ..Default::default()
         };
         let mut commits = HashSet::new();
-        let named: Vec<(usize, Result<(ObjectRef, Option<String>)>)> = lines
+        let named: Vec<(usize, Result<NamedObject>)> = lines
             .lines()
             .enumerate()
             .filter(|(_, l)| !l.trim().is_empty() && !l.trim_start().starts_with('#'))
@@ -705,7 +708,7 @@ impl Ingestor {
                 o
             }
             Ok(Lookup::Absent(table)) => ReplayedObject::new(obj, &table, Outcome::WouldReplay),
-            Ok(Lookup::Refused(r)) => ReplayedObject::from_report(obj, r),
+            Ok(Lookup::Refused(r)) => ReplayedObject::from_report(obj, *r),
             Err(e) => ReplayedObject::failed(obj, e.to_string(), e.is_retryable()),
         }
     }
@@ -716,11 +719,11 @@ impl Ingestor {
     async fn lookup(&self, obj: &ObjectRef) -> Result<Lookup> {
         let (route, tctx) = match self.route(obj)? {
             Ok(routed) => routed,
-            Err(refused) => return Ok(Lookup::Refused(refused)),
+            Err(refused) => return Ok(Lookup::Refused(Box::new(refused))),
         };
         let opened = match self.open_named(obj, &route).await? {
             Ok(opened) => opened,
-            Err(gone) => return Ok(Lookup::Refused(gone)),
+            Err(gone) => return Ok(Lookup::Refused(Box::new(gone))),
         };
         let source = source_object(obj, &opened.meta);
         drop(opened);
