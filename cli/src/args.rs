@@ -68,6 +68,19 @@ pub enum Command {
     /// out. --dry-run prints per table what would be ingested and the estimated cost. Exit 1 if
     /// any object failed (it stays pending for the next run).
     Backfill(BackfillArgs),
+    /// Replay the ingest dead-letter queue (or a list of objects), each object exactly once.
+    ///
+    /// --dlq reads the ingest DLQ's messages (the original S3 notifications, SNS envelopes or
+    /// EventBridge events; ten at a time, hidden for --visibility-timeout) and ingests their
+    /// objects through the ingest function's code path: an object already committed is found
+    /// and skipped. A message is deleted only when every object it names is committed, already
+    /// committed or quarantined; one that failed (transient or permanent), cannot be
+    /// understood, or names an object that is gone or unrouted stays, reported with its
+    /// reason. An unknown commit outcome deletes nothing until a re-read of the table finds the
+    /// object. --keys takes s3://bucket/key[#version] lines instead (nothing to delete).
+    /// --dry-run lists what would be replayed and what is committed already, and makes the
+    /// messages visible again. Exit 1 if anything was left or failed.
+    Replay(ReplayArgs),
     /// Per table: snapshots, files, records, freshness, quarantine, consumers' lag.
     ///
     /// For every configured table (sources and pipeline sinks): snapshots, records, data files
@@ -232,6 +245,38 @@ pub struct BackfillArgs {
     /// Cost estimate: the ingest function's memory, MB.
     #[arg(long, value_name = "MB", default_value_t = 1769)]
     pub memory_mb: u64,
+    /// Print JSON instead of tables.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `floe replay`.
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("what").args(["dlq", "keys"]).required(true)))]
+pub struct ReplayArgs {
+    #[command(flatten)]
+    pub config: ConfigArg,
+    /// The ingest dead-letter queue's URL (the stack's IngestDeadLetterQueueUrl output).
+    #[arg(long, value_name = "QUEUE_URL")]
+    pub dlq: Option<String>,
+    /// A file of s3://bucket/key[#version] lines to replay instead (`-`: standard input).
+    #[arg(long, value_name = "FILE|-")]
+    pub keys: Option<String>,
+    /// At most N messages (or lines).
+    #[arg(long, value_name = "N")]
+    pub max: Option<usize>,
+    /// List what would be replayed and what is committed already; ingest and delete nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Seconds a received message stays hidden; must exceed a round of 10 messages. A message
+    /// left in the queue becomes visible again after it.
+    #[arg(
+        long,
+        value_name = "S",
+        default_value_t = 1800,
+        conflicts_with = "keys"
+    )]
+    pub visibility_timeout: u64,
     /// Print JSON instead of tables.
     #[arg(long)]
     pub json: bool,
@@ -560,7 +605,7 @@ pub struct LocalArgs {
 
 /// `floe bench`.
 #[derive(Debug, Args)]
-#[command(group(clap::ArgGroup::new("mode").args(["maintenance", "planning", "latency", "delta"])))]
+#[command(group(clap::ArgGroup::new("mode").args(["maintenance", "planning", "latency", "delta", "backfill"])))]
 pub struct BenchArgs {
     /// Maintenance benchmark: commit latency of the 1st vs the Nth append with and without
     /// periodic maintenance, and compaction throughput vs plain arrow-rs.
@@ -606,6 +651,16 @@ pub struct BenchArgs {
     /// Rows of the big source (--delta).
     #[arg(long, value_name = "N", default_value = "10000000", requires = "delta")]
     pub delta_rows: u64,
+    /// Backfill benchmark: small and big objects backfilled at concurrency 1/4/8, beside one
+    /// commit per object: objects/s, rows/s, commits per object, commit-retry rate.
+    #[arg(long)]
+    pub backfill: bool,
+    /// Small objects of 200 lines (--backfill).
+    #[arg(long, value_name = "N", default_value = "2000", requires = "backfill")]
+    pub backfill_small: usize,
+    /// MiB of JSON lines in each of the 20 big objects (--backfill).
+    #[arg(long, value_name = "M", default_value = "50", requires = "backfill")]
+    pub backfill_big_mb: usize,
     /// MiB of JSON lines in the big object (ingest benchmark).
     #[arg(long, value_name = "N", default_value = "200", conflicts_with = "mode")]
     pub big_mb: usize,
@@ -660,6 +715,7 @@ impl Command {
         match self {
             Command::Ingest(a) => Some(&mut a.config),
             Command::Backfill(a) => Some(&mut a.config),
+            Command::Replay(a) => Some(&mut a.config),
             Command::Status(a) => Some(&mut a.config),
             Command::Baseline(a) => Some(&mut a.config),
             Command::Maintain(a) => Some(&mut a.config),
@@ -758,6 +814,7 @@ mod tests {
             "floe demo",
             "floe ingest",
             "floe backfill",
+            "floe replay",
             "floe status",
             "floe maintain",
             "floe schema-diff",
@@ -845,6 +902,72 @@ mod tests {
         };
         assert_eq!(a.location.key, "");
         parse_err(&["floe", "backfill", "b/landing"]);
+    }
+
+    #[test]
+    fn replay_takes_a_queue_or_a_key_list() {
+        let cli = parse(&[
+            "floe",
+            "replay",
+            "--config",
+            "f",
+            "--dlq",
+            "https://sqs.us-east-1.amazonaws.com/1/dlq",
+            "--max",
+            "20",
+            "--dry-run",
+        ]);
+        let Command::Replay(a) = cli.command else {
+            panic!("{cli:?}")
+        };
+        assert_eq!(a.config.origin, ConfigOrigin::Flag);
+        assert_eq!(
+            a.dlq.as_deref(),
+            Some("https://sqs.us-east-1.amazonaws.com/1/dlq")
+        );
+        assert_eq!((a.max, a.dry_run, a.json), (Some(20), true, false));
+        assert_eq!((a.keys, a.visibility_timeout), (None, 1800));
+        let Command::Replay(a) = parse(&["floe", "replay", "--keys", "-", "--json"]).command else {
+            panic!()
+        };
+        assert_eq!((a.keys.as_deref(), a.dlq, a.json), (Some("-"), None, true));
+        // Exactly one of the two sources; the visibility timeout is a queue's.
+        parse_err(&["floe", "replay", "--config", "f"]);
+        parse_err(&["floe", "replay", "--dlq", "u", "--keys", "k"]);
+        parse_err(&[
+            "floe",
+            "replay",
+            "--keys",
+            "k",
+            "--visibility-timeout",
+            "60",
+        ]);
+    }
+
+    #[test]
+    fn bench_backfill_sizes() {
+        let Command::Bench(b) = parse(&["floe", "bench", "--backfill"]).command else {
+            panic!()
+        };
+        assert!(b.backfill && !b.planning);
+        assert_eq!((b.backfill_small, b.backfill_big_mb), (2000, 50));
+        let Command::Bench(b) = parse(&[
+            "floe",
+            "bench",
+            "--backfill",
+            "--backfill-small",
+            "40",
+            "--backfill-big-mb",
+            "2",
+        ])
+        .command
+        else {
+            panic!()
+        };
+        assert_eq!((b.backfill_small, b.backfill_big_mb), (40, 2));
+        parse_err(&["floe", "bench", "--backfill-small", "40"]);
+        parse_err(&["floe", "bench", "--backfill", "--latency"]);
+        parse_err(&["floe", "bench", "--backfill", "--big-mb", "5"]);
     }
 
     #[test]

@@ -148,15 +148,27 @@ pub(crate) struct Run {
     pub(crate) out: Value,
 }
 
-/// Runs one contender in its own process (a spinner meanwhile) and reads its result line.
 /// The side-by-side table of child runs: work time, process wall time, rows/s, peak RSS.
 pub(crate) fn print_runs(runs: &[Run]) {
-    println!("| contender | work time (s) | process wall (s) | rows/s | peak RSS (MiB) |");
-    println!("|---|---:|---:|---:|---:|");
+    print_runs_with(runs, &[]);
+}
+
+/// A column of [`print_runs_with`] after the standard ones: its header and its cell.
+pub(crate) type Column<'a> = (&'a str, &'a dyn Fn(&Run) -> String);
+
+/// [`print_runs`] with `extra` columns.
+pub(crate) fn print_runs_with(runs: &[Run], extra: &[Column<'_>]) {
+    let heads: String = extra.iter().map(|(h, _)| format!(" {h} |")).collect();
+    println!("| contender | work time (s) | process wall (s) | rows/s | peak RSS (MiB) |{heads}");
+    println!("|---|---:|---:|---:|---:|{}", "---:|".repeat(extra.len()));
     for r in runs {
         let secs = f(&r.out, "secs");
+        let cells: String = extra
+            .iter()
+            .map(|(_, cell)| format!(" {} |", cell(r)))
+            .collect();
         println!(
-            "| {} | {:.2} | {:.2} | {:.0} | {:.0} |",
+            "| {} | {:.2} | {:.2} | {:.0} | {:.0} |{cells}",
             r.name,
             secs,
             r.wall,
@@ -166,6 +178,7 @@ pub(crate) fn print_runs(runs: &[Run]) {
     }
 }
 
+/// Runs one contender in its own process (a spinner meanwhile) and reads its result line.
 pub(crate) fn run_child(name: &str, cmd: &mut Command) -> Result<Run> {
     let spinner = progress::spinner(format!("running {name}"));
     let t0 = Instant::now();
@@ -228,6 +241,9 @@ pub async fn run(args: BenchArgs) -> Result<()> {
                 };
                 child_floe(&dir, &work, vec![key], checks).await?
             }
+            m if m.starts_with("backfill:") => {
+                crate::bench_backfill::child(m, &input, &work).await?
+            }
             "floe-small" => {
                 let mut keys: Vec<String> = std::fs::read_dir(&input)?
                     .filter_map(|e| e.ok())
@@ -252,6 +268,10 @@ pub async fn run(args: BenchArgs) -> Result<()> {
         return Ok(());
     }
 
+    if args.backfill {
+        let dir = args.dir_or("target/floe-bench-backfill");
+        return crate::bench_backfill::run(&dir, args.backfill_small, args.backfill_big_mb);
+    }
     if args.checks {
         return crate::bench_checks::run(&args.dir_or("target/floe-bench-checks"), args.big_mb);
     }

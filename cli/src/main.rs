@@ -4,6 +4,7 @@
 //! floe demo [--dir DIR]                     local demo: SQLite catalog + local warehouse, nothing but cargo
 //! floe ingest --config F s3://b/k [...]     ingest objects by hand through the Lambda code path
 //! floe backfill --config F s3://b/prefix [--since T] [--until T] [--dry-run] [--concurrency N] [--batch N]   history, exactly once, in batches
+//! floe replay --config F --dlq URL|--keys FILE|- [--max N] [--dry-run] [--json]   the ingest DLQ (or keys), exactly once, deleting only what is settled
 //! floe status --config F [--json]           per table: snapshots, files, records, freshness, quarantine, cost per day
 //! floe baseline --config F [--since T] [--json|--markdown]   freshness, throughput, small files, planning, recovery, cost
 //! floe maintain --config F [--table T] [--only compact,expire,orphans,manifests] [--dry-run]
@@ -15,6 +16,7 @@
 //! floe local [--port 5000] [--dir D]        the deployed topology on moto_server: S3 → SQS → ingest, schedule → maintain
 //! floe bench [--big-mb N] [--small N] ...   ingest benchmark vs PyIceberg and plain arrow-rs
 //! floe bench --delta [--delta-rows N]       an aggregate run after one object: 100 k vs N-row source
+//! floe bench --backfill [--backfill-small N] [--backfill-big-mb M]   backfill vs one commit per object
 //! floe template --config F [--check]       template.yaml's table-scoped roles and alarms from floe.toml
 //! floe completions bash|zsh|fish|...        a shell completion script
 //! ```
@@ -31,6 +33,7 @@ mod args;
 mod backfill_cmd;
 mod baseline_cmd;
 mod bench;
+mod bench_backfill;
 mod bench_checks;
 mod bench_delta;
 mod bench_latency;
@@ -43,6 +46,7 @@ mod local;
 mod maintain_cmd;
 mod process_cmd;
 mod progress;
+mod replay_cmd;
 mod schema_cmd;
 mod schema_diff;
 mod status;
@@ -122,6 +126,12 @@ async fn run(command: Command) -> Result<Outcome> {
         Command::Backfill(a) => {
             let config = load_config(&a.config).await?;
             if !backfill_cmd::run(config, &a).await? {
+                return Ok(Outcome::Different);
+            }
+        }
+        Command::Replay(a) => {
+            let config = load_config(&a.config).await?;
+            if !replay_cmd::run(config, &a).await? {
                 return Ok(Outcome::Different);
             }
         }

@@ -88,14 +88,29 @@ pub fn parse_payload(payload: &Value) -> Result<Vec<Delivery>> {
 
 /// Parses an SQS message body: an S3 event, an SNS envelope, an EventBridge event or `s3:TestEvent`.
 pub(crate) fn parse_body(body: &str) -> Result<Vec<ObjectRef>> {
-    let value: Value = serde_json::from_str(body).map_err(|e| {
+    parse_value(&json_body(body)?)
+}
+
+/// Parses a message body as a dead-letter queue keeps it: every shape an SQS message delivers
+/// to the ingest function ([`parse_body`]'s), and also a whole Lambda payload parked as one
+/// message (an SQS event, whose messages' objects come in order; a Distributed Map batch; a
+/// direct S3 event). A body naming no object (`s3:TestEvent`, removal events) gives an empty list.
+pub fn parse_message(body: &str) -> Result<Vec<ObjectRef>> {
+    let mut out = Vec::new();
+    for delivery in parse_payload(&json_body(body)?)? {
+        out.extend(delivery.objects?);
+    }
+    Ok(out)
+}
+
+fn json_body(body: &str) -> Result<Value> {
+    serde_json::from_str(body).map_err(|e| {
         Error::new(
             ErrorKind::Event,
             format!("message body is not JSON: {}", truncate(body, 200)),
         )
         .with_source(e)
-    })?;
-    parse_value(&value)
+    })
 }
 
 fn parse_value(value: &Value) -> Result<Vec<ObjectRef>> {
@@ -464,6 +479,41 @@ mod tests {
         assert!(d[3].objects.as_ref().unwrap().is_empty());
         assert!(d[4].objects.is_err());
         assert_eq!(d[4].message_id.as_deref(), Some("m5"));
+    }
+
+    #[test]
+    fn dead_letter_bodies_of_every_shape_name_their_objects() {
+        let s3 = s3_event("a+b.json").to_string();
+        assert_eq!(parse_message(&s3).unwrap()[0].key, "a b.json");
+        let sns = json!({"Type": "Notification", "Message": s3}).to_string();
+        assert_eq!(parse_message(&sns).unwrap()[0].key, "a b.json");
+        // A whole Lambda SQS event parked as one message: its messages' objects, in order.
+        let sqs = json!({"Records": [
+            {"messageId": "m1", "eventSource": "aws:sqs", "body": s3_event("x.json").to_string()},
+            {"messageId": "m2", "eventSource": "aws:sqs", "body": sns},
+        ]})
+        .to_string();
+        let keys: Vec<String> = parse_message(&sqs)
+            .unwrap()
+            .into_iter()
+            .map(|o| o.key)
+            .collect();
+        assert_eq!(keys, ["x.json", "a b.json"]);
+        let map = json!({"Items": [{"Key": "k.jsonl"}], "BatchInput": {"Bucket": "b"}}).to_string();
+        assert_eq!(parse_message(&map).unwrap()[0].bucket, "b");
+        let test = json!({"Event": "s3:TestEvent"}).to_string();
+        assert!(parse_message(&test).unwrap().is_empty());
+        for bad in ["not json", "{\"hello\": 1}", ""] {
+            let e = parse_message(bad).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::Event, "{bad}: {e}");
+        }
+        // One bad message inside a parked SQS event fails the whole body.
+        let mixed = json!({"Records": [
+            {"messageId": "m1", "eventSource": "aws:sqs", "body": s3_event("x.json").to_string()},
+            {"messageId": "m2", "eventSource": "aws:sqs", "body": "garbage"},
+        ]})
+        .to_string();
+        assert!(parse_message(&mixed).is_err());
     }
 
     #[test]

@@ -272,15 +272,21 @@ format = "jsonl"
     /// One SQS message (as Lambda delivers it) carrying the S3 notification of `key`, with the
     /// ETag the notification names if given.
     pub fn sqs_message(&self, id: &str, key: &str, etag: Option<&str>) -> serde_json::Value {
+        serde_json::json!({"messageId": id, "receiptHandle": format!("rh-{id}"),
+            "body": self.s3_notification(key, etag), "eventSource": "aws:sqs"})
+    }
+
+    /// The S3 notification of `key` (the body of its SQS message, and of its DLQ message), with
+    /// the ETag it names if given.
+    pub fn s3_notification(&self, key: &str, etag: Option<&str>) -> String {
         let mut object = serde_json::json!({"key": key});
         if let Some(etag) = etag {
             object["eTag"] = serde_json::json!(etag);
         }
-        let body = serde_json::json!({"Records": [{"eventSource": "aws:s3",
+        serde_json::json!({"Records": [{"eventSource": "aws:s3",
             "eventName": "ObjectCreated:Put", "eventTime": chrono::Utc::now().to_rfc3339(),
-            "s3": {"bucket": {"name": self.bucket}, "object": object}}]});
-        serde_json::json!({"messageId": id, "receiptHandle": format!("rh-{id}"),
-            "body": body.to_string(), "eventSource": "aws:sqs"})
+            "s3": {"bucket": {"name": self.bucket}, "object": object}}]})
+        .to_string()
     }
 
     /// The Lambda payload of an SQS batch: one message per key, with ids `m0`, `m1`, ….

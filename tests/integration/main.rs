@@ -23,6 +23,7 @@ mod matrix;
 mod planning;
 mod process;
 mod quality;
+mod replay;
 mod rest;
 mod second_pipeline;
 mod template;

@@ -30,6 +30,9 @@ enum Site {
     IngestParquet,
     /// One SQS batch of objects, one commit for all of them.
     IngestBatch,
+    /// A DLQ redrive (`floe replay`): the commit, then the message delete, which may happen
+    /// only once the object is proven in the table.
+    Replay,
     ProcessAppend,
     ProcessAggregate,
     Refresh,
@@ -308,6 +311,63 @@ impl Cell {
                 );
                 self.expected_rows += 120;
             }
+            Site::Replay => {
+                use crate::replay::{depth, dlq, options, send, sqs, TestQueue};
+                use floe::ingest::replay::Outcome;
+                let seed = self.next_seed();
+                let key = format!("orders/dlq-{seed}.jsonl");
+                self.env.put(&key, orders(40, seed)).await;
+                let sqs = sqs().await;
+                let url = dlq(&sqs).await;
+                send(&sqs, &url, &self.env.s3_notification(&key, None)).await;
+                let queue = TestQueue::new(&sqs, &url);
+                let faulty_ingestor = self.env.ingestor_with(faulty(fault)).await;
+                let first = faulty_ingestor
+                    .replay_queue(&queue, &options())
+                    .await
+                    .unwrap_or_else(|e| panic!("{what}: {e}"));
+                let o = &first.items[0].objects[0];
+                let left = match fault {
+                    // Nothing landed: the message stays for the next replay.
+                    Fault::BeforeMetadata | Fault::AfterMetadata => {
+                        assert_eq!(o.outcome, Outcome::Failed, "{what}: {first:?}");
+                        true
+                    }
+                    // It landed and the crash hid it: the re-read finds it, then the delete.
+                    Fault::AfterCommit => {
+                        assert_eq!(o.outcome, Outcome::AlreadyCommitted, "{what}: {first:?}");
+                        false
+                    }
+                    _ => {
+                        assert_eq!(
+                            (o.outcome, o.records_committed),
+                            (Outcome::Replayed, 40),
+                            "{what}: {first:?}"
+                        );
+                        false
+                    }
+                };
+                assert_eq!(
+                    (first.deleted, first.left),
+                    if left { (0, 1) } else { (1, 0) },
+                    "{what}: {first:?}"
+                );
+                // The next replay (the message visible again) settles what was left, once.
+                queue.release_all().await;
+                let healthy = self.env.ingestor().await;
+                let again = healthy.replay_queue(&queue, &options()).await.unwrap();
+                if left {
+                    assert_eq!(
+                        (again.messages, again.deleted, again.replayed),
+                        (1, 1, 1),
+                        "{what}: {again:?}"
+                    );
+                } else {
+                    assert_eq!(again.messages, 0, "{what}: {again:?}");
+                }
+                assert_eq!(depth(&sqs, &url).await, (0, 0), "{what}: no message left");
+                self.expected_rows += 40;
+            }
             Site::ProcessAppend | Site::ProcessAggregate | Site::Refresh => {
                 let name = if self.site == Site::ProcessAppend {
                     APPEND
@@ -509,6 +569,7 @@ cells! {
     sqlite_ingest_schema_change: "sqlite", Site::IngestSchemaChange;
     sqlite_ingest_parquet: "sqlite", Site::IngestParquet;
     sqlite_ingest_batch: "sqlite", Site::IngestBatch;
+    sqlite_replay: "sqlite", Site::Replay;
     sqlite_process_append: "sqlite", Site::ProcessAppend;
     sqlite_process_aggregate: "sqlite", Site::ProcessAggregate;
     sqlite_refresh: "sqlite", Site::Refresh;
@@ -520,6 +581,7 @@ cells! {
     glue_ingest_schema_change: "glue", Site::IngestSchemaChange;
     glue_ingest_parquet: "glue", Site::IngestParquet;
     glue_ingest_batch: "glue", Site::IngestBatch;
+    glue_replay: "glue", Site::Replay;
     glue_process_append: "glue", Site::ProcessAppend;
     glue_process_aggregate: "glue", Site::ProcessAggregate;
     glue_refresh: "glue", Site::Refresh;
@@ -531,6 +593,7 @@ cells! {
     rest_ingest_schema_change: "rest", Site::IngestSchemaChange;
     rest_ingest_parquet: "rest", Site::IngestParquet;
     rest_ingest_batch: "rest", Site::IngestBatch;
+    rest_replay: "rest", Site::Replay;
     rest_process_append: "rest", Site::ProcessAppend;
     rest_process_aggregate: "rest", Site::ProcessAggregate;
     rest_refresh: "rest", Site::Refresh;

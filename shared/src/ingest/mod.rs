@@ -12,6 +12,7 @@ mod batch;
 mod consumer_gate;
 pub(crate) mod dedup;
 mod recent_keys;
+pub mod replay;
 mod report;
 mod rows;
 
@@ -97,6 +98,17 @@ pub struct PayloadResult {
     pub reports: Vec<ObjectReport>,
     /// Errors, each with the object or message it concerns.
     pub errors: Vec<String>,
+}
+
+/// What became of one delivery (an SQS message, or the whole event).
+#[derive(Debug)]
+pub(crate) struct DeliveryOutcome {
+    /// The SQS message id, when there is one.
+    pub(crate) message_id: Option<String>,
+    /// Why the delivery could not be understood (then it names no object).
+    pub(crate) unparsed: Option<Error>,
+    /// The objects it names, in order, each with its report or error.
+    pub(crate) objects: Vec<(ObjectRef, Result<ObjectReport>)>,
 }
 
 impl Ingestor {
@@ -203,26 +215,58 @@ impl Ingestor {
                 return result;
             }
         };
-        // Every object of the payload, with the delivery (SQS message) it came in.
-        let mut objects = Vec::new();
-        let mut owners = Vec::new();
-        let mut failed = vec![false; deliveries.len()];
-        let mut message_ids = Vec::with_capacity(deliveries.len());
-        for (d, delivery) in deliveries.into_iter().enumerate() {
-            if delivery.message_id.is_some() {
-                result.is_sqs = true;
-            }
+        result.is_sqs = deliveries.iter().any(|d| d.message_id.is_some());
+        for delivery in Box::pin(self.ingest_deliveries(deliveries, deadline)).await {
             let label = delivery
                 .message_id
                 .clone()
                 .unwrap_or_else(|| "event".into());
-            message_ids.push(delivery.message_id);
-            match delivery.objects {
-                Err(e) => {
-                    tracing::error!(message = %label, error = %e, "cannot parse message; leaving it for retry and the DLQ");
-                    result.errors.push(format!("message {label}: {e}"));
-                    failed[d] = true;
+            let mut failed = false;
+            if let Some(e) = &delivery.unparsed {
+                tracing::error!(message = %label, error = %e, "cannot parse message; leaving it for retry and the DLQ");
+                result.errors.push(format!("message {label}: {e}"));
+                failed = true;
+            }
+            for (obj, outcome) in delivery.objects {
+                match outcome {
+                    Ok(report) => {
+                        report.emit();
+                        result.reports.push(report);
+                    }
+                    Err(e) => {
+                        tracing::error!(object = %obj.uri(), error = %e, retryable = e.is_retryable(), "ingest failed");
+                        result.errors.push(format!("{}: {e}", obj.uri()));
+                        failed = true;
+                    }
                 }
+            }
+            if let (true, Some(id)) = (failed, delivery.message_id) {
+                result.failed_message_ids.push(id);
+            }
+        }
+        result
+    }
+
+    /// Ingests the objects of `deliveries` together (objects of one table commit together, each
+    /// keeping its own report) and sends one commit event per new snapshot. Each delivery gets
+    /// back its objects, in order, with their outcomes: the Lambda handler and the DLQ replay
+    /// ([`replay`]) decide from these which messages are settled.
+    pub(crate) async fn ingest_deliveries(
+        &self,
+        deliveries: Vec<event::Delivery>,
+        deadline: Instant,
+    ) -> Vec<DeliveryOutcome> {
+        let mut objects = Vec::new();
+        let mut owners = Vec::new();
+        let mut out = Vec::with_capacity(deliveries.len());
+        for (d, delivery) in deliveries.into_iter().enumerate() {
+            let mut settled = DeliveryOutcome {
+                message_id: delivery.message_id,
+                unparsed: None,
+                objects: Vec::new(),
+            };
+            match delivery.objects {
+                Err(e) => settled.unparsed = Some(e),
                 Ok(objs) => {
                     for obj in objs {
                         objects.push(obj);
@@ -230,34 +274,23 @@ impl Ingestor {
                     }
                 }
             }
+            out.push(settled);
         }
-        // Objects of one table commit together; each keeps its own report.
         let outcomes = Box::pin(self.ingest_batch(&objects, deadline)).await;
-        for ((obj, d), outcome) in objects.iter().zip(owners).zip(outcomes) {
-            match outcome {
-                Ok(report) => {
-                    report.emit();
-                    result.reports.push(report);
-                }
-                Err(e) => {
-                    tracing::error!(object = %obj.uri(), error = %e, retryable = e.is_retryable(), "ingest failed");
-                    result.errors.push(format!("{}: {e}", obj.uri()));
-                    failed[d] = true;
-                }
-            }
+        for ((obj, d), outcome) in objects.into_iter().zip(owners).zip(outcomes) {
+            out[d].objects.push((obj, outcome));
         }
         if let Some(n) = &self.notifier {
             // One event per commit, however many objects it holds.
-            for detail in commit_details(&result.reports) {
+            let reports = out
+                .iter()
+                .flat_map(|d| d.objects.iter())
+                .filter_map(|(_, r)| r.as_ref().ok());
+            for detail in commit_details(reports) {
                 n.commit(&detail).await;
             }
         }
-        for (id, failed) in message_ids.into_iter().zip(failed) {
-            if let (true, Some(id)) = (failed, id) {
-                result.failed_message_ids.push(id);
-            }
-        }
-        result
+        out
     }
 
     /// Ingests one object. Unreadable content is quarantined (Ok); failures that a retry can fix
@@ -315,16 +348,7 @@ impl Ingestor {
             Err(gone) => return Ok(Stage::Done(gone)),
         };
         let read = Version::of(&opened.meta);
-        let source = SourceObject {
-            bucket: obj.bucket.clone(),
-            key: obj.key.clone(),
-            version: opened
-                .meta
-                .version_id
-                .clone()
-                .unwrap_or_else(|| opened.meta.etag.clone()),
-            modified_ms: opened.meta.last_modified.timestamp_millis(),
-        };
+        let source = source_object(obj, &opened.meta);
         let skew = Duration::from_secs(self.config.ingest.dedup_skew_seconds);
 
         let table = self.committer.load(&tctx.ident).await?;
@@ -744,9 +768,21 @@ fn payload_usage(total: Usage, reports: &[ObjectReport]) -> (Usage, Vec<(&str, U
     (total, tables)
 }
 
+/// The durable identity of the content `meta` describes: its version id, else its ETag.
+fn source_object(obj: &ObjectRef, meta: &crate::store::ObjectMeta) -> SourceObject {
+    SourceObject {
+        bucket: obj.bucket.clone(),
+        key: obj.key.clone(),
+        version: meta.version_id.clone().unwrap_or_else(|| meta.etag.clone()),
+        modified_ms: meta.last_modified.timestamp_millis(),
+    }
+}
+
 /// The commit events of a payload: one per new snapshot, from the reports of the objects it
 /// committed (in payload order).
-fn commit_details(reports: &[ObjectReport]) -> Vec<serde_json::Value> {
+fn commit_details<'a>(
+    reports: impl IntoIterator<Item = &'a ObjectReport>,
+) -> Vec<serde_json::Value> {
     let mut commits: Vec<((&str, i64), Vec<&ObjectReport>)> = Vec::new();
     for r in reports {
         let (Status::Committed, Some(snap)) = (r.status, r.snapshot_id) else {
