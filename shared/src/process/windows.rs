@@ -44,7 +44,7 @@ pub(super) async fn touched(
         });
         match bounds {
             Some((lo, hi)) if lo == hi => {
-                touched.insert(lo * window);
+                touched.insert(lo.saturating_mul(window));
             }
             _ => to_read.push(f.clone()),
         }
@@ -90,18 +90,22 @@ fn ranges(touched: &BTreeSet<i64>, window: i64, max: usize) -> Vec<(i64, i64)> {
     if ranges.len() <= max.max(1) {
         return ranges;
     }
-    let mut gaps: Vec<i64> = ranges
+    let gaps: Vec<i64> = ranges
         .windows(2)
         .map(|r| r[1].0.saturating_sub(r[0].1))
         .collect();
-    // Closing every gap up to the (n - max)-th smallest leaves at most `max` ranges.
-    let k = ranges.len() - max.max(1) - 1;
-    let (_, threshold, _) = gaps.select_nth_unstable(k);
-    let threshold = *threshold;
+    // Close exactly the (n - max) smallest gaps (ties: the earlier first), leaving `max`
+    // ranges: equal gaps do not all close at once.
+    let mut order: Vec<usize> = (0..gaps.len()).collect();
+    order.sort_by_key(|&g| (gaps[g], g));
+    let mut closed = vec![false; gaps.len()];
+    for &g in &order[..ranges.len() - max.max(1)] {
+        closed[g] = true;
+    }
     let mut out: Vec<(i64, i64)> = Vec::with_capacity(max);
-    for r in ranges {
+    for (i, r) in ranges.into_iter().enumerate() {
         match out.last_mut() {
-            Some((_, hi)) if r.0.saturating_sub(*hi) <= threshold => *hi = r.1,
+            Some((_, hi)) if i > 0 && closed[i - 1] => *hi = r.1,
             _ => out.push(r),
         }
     }
@@ -337,6 +341,23 @@ mod tests {
             );
         }
         assert!(r.windows(2).all(|p| p[0].1 < p[1].0), "ordered, disjoint");
+    }
+
+    #[test]
+    fn equal_gaps_do_not_collapse_the_ranges() {
+        // One event a day at noon for 100 days, 1-minute windows: 100 equal gaps.
+        let day = 1440 * MIN;
+        let touched: BTreeSet<i64> = (0..100).map(|d| d * day + 720 * MIN).collect();
+        let r = ranges(&touched, MIN, MAX_RANGES);
+        assert_eq!(r.len(), MAX_RANGES, "{r:?}");
+        let span: i64 = r.iter().map(|(lo, hi)| hi - lo).sum();
+        assert!(span <= 40 * day, "{} days read", span / day);
+        for w in &touched {
+            assert!(
+                r.iter().any(|(lo, hi)| lo <= w && w < hi),
+                "{w} not covered"
+            );
+        }
     }
 
     #[test]
