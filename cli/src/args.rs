@@ -260,7 +260,12 @@ pub struct ReplayArgs {
     pub dry_run: bool,
     /// Seconds a received message stays hidden; must exceed a round of 10 messages. A message
     /// left in the queue becomes visible again after it.
-    #[arg(long, value_name = "S", default_value_t = 1800, conflicts_with = "keys")]
+    #[arg(
+        long,
+        value_name = "S",
+        default_value_t = 1800,
+        conflicts_with = "keys"
+    )]
     pub visibility_timeout: u64,
     /// Print JSON instead of tables.
     #[arg(long)]
