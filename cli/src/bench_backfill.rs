@@ -2,7 +2,8 @@
 //! of big ones, at concurrency 1, 4 and 8, side by side with ingesting the same objects one
 //! commit per object (the same code path with batches of one, as one Lambda invocation per
 //! object would). Each run is a child process on a fresh table: objects/s, rows/s, commits per
-//! object, the commit-retry rate (attempts beyond the first, per commit) and peak RSS.
+//! object, the commit-retry rate (attempts beyond the first, per commit), objects whose commit
+//! gave up after `max_commit_attempts` (contention) and peak RSS.
 
 use std::path::Path;
 use std::process::Command;
@@ -49,10 +50,11 @@ pub(crate) async fn child(mode: &str, inputs: &Path, work: &Path) -> Result<Valu
     let plan = ingestor.plan_backfill("input", prefix, &options).await?;
     let report = ingestor.run_backfill(&plan, &options, &|_| {}).await;
     let secs = t0.elapsed().as_secs_f64();
-    if report.failed > 0 {
-        bail!("{} objects failed: {:?}", report.failed, report.errors);
-    }
+    // Objects whose commit gave up (contention beyond `max_commit_attempts`) are a result, not
+    // an error: a Lambda's SQS redelivery would retry them.
     Ok(json!({
+        "failed": report.failed,
+        "first_error": report.errors.first(),
         "secs": secs,
         "rows": report.records_committed,
         "objects": report.committed + report.duplicates + report.quarantined_objects,
@@ -169,6 +171,7 @@ fn print_table(runs: &[Run]) {
         )
     };
     let retries = |r: &Run| format!("{:.2}", f(&r.out, "retry_rate"));
+    let failed = |r: &Run| format!("{:.0}", f(&r.out, "failed"));
     print_runs_with(
         runs,
         &[
@@ -177,6 +180,7 @@ fn print_table(runs: &[Run]) {
             ("commits", &commits),
             ("commits/object", &per_object),
             ("retries/commit", &retries),
+            ("failed (gave up)", &failed),
         ],
     );
     // Batched vs one commit per object at the same concurrency.
@@ -196,4 +200,13 @@ fn print_table(runs: &[Run]) {
         "\none commit per object / backfill time: {}",
         ratios.join(", ")
     );
+    for r in runs {
+        if let Some(e) = r.out.get("first_error").and_then(Value::as_str) {
+            println!(
+                "{}: {:.0} objects failed (left for a retry), e.g. {e}",
+                r.name,
+                f(&r.out, "failed")
+            );
+        }
+    }
 }
