@@ -71,19 +71,7 @@ fn orders_batch(schema: &SchemaRef, rng: &mut Rng, times: &[i64]) -> Result<Reco
             .map(|_| values[rng.below(values.len() as u64) as usize])
             .collect()
     };
-    let ids: Vec<String> = (0..n)
-        .map(|_| {
-            let (a, b) = (rng.next_u64(), rng.next_u64());
-            format!(
-                "{:08x}-{:04x}-4{:03x}-{:04x}-{:012x}",
-                a >> 32,
-                (a >> 16) & 0xffff,
-                a & 0xfff,
-                (b >> 48) & 0x3fff | 0x8000,
-                b & 0xffff_ffff_ffff
-            )
-        })
-        .collect();
+    let ids: Vec<String> = (0..n).map(|_| floe::sample::uuid_v4(rng)).collect();
     let customers: Vec<i64> = (0..n).map(|_| rng.below(1_000_000) as i64).collect();
     let regions = pick(rng, &sample::REGIONS);
     let amounts: Vec<f64> = (0..n).map(|_| rng.below(500_000) as f64 / 100.0).collect();

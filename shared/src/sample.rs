@@ -87,18 +87,22 @@ impl Rng {
     }
 }
 
-/// Appends one order event as a JSON line. `lateness_s` moves the event time into the past.
-pub fn order_line(out: &mut String, rng: &mut Rng, base: DateTime<Utc>, lateness_s: i64) {
-    let a = rng.next_u64();
-    let b = rng.next_u64();
-    let id = format!(
+/// A random (version 4) UUID drawn from `rng`, as text.
+pub fn uuid_v4(rng: &mut Rng) -> String {
+    let (a, b) = (rng.next_u64(), rng.next_u64());
+    format!(
         "{:08x}-{:04x}-4{:03x}-{:04x}-{:012x}",
         a >> 32,
         (a >> 16) & 0xffff,
         a & 0xfff,
         (b >> 48) & 0x3fff | 0x8000,
         b & 0xffff_ffff_ffff
-    );
+    )
+}
+
+/// Appends one order event as a JSON line. `lateness_s` moves the event time into the past.
+pub fn order_line(out: &mut String, rng: &mut Rng, base: DateTime<Utc>, lateness_s: i64) {
+    let id = uuid_v4(rng);
     let t = base - Duration::milliseconds(rng.below(60_000) as i64) - Duration::seconds(lateness_s);
     let amount = (rng.below(500_000) as f64) / 100.0;
     let _ = writeln!(
