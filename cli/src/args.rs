@@ -633,6 +633,9 @@ pub struct BenchArgs {
     /// Data-quality benchmark: the big object (--big-mb) ingested with no checks and with ten.
     #[arg(long, conflicts_with = "mode")]
     pub checks: bool,
+    /// Runs of each contender, alternating, reported with their medians (--checks).
+    #[arg(long, value_name = "N", default_value = "5", requires = "checks")]
+    pub repeat: NonZeroUsize,
     /// Pipeline benchmark: source commit → derived commit latency of both sample pipelines,
     /// beside the batch alternative.
     #[arg(long)]

@@ -31,6 +31,22 @@ pub(crate) fn peak_rss_mb() -> f64 {
         .unwrap_or(0.0)
 }
 
+/// CPU seconds (user + system, every thread) this process has used so far, from
+/// `/proc/self/stat` (fields 14 and 15, in USER_HZ = 100 ticks per second on Linux); 0 elsewhere.
+pub(crate) fn cpu_secs() -> f64 {
+    std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .and_then(|s| {
+            // The command name (field 2) may hold spaces: count fields after its closing paren.
+            let rest = &s[s.rfind(')')? + 1..];
+            let mut fields = rest.split_whitespace().skip(11);
+            let utime: f64 = fields.next()?.parse().ok()?;
+            let stime: f64 = fields.next()?.parse().ok()?;
+            Some((utime + stime) / 100.0)
+        })
+        .unwrap_or(0.0)
+}
+
 /// Writes ~`mb` MiB of order JSON lines, gzip-compressed, streaming (bounded memory).
 pub(crate) fn generate_big(path: &Path, mb: usize) -> Result<u64> {
     let bar = progress::bar(mb as u64, "generating big object (MiB)");
@@ -206,6 +222,30 @@ pub(crate) fn f(v: &Value, k: &str) -> f64 {
     v.get(k).and_then(Value::as_f64).unwrap_or(0.0)
 }
 
+/// The median of `v` (the upper one of an even count; 0 when empty).
+pub(crate) fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v.get(v.len() / 2).copied().unwrap_or(0.0)
+}
+
+/// One [`Run`] of the medians of `runs` (each figure separately).
+pub(crate) fn median_run(name: String, runs: &[Run]) -> Run {
+    let mut out = serde_json::Map::new();
+    if let Some(Value::Object(first)) = runs.first().map(|r| &r.out) {
+        for k in first.keys() {
+            out.insert(
+                k.clone(),
+                json!(median(runs.iter().map(|r| f(&r.out, k)).collect())),
+            );
+        }
+    }
+    Run {
+        name,
+        wall: median(runs.iter().map(|r| r.wall).collect()),
+        out: Value::Object(out),
+    }
+}
+
 fn percentile(mut v: Vec<f64>, p: f64) -> f64 {
     if v.is_empty() {
         return 0.0;
@@ -264,6 +304,10 @@ pub async fn run(args: BenchArgs) -> Result<()> {
             "delta-run" => crate::bench_delta::child_run(&work).await?,
             other => bail!("unknown child mode {other}"),
         };
+        let mut out = out;
+        if let Value::Object(m) = &mut out {
+            m.insert("cpu_secs".into(), json!(cpu_secs()));
+        }
         println!("{out}");
         return Ok(());
     }
@@ -273,7 +317,8 @@ pub async fn run(args: BenchArgs) -> Result<()> {
         return crate::bench_backfill::run(&dir, args.backfill_small, args.backfill_big_mb);
     }
     if args.checks {
-        return crate::bench_checks::run(&args.dir_or("target/floe-bench-checks"), args.big_mb);
+        let dir = args.dir_or("target/floe-bench-checks");
+        return crate::bench_checks::run(&dir, args.big_mb, args.repeat.get());
     }
     if args.delta {
         let dir = args.dir_or("target/floe-bench-delta");

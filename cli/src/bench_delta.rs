@@ -27,7 +27,7 @@ use floe::process::Processor;
 use floe::sample::{self, Rng};
 use serde_json::{json, Value};
 
-use crate::bench::{f, peak_rss_mb, print_runs, run_child, Run};
+use crate::bench::{f, median_run, peak_rss_mb, print_runs, run_child, Run};
 use crate::progress;
 
 /// Events per day in both sources.
@@ -238,28 +238,6 @@ pub(crate) async fn child_run(work: &Path) -> Result<Value> {
         "rows_out": r.rows_out,
         "rss_mb": peak_rss_mb(),
     }))
-}
-
-/// One [`Run`] of the medians of `runs` (each figure separately).
-fn median_run(name: String, runs: &[Run]) -> Run {
-    let median = |mut v: Vec<f64>| {
-        v.sort_by(|a, b| a.total_cmp(b));
-        v.get(v.len() / 2).copied().unwrap_or(0.0)
-    };
-    let mut out = serde_json::Map::new();
-    if let Some(Value::Object(first)) = runs.first().map(|r| &r.out) {
-        for k in first.keys() {
-            out.insert(
-                k.clone(),
-                json!(median(runs.iter().map(|r| f(&r.out, k)).collect())),
-            );
-        }
-    }
-    Run {
-        name,
-        wall: median(runs.iter().map(|r| r.wall).collect()),
-        out: Value::Object(out),
-    }
 }
 
 /// Runs the benchmark in `dir` (deleted first): a 100 k-row and a `big_rows` source.

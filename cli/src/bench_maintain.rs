@@ -17,15 +17,11 @@ use floe::ingest::Ingestor;
 use floe::maintain::{Maintainer, Options};
 use floe::sample;
 
+use crate::bench::median;
 use crate::progress;
 
 fn config(work: &Path) -> String {
     crate::bench::bench_config(work, &work.join("inputs"))
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v.get(v.len() / 2).copied().unwrap_or(0.0)
 }
 
 async fn appends(work: &Path, n: usize, every: Option<usize>) -> Result<(f64, f64, f64, usize)> {
