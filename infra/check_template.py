@@ -124,10 +124,15 @@ def backfill_errors(name, sm, ingest_names):
     errors = []
     props = sm.get("Properties", {})
     states = (props.get("Definition") or {}).get("States") or {}
-    maps = [m for m in map_states(states)
-            if ((m.get("ItemProcessor") or {}).get("ProcessorConfig") or {}).get("Mode") == "DISTRIBUTED"]
+    def distributed(m):
+        return ((m.get("ItemProcessor") or {}).get("ProcessorConfig") or {}).get("Mode") == "DISTRIBUTED"
+    maps = [m for m in map_states(states) if distributed(m)]
     if not maps:
         return [f"{name}: no Distributed Map (ItemProcessor.ProcessorConfig.Mode DISTRIBUTED)"]
+    # Every map over S3 items (a listing or a manifest) runs distributed, not in one execution.
+    for k, m in states.items():
+        if m.get("Type") == "Map" and m.get("ItemReader") and not distributed(m):
+            errors.append(f"{name}: {k} reads S3 items inline: no Distributed Map for it")
     for m in maps:
         reader = (m.get("ItemReader") or {}).get("Resource", "")
         if reader not in ("arn:aws:states:::s3:listObjectsV2", "arn:aws:states:::s3:getObject"):

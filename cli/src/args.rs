@@ -248,6 +248,25 @@ pub struct BackfillArgs {
     /// Print JSON instead of tables.
     #[arg(long)]
     pub json: bool,
+    /// Run on the stack's backfill state machine (a Step Functions Distributed Map) instead of
+    /// here: the plan is written as a manifest beside the objects, an execution named after it
+    /// is started (the same plan again follows the same execution) and followed to its end.
+    /// Batch size, concurrency and tolerated failures are the stack's parameters.
+    #[arg(long, requires = "state_machine_arn")]
+    pub on_aws: bool,
+    /// The state machine: the stack's BackfillStateMachineArn output (--on-aws).
+    #[arg(long, value_name = "ARN", requires = "on_aws")]
+    pub state_machine_arn: Option<String>,
+    /// Key prefix of the manifest in the listed bucket; the state machine reads only under it
+    /// (--on-aws).
+    #[arg(long, value_name = "PREFIX", default_value = "backfill-manifests/")]
+    pub manifest_prefix: String,
+    /// Start the execution and exit without following it (--on-aws).
+    #[arg(long, requires = "on_aws")]
+    pub no_wait: bool,
+    /// Step Functions endpoint, for emulators (--on-aws; default: the SDK's).
+    #[arg(long, value_name = "URL", requires = "on_aws")]
+    pub sfn_endpoint: Option<String>,
 }
 
 /// `floe replay`.

@@ -98,6 +98,18 @@ pub async fn run(config: Config, a: &BackfillArgs) -> Result<bool> {
         }
         return Ok(true);
     }
+    if let Some(arn) = a.state_machine_arn.as_deref().filter(|_| a.on_aws) {
+        print_plan(&plan, &cost);
+        let on = crate::backfill_aws::OnAws {
+            state_machine_arn: arn,
+            bucket: &a.location.bucket,
+            listed_prefix: &a.location.key,
+            manifest_prefix: &a.manifest_prefix,
+            endpoint: a.sfn_endpoint.as_deref(),
+            poll: std::time::Duration::from_secs(5),
+        };
+        return crate::backfill_aws::run(ingestor.config(), &plan, &on, !a.no_wait).await;
+    }
     let bar = progress::bar(cost.bytes, "backfilling (bytes)");
     let started = Instant::now();
     let done = Mutex::new((0u64, 0u64));

@@ -30,6 +30,7 @@ use clap::CommandFactory;
 use floe::config::Config;
 
 mod args;
+mod backfill_aws;
 mod backfill_cmd;
 mod baseline_cmd;
 mod bench;

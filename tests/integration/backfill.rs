@@ -228,3 +228,59 @@ async fn a_distributed_map_batch_is_one_commit_and_its_retry_is_idempotent() {
         .all(|s| *s == floe::ingest::Status::Duplicate));
     assert_eq!(env.count_rows(catalog.as_ref()).await, 120);
 }
+
+/// `floe backfill --on-aws` hands the state machine the plan as a manifest: the map reads its
+/// items and `ItemBatcher` passes consecutive runs of them to the ingest function. Those batches
+/// commit every pending object once, one commit per batch, and a retried batch adds nothing.
+#[tokio::test]
+async fn a_plan_manifest_in_map_batches_commits_each_pending_object_once() {
+    let env = TestEnv::new("sqlite").await;
+    let ingestor = env.ingestor().await;
+    for i in 0..10 {
+        env.put(&format!("orders/mf/{i:02}.jsonl"), orders(20, 900 + i))
+            .await;
+    }
+    env.ingest(&ingestor, "orders/mf/03.jsonl").await.unwrap();
+    let plan = ingestor
+        .plan_backfill(&env.bucket, "orders/mf/", &options(4))
+        .await
+        .unwrap();
+    let items = plan.map_items();
+    assert_eq!(items.len(), 9, "the committed object is left out");
+    let keys: Vec<&str> = items.iter().map(|i| i["Key"].as_str().unwrap()).collect();
+    let mut sorted = keys.clone();
+    sorted.sort();
+    assert_eq!(keys, sorted, "ordered by key within the table");
+    assert!(!keys.contains(&"orders/mf/03.jsonl"));
+    assert!(items
+        .iter()
+        .all(|i| i["Bucket"] == serde_json::json!(env.bucket)
+            && i["Etag"].as_str().is_some_and(|e| e.starts_with('"'))));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);
+    let batches: Vec<serde_json::Value> = items
+        .chunks(4)
+        .map(|c| serde_json::json!({"Items": c, "BatchInput": {"Bucket": env.bucket}}))
+        .collect();
+    for b in &batches {
+        let result = ingestor.handle_payload(b, deadline).await;
+        assert!(result.errors.is_empty(), "{:?}", result.errors);
+        assert!(result
+            .reports
+            .iter()
+            .all(|r| r.status == floe::ingest::Status::Committed));
+    }
+    assert_eq!(
+        snapshot_count(&env, &ingestor).await,
+        1 + 3,
+        "one commit per batch"
+    );
+    let again = ingestor.handle_payload(&batches[1], deadline).await;
+    assert!(again.errors.is_empty());
+    assert!(again
+        .reports
+        .iter()
+        .all(|r| r.status == floe::ingest::Status::Duplicate));
+    let catalog = floe::catalog::connect(&env.config).await.unwrap();
+    let (rows, _, ids) = env.checksum(catalog.as_ref()).await;
+    assert_eq!((rows, ids), (200, 200));
+}

@@ -85,7 +85,7 @@ fn template_passes_and_each_violation_is_caught() {
         ),
         (
             "a backfill map without batches",
-            "              MaxItemsPerBatchPath: $.BatchObjects\n",
+            "              MaxItemsPerBatchPath: $.Settings.BatchObjects\n",
             "",
             "ItemBatcher with MaxItemsPerBatch",
         ),

@@ -90,6 +90,35 @@ pub struct BackfillPlan {
     pub candidates: Vec<Candidate>,
 }
 
+impl BackfillPlan {
+    /// The candidates as the items of a Step Functions Distributed Map manifest (a JSON array an
+    /// `s3:getObject` ItemReader reads), in the shape the `s3:listObjectsV2` reader gives and the
+    /// ingest function's map-batch payload takes: `Bucket`, `Key`, `Size`, `Etag` (quoted, as S3
+    /// lists it) and `VersionId` when known. Ordered by table then key, so that `ItemBatcher`'s
+    /// consecutive batches mostly hold one table each (one commit per batch).
+    pub fn map_items(&self) -> Vec<serde_json::Value> {
+        let mut items: Vec<&Candidate> = self.candidates.iter().collect();
+        items.sort_by(|a, b| (&a.table, &a.object.key).cmp(&(&b.table, &b.object.key)));
+        items
+            .into_iter()
+            .map(|c| {
+                let mut item = serde_json::json!({
+                    "Bucket": c.object.bucket,
+                    "Key": c.object.key,
+                    "Size": c.size,
+                });
+                if let Some(etag) = &c.object.etag {
+                    item["Etag"] = serde_json::json!(format!("\"{etag}\""));
+                }
+                if let Some(v) = &c.object.version_id {
+                    item["VersionId"] = serde_json::json!(v);
+                }
+                item
+            })
+            .collect()
+    }
+}
+
 /// One finished batch, for progress.
 #[derive(Debug, Clone, Default)]
 pub struct BatchProgress {
