@@ -854,7 +854,9 @@ impl Accumulator {
                     .iter()
                     .map(|m| (!m.is_null(row)).then(|| m.value(row))),
             );
-            let window = t.map(|t| t.div_euclid(self.window_us) * self.window_us);
+            // Floored toward the past; a time with no representable window start (within one
+            // window of year −290 308) counts as having no time, never wraps.
+            let window = t.and_then(|t| t.checked_sub(t.rem_euclid(self.window_us)));
             let mut h = DefaultHasher::new();
             key.hash(&mut h);
             let hash = h.finish();

@@ -86,10 +86,22 @@ pub(crate) fn with_window_start(
         .as_any()
         .downcast_ref::<TimestampMicrosecondArray>()
         .ok_or_else(|| Error::new(ErrorKind::Internal, "timestamp cast"))?;
+    // Floored toward the past; a time within one window of the earliest representable
+    // microsecond (year −290 308) has no window start and is refused, never wrapped.
     let floored: TimestampMicrosecondArray = micros
         .iter()
-        .map(|v| v.map(|v| v.div_euclid(window_us) * window_us))
-        .collect::<TimestampMicrosecondArray>()
+        .map(|v| {
+            v.map(|v| {
+                v.checked_sub(v.rem_euclid(window_us)).ok_or_else(|| {
+                    Error::new(
+                        ErrorKind::Transform,
+                        format!("`{time_column}` value {v} µs has no {window_us} µs window start"),
+                    )
+                })
+            })
+            .transpose()
+        })
+        .collect::<Result<TimestampMicrosecondArray>>()?
         .with_timezone_opt(tz.clone());
     let mut fields: Vec<Field> = batch
         .schema()
@@ -416,6 +428,41 @@ mod tests {
         )
         .unwrap();
         (schema, b)
+    }
+
+    #[test]
+    fn window_starts_floor_toward_the_past_and_refuse_the_earliest_times() {
+        let (schema, _) = orders();
+        let batch = |t: Vec<i64>| {
+            let n = t.len();
+            RecordBatch::try_new(
+                schema.clone(),
+                vec![
+                    Arc::new(StringArray::from(vec!["eu"; n])),
+                    Arc::new(Float64Array::from(vec![1.0; n])),
+                    Arc::new(TimestampMicrosecondArray::from(t).with_timezone("+00:00")),
+                ],
+            )
+            .unwrap()
+        };
+        let b = with_window_start(
+            &batch(vec![-1, -60_000_000, i64::MAX]),
+            "event_time",
+            60_000_000,
+        )
+        .unwrap();
+        assert_eq!(
+            window_starts(&b),
+            vec![
+                -60_000_000,
+                -60_000_000,
+                i64::MAX - i64::MAX.rem_euclid(60_000_000)
+            ]
+        );
+        // i64::MIN floored to a minute would be before the earliest representable time.
+        let e = with_window_start(&batch(vec![0, i64::MIN]), "event_time", 60_000_000).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Transform);
+        assert!(e.to_string().contains("no 60000000 µs window start"), "{e}");
     }
 
     #[tokio::test]
