@@ -867,6 +867,42 @@ format = "csv"
     }
 
     #[test]
+    fn maintenance_hours_are_bounded() {
+        for (line, key) in [
+            ("dedup_window_hours = 0.01", "maintain.dedup_window_hours"),
+            ("dedup_window_hours = inf", "maintain.dedup_window_hours"),
+            ("dedup_window_hours = nan", "maintain.dedup_window_hours"),
+            (
+                "orphan_older_than_hours = 0.5",
+                "maintain.orphan_older_than_hours",
+            ),
+            (
+                "orphan_older_than_hours = inf",
+                "maintain.orphan_older_than_hours",
+            ),
+            (
+                "expire_older_than_hours = 0",
+                "maintain.expire_older_than_hours",
+            ),
+            (
+                "expire_older_than_hours = -inf",
+                "maintain.expire_older_than_hours",
+            ),
+        ] {
+            let e = Config::parse(&format!("{GOOD}\n[maintain]\n{line}\n"), "f.toml").unwrap_err();
+            assert!(e.to_string().contains(key), "{line}: {e}");
+        }
+        let ok = Config::parse(
+            &format!(
+                "{GOOD}\n[maintain]\ndedup_window_hours = 96\nexpire_older_than_hours = 0.5\n"
+            ),
+            "f.toml",
+        )
+        .unwrap();
+        assert_eq!(ok.maintain.dedup_window_hours, 96.0);
+    }
+
+    #[test]
     fn input_limits_default_and_validate() {
         let c = Config::parse(GOOD, "floe.toml").unwrap();
         assert_eq!(c.ingest.max_line_bytes, 1 << 20);

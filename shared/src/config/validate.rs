@@ -54,12 +54,32 @@ impl Config {
                 ));
             }
         }
-        if self.maintain.orphan_older_than_hours < 1.0 {
-            return Err(Error::config(
-                origin,
+        // `!(x >= min)` also refuses NaN; infinity is refused because a Duration cannot hold it.
+        let m = &self.maintain;
+        for (key, hours, min, why) in [
+            (
                 "maintain.orphan_older_than_hours",
-                "must be at least 1 (younger files may belong to writes in flight)",
-            ));
+                Some(m.orphan_older_than_hours),
+                1.0,
+                "must be at least 1 and finite (younger files may belong to writes in flight)",
+            ),
+            (
+                "maintain.dedup_window_hours",
+                Some(m.dedup_window_hours),
+                1.0,
+                "must be at least 1 and finite (snapshots this young back the ingest duplicate \
+                 check of redelivered messages: keep it at least the queue's retention)",
+            ),
+            (
+                "maintain.expire_older_than_hours",
+                m.expire_older_than_hours,
+                f64::MIN_POSITIVE,
+                "must be positive and finite",
+            ),
+        ] {
+            if hours.is_some_and(|h| !(h >= min && h.is_finite())) {
+                return Err(Error::config(origin, key, why));
+            }
         }
         if self.ingest.chunk_records == 0 {
             return Err(Error::config(
