@@ -559,8 +559,25 @@ fn default_true() -> bool {
 fn default_max_quarantine() -> u64 {
     1 << 30
 }
+/// Bytes a remembered key costs at the key set's peak (a 16 B hash, the table's slack while it
+/// grows).
+const UNIQUE_KEY_PEAK_BYTES: u64 = 45;
+
+/// 10 M keys (~430 MB at the set's peak), or on Lambda the keys that fit in a quarter of the
+/// function's memory (`AWS_LAMBDA_FUNCTION_MEMORY_SIZE`, MB) if fewer: ~745 k at 128 MB, so an
+/// object with more distinct keys fails with the limit named instead of running out of memory.
 fn default_max_unique_keys() -> usize {
-    10_000_000
+    unique_keys_for_memory(
+        std::env::var("AWS_LAMBDA_FUNCTION_MEMORY_SIZE")
+            .ok()
+            .and_then(|v| v.trim().parse().ok()),
+    )
+}
+
+fn unique_keys_for_memory(memory_mb: Option<u64>) -> usize {
+    const KEYS: u64 = 10_000_000;
+    let fit = memory_mb.map_or(KEYS, |mb| (mb << 20) / 4 / UNIQUE_KEY_PEAK_BYTES);
+    fit.clamp(1, KEYS) as usize
 }
 /// Most JSON nesting `max_nesting_depth` may allow: serde_json's recursion limit (schema hints).
 pub(crate) const MAX_NESTING_DEPTH_CAP: usize = 128;
@@ -864,6 +881,14 @@ format = "csv"
         );
         assert!(c.route("landing", "other/a.json").is_none());
         assert!(c.route("elsewhere", "orders/a.json").is_none());
+    }
+
+    #[test]
+    fn the_unique_key_default_fits_the_functions_memory() {
+        assert_eq!(unique_keys_for_memory(None), 10_000_000);
+        assert_eq!(unique_keys_for_memory(Some(128)), 745_654);
+        assert_eq!(unique_keys_for_memory(Some(1769)), 10_000_000);
+        assert_eq!(unique_keys_for_memory(Some(0)), 1);
     }
 
     #[test]
