@@ -121,6 +121,17 @@ pub struct PipelineConfig {
     /// 600).
     #[serde(default)]
     pub lag_objective_seconds: u64,
+    /// Enrichment joins: other tables (configured tables or other pipelines' sinks) the SQL may
+    /// read by name beside `source`, each at its current snapshot when the run starts (the
+    /// snapshot ids are recorded in the sink commit; reconcile reads the same ones). A later
+    /// change of such a table does not rewrite rows already emitted (`floe process refresh`
+    /// does).
+    #[serde(default)]
+    pub joins: Vec<String>,
+    /// Most bytes (Arrow, in memory) the joined tables of one run may hold together; a run
+    /// whose joined tables are larger fails naming the table and this limit (default 256 MiB).
+    #[serde(default = "default_max_join_bytes")]
+    pub max_join_bytes: u64,
 }
 
 /// Policy for row-changing source snapshots.
@@ -511,6 +522,9 @@ pub struct RouteConfig {
     pub format: Format,
 }
 
+fn default_max_join_bytes() -> u64 {
+    256 << 20
+}
 fn default_start() -> String {
     "earliest".into()
 }
@@ -672,6 +686,12 @@ impl Config {
     /// A pipeline by name.
     pub fn pipeline(&self, name: &str) -> Option<&PipelineConfig> {
         self.pipelines.iter().find(|p| p.name == name)
+    }
+
+    /// The pipeline whose sink `table` is, if any (a chained pipeline's source, or a joined
+    /// table, may be one).
+    pub fn sink_of(&self, table: &str) -> Option<&PipelineConfig> {
+        self.pipelines.iter().find(|p| p.sink == table)
     }
 }
 
@@ -1042,6 +1062,61 @@ format = "csv"
         let bad = GOOD.replace("kind = \"sqlite\"", "kind = \"oracle\"");
         let e = Config::parse(&bad, "f.toml").unwrap_err().to_string();
         assert!(e.contains("f.toml") && e.contains("line"), "{e}");
+    }
+
+    #[test]
+    fn joins_name_tables_or_sinks_and_cycles_are_refused_by_name() {
+        let tables = GOOD.find("[[tables]]").unwrap_or(0);
+        let routes = GOOD.find("[[routes]]").unwrap_or(GOOD.len());
+        let customers = GOOD[tables..routes].replace("name = \"orders\"", "name = \"customers\"");
+        let pipeline = |name: &str, sink: &str, joins: &str| {
+            format!(
+                "\n[[pipelines]]\nname = \"{name}\"\nsource = \"orders\"\nsink = \"{sink}\"\n\
+                 mode = \"append\"\nsql = \"SELECT 1\"\njoins = [{joins}]\n"
+            )
+        };
+        let with = |pipelines: &str| format!("{GOOD}\n{customers}\n{pipelines}");
+        let ok = Config::parse(
+            &with(&(pipeline("a", "sa", "\"customers\"") + &pipeline("b", "sb", "\"sa\""))),
+            "f.toml",
+        )
+        .unwrap();
+        assert_eq!(ok.pipelines[0].joins, vec!["customers".to_string()]);
+        assert_eq!(ok.pipelines[0].max_join_bytes, 256 << 20);
+        assert_eq!(ok.sink_of("sa").map(|p| p.name.as_str()), Some("a"));
+        for (joins, says) in [
+            ("\"nope\"", "no table or pipeline sink named `nope`"),
+            ("\"orders\"", "is the pipeline's source"),
+            ("\"sa\"", "own sink"),
+            ("\"source\"", "cannot be joined by name"),
+            ("\"customers\", \"customers\"", "joined twice"),
+        ] {
+            let e = Config::parse(&with(&pipeline("a", "sa", joins)), "f.toml")
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("pipelines[0].joins[") && e.contains(says),
+                "{joins}: {e}"
+            );
+        }
+        let e = Config::parse(
+            &with(&(pipeline("a", "sa", "") + "max_join_bytes = 0\n")),
+            "f.toml",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("pipelines[0].max_join_bytes"), "{e}");
+        // a joins b's sink and b joins a's: each sink's commits would feed the other.
+        let e = Config::parse(
+            &with(&(pipeline("a", "sa", "\"sb\"") + &pipeline("b", "sb", "\"sa\""))),
+            "f.toml",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("cycle: sa → sb → sa") && e.contains("`a`, `b`"),
+            "{e}"
+        );
     }
 
     #[test]

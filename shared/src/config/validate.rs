@@ -1,7 +1,7 @@
 //! Validation of a parsed `floe.toml`: every problem is reported with the file, the key and the
 //! reason, before any event is handled.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 
 use super::*;
 use crate::error::{Error, Result};
@@ -38,8 +38,10 @@ impl Config {
                 ));
             }
         }
+        let sinks: HashSet<&str> = self.pipelines.iter().map(|p| p.sink.as_str()).collect();
         for (i, p) in self.pipelines.iter().enumerate() {
             p.validate(self, origin, i, &names)?;
+            p.validate_joins(origin, i, &names, &sinks)?;
             if self.pipelines[..i]
                 .iter()
                 .any(|q| q.name == p.name || q.sink == p.sink)
@@ -54,6 +56,7 @@ impl Config {
                 ));
             }
         }
+        self.validate_pipeline_graph(origin)?;
         if self.maintain.orphan_older_than_hours < 1.0 {
             return Err(Error::config(
                 origin,
@@ -73,6 +76,75 @@ impl Config {
             c.validate(self, origin, i)?;
         }
         self.cost.validate(origin)?;
+        Ok(())
+    }
+
+    /// Pipelines read tables (their source and joins) and write their sink; following these
+    /// edges from a sink must never lead back to it (a sink's commits would feed themselves).
+    /// The first cycle found is named, table by table, with the pipelines on it.
+    fn validate_pipeline_graph(&self, origin: &str) -> Result<()> {
+        // table → the pipelines reading it (by index).
+        let mut readers: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+        for (i, p) in self.pipelines.iter().enumerate() {
+            for input in std::iter::once(&p.source).chain(&p.joins) {
+                readers.entry(input.as_str()).or_default().push(i);
+            }
+        }
+        // Depth-first from every pipeline: the path is the pipelines followed so far.
+        fn visit(
+            cfg: &Config,
+            readers: &BTreeMap<&str, Vec<usize>>,
+            i: usize,
+            path: &mut Vec<usize>,
+            done: &mut HashSet<usize>,
+        ) -> Option<Vec<usize>> {
+            if let Some(at) = path.iter().position(|&j| j == i) {
+                return Some(path[at..].to_vec());
+            }
+            if done.contains(&i) {
+                return None;
+            }
+            path.push(i);
+            for &next in readers
+                .get(cfg.pipelines[i].sink.as_str())
+                .into_iter()
+                .flatten()
+            {
+                if let Some(cycle) = visit(cfg, readers, next, path, done) {
+                    return Some(cycle);
+                }
+            }
+            path.pop();
+            done.insert(i);
+            None
+        }
+        let mut done = HashSet::new();
+        for i in 0..self.pipelines.len() {
+            let Some(cycle) = visit(self, &readers, i, &mut Vec::new(), &mut done) else {
+                continue;
+            };
+            let first = cycle[0];
+            let pipelines: Vec<String> = cycle
+                .iter()
+                .map(|&j| format!("`{}`", self.pipelines[j].name))
+                .collect();
+            // Each pipeline writes the table the next one reads.
+            let mut tables: Vec<&str> = cycle
+                .iter()
+                .map(|&j| self.pipelines[j].sink.as_str())
+                .collect();
+            tables.push(self.pipelines[first].sink.as_str());
+            return Err(Error::config(
+                origin,
+                &format!("pipelines[{first}]"),
+                format!(
+                    "pipelines form a cycle: {} (pipelines {}); a sink's commits would feed \
+                     themselves",
+                    tables.join(" → "),
+                    pipelines.join(", ")
+                ),
+            ));
+        }
         Ok(())
     }
 
@@ -375,6 +447,51 @@ impl PipelineConfig {
                     "set exactly one of `eventbridge_bus` and `sqs_queue_url`",
                 ));
             }
+        }
+        Ok(())
+    }
+}
+
+impl PipelineConfig {
+    /// `joins`: each a configured table or another pipeline's sink, named once, neither the
+    /// source nor this pipeline's own sink, and not `source` (the relation of the new rows).
+    fn validate_joins(
+        &self,
+        origin: &str,
+        i: usize,
+        tables: &HashSet<&str>,
+        sinks: &HashSet<&str>,
+    ) -> Result<()> {
+        let at = |k: &str| format!("pipelines[{i}].{k}");
+        for (j, name) in self.joins.iter().enumerate() {
+            let key = at(&format!("joins[{j}]"));
+            let reason = if name.trim().is_empty() || name == "source" {
+                Some(format!(
+                    "`{name}` cannot be joined by name (`source` is the source's relation)"
+                ))
+            } else if *name == self.source {
+                Some(format!(
+                    "`{name}` is the pipeline's source (the SQL reads it as `source`)"
+                ))
+            } else if *name == self.sink {
+                Some(format!("`{name}` is the pipeline's own sink"))
+            } else if !tables.contains(name.as_str()) && !sinks.contains(name.as_str()) {
+                Some(format!("no table or pipeline sink named `{name}`"))
+            } else if self.joins[..j].contains(name) {
+                Some(format!("`{name}` is joined twice"))
+            } else {
+                None
+            };
+            if let Some(reason) = reason {
+                return Err(Error::config(origin, &key, reason));
+            }
+        }
+        if self.max_join_bytes == 0 {
+            return Err(Error::config(
+                origin,
+                &at("max_join_bytes"),
+                "must be at least 1",
+            ));
         }
         Ok(())
     }
