@@ -243,7 +243,10 @@ async fn joins_read_the_dimension_at_a_recorded_snapshot_and_reconcile_uses_it()
         .await
         .unwrap();
     assert!(dim.metadata().snapshot_by_id(c0).is_none(), "c0 expired");
-    assert!(dim.metadata().snapshot_by_id(c1).is_some(), "c1 pinned by the sink");
+    assert!(
+        dim.metadata().snapshot_by_id(c1).is_some(),
+        "c1 pinned by the sink"
+    );
     assert_matches(&p, ENRICHED).await;
     assert_matches(&p, BY_SEGMENT).await;
 }

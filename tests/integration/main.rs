@@ -7,6 +7,7 @@
 mod backfill;
 mod baseline;
 mod batch;
+mod chain;
 mod chaos;
 mod compare;
 mod consumers;

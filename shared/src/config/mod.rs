@@ -89,7 +89,8 @@ pub enum PipelineMode {
 pub struct PipelineConfig {
     /// Pipeline name (also the consumer name in logs and recovery hints).
     pub name: String,
-    /// Source table (one of `tables`).
+    /// Source table: one of `tables`, or another (append) pipeline's sink, whose commits then
+    /// trigger this pipeline (a chain; cycles are refused).
     pub source: String,
     /// Sink table, created from the SQL's output schema on first run.
     pub sink: String,
@@ -745,12 +746,24 @@ impl PipelineConfig {
         self.window.as_deref().and_then(|w| parse_window(w).ok())
     }
 
-    /// The event-time column windows apply to.
+    /// The event-time column windows apply to: `time_column`, else the source table's event
+    /// time, else (a source that is another pipeline's sink) the upstream pipeline's.
     pub fn time_column<'a>(&'a self, cfg: &'a Config) -> &'a str {
-        self.time_column
-            .as_deref()
-            .or_else(|| cfg.table(&self.source).map(|t| t.event_time.as_str()))
-            .unwrap_or("event_time")
+        let mut p = self;
+        // Bounded by the number of pipelines: a chain cannot be longer (no cycles).
+        for _ in 0..=cfg.pipelines.len() {
+            if let Some(c) = p.time_column.as_deref() {
+                return c;
+            }
+            if let Some(t) = cfg.table(&p.source) {
+                return t.event_time.as_str();
+            }
+            match cfg.sink_of(&p.source) {
+                Some(up) if up.name != p.name => p = up,
+                _ => break,
+            }
+        }
+        "event_time"
     }
 }
 
@@ -1115,6 +1128,73 @@ format = "csv"
         .to_string();
         assert!(
             e.contains("cycle: sa → sb → sa") && e.contains("`a`, `b`"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_sink_can_be_a_source_and_cycles_are_refused_by_name() {
+        let pipeline = |name: &str, source: &str, sink: &str, mode: &str| {
+            let window = if mode == "aggregate" {
+                "window = \"1m\"\n"
+            } else {
+                ""
+            };
+            format!(
+                "\n[[pipelines]]\nname = \"{name}\"\nsource = \"{source}\"\nsink = \"{sink}\"\n\
+                 mode = \"{mode}\"\n{window}sql = \"SELECT 1\"\n"
+            )
+        };
+        let chain = format!(
+            "{GOOD}{}{}",
+            pipeline("b", "sa", "sb", "aggregate"),
+            pipeline("a", "orders", "sa", "append")
+        );
+        let c = Config::parse(&chain, "f.toml").unwrap();
+        assert_eq!(
+            c.pipeline("b").map(|b| b.time_column(&c)),
+            Some("event_time"),
+            "the upstream's time column"
+        );
+        let e = Config::parse(
+            &format!(
+                "{GOOD}{}{}",
+                pipeline("a", "orders", "sa", "aggregate"),
+                pipeline("b", "sa", "sb", "append")
+            ),
+            "f.toml",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("pipelines[1].source") && e.contains("replace rows"),
+            "{e}"
+        );
+        let e = Config::parse(
+            &format!(
+                "{GOOD}{}{}{}",
+                pipeline("a", "orders", "s0", "append"),
+                pipeline("b", "sb", "sa", "append"),
+                pipeline("c", "sa", "sb", "append")
+            ),
+            "f.toml",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("pipelines[1]")
+                && e.contains("cycle: sa → sb → sa")
+                && e.contains("`b`, `c`"),
+            "{e}"
+        );
+        let e = Config::parse(
+            &format!("{GOOD}{}", pipeline("a", "nope", "sa", "append")),
+            "f.toml",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("pipelines[0].source") && e.contains("no table or pipeline sink"),
             "{e}"
         );
     }

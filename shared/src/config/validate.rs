@@ -40,7 +40,7 @@ impl Config {
         }
         let sinks: HashSet<&str> = self.pipelines.iter().map(|p| p.sink.as_str()).collect();
         for (i, p) in self.pipelines.iter().enumerate() {
-            p.validate(self, origin, i, &names)?;
+            p.validate(self, origin, i, &names, &sinks)?;
             p.validate_joins(origin, i, &names, &sinks)?;
             if self.pipelines[..i]
                 .iter()
@@ -367,6 +367,7 @@ impl PipelineConfig {
         origin: &str,
         i: usize,
         tables: &HashSet<&str>,
+        sinks: &HashSet<&str>,
     ) -> Result<()> {
         let at = |k: &str| format!("pipelines[{i}].{k}");
         if self.lag_objective_seconds == 0 {
@@ -376,12 +377,29 @@ impl PipelineConfig {
                 "must be at least 1",
             ));
         }
-        if !tables.contains(self.source.as_str()) {
+        // A source is a configured table, or another pipeline's sink (a chained pipeline: the
+        // upstream's sink commits trigger it like ingest commits do).
+        if !tables.contains(self.source.as_str()) && !sinks.contains(self.source.as_str()) {
             return Err(Error::config(
                 origin,
                 &at("source"),
-                format!("no table named `{}`", self.source),
+                format!("no table or pipeline sink named `{}`", self.source),
             ));
+        }
+        if let Some(up) = cfg.sink_of(&self.source).filter(|u| u.name != self.name) {
+            // Only appends can be followed; a sink whose runs replace rows would stop this
+            // pipeline at its first overwrite (on_row_change), or lose the replacements.
+            if up.mode != PipelineMode::Append {
+                return Err(Error::config(
+                    origin,
+                    &at("source"),
+                    format!(
+                        "`{}` is the sink of pipeline `{}`, whose runs replace rows; a pipeline \
+                         follows appends only: read it through `joins`, or source `{}` as `{}` does",
+                        self.source, up.name, up.source, up.name
+                    ),
+                ));
+            }
         }
         if tables.contains(self.sink.as_str()) || self.sink == self.source {
             return Err(Error::config(
@@ -427,10 +445,11 @@ impl PipelineConfig {
             }
         }
         if let Some(col) = &self.time_column {
+            // An upstream sink's columns come from its SQL: known only when it runs.
             let known = cfg
                 .table(&self.source)
                 .map(|t| t.columns.iter().any(|c| &c.name == col))
-                .unwrap_or(false);
+                .unwrap_or(sinks.contains(self.source.as_str()));
             if !known {
                 return Err(Error::config(
                     origin,

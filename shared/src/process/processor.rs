@@ -114,6 +114,9 @@ pub struct Processor {
     pub(super) config: Arc<Config>,
     pub(super) committer: Committer,
     pub(super) alerts: Alerts,
+    /// Where sink commits are announced (`floe.commit`, as ingest's), so that a pipeline whose
+    /// source is this sink runs next; None without `events.bus`.
+    pub(super) notifier: Option<crate::notify::Notifier>,
     /// Source schema id each pipeline's SQL was last checked against.
     checked: std::sync::Mutex<HashMap<String, i32>>,
 }
@@ -137,6 +140,7 @@ impl Processor {
         let swap = crate::catalog::pointer_swap(&config).await?;
         let committer = Committer::new(catalog, swap).with_requests(requests);
         let mut me = Self::with_parts(config, committer);
+        me.notifier = crate::notify::Notifier::from_config(&me.config).await;
         for p in &me.config.pipelines {
             let Some(a) = &p.alert else { continue };
             let sdk = crate::store::sdk_config(&me.config.storage, a.endpoint.as_deref()).await;
@@ -150,12 +154,14 @@ impl Processor {
         Ok(me)
     }
 
-    /// From explicit parts (no alert clients: alerts fail until [`Processor::new`] builds them).
+    /// From explicit parts (no alert clients: alerts fail until [`Processor::new`] builds them;
+    /// no commit events).
     pub fn with_parts(config: Config, committer: Committer) -> Self {
         Self {
             config: Arc::new(config),
             committer,
             alerts: Alerts::default(),
+            notifier: None,
             checked: Default::default(),
         }
     }
@@ -282,6 +288,7 @@ impl Processor {
                     report.replans = replans;
                     report.seconds = started.elapsed().as_secs_f64();
                     report.usage = Some(meter.usage());
+                    self.announce(p, &report).await;
                     return Ok(report);
                 }
                 None if replans + 1 < MAX_ROUNDS && Instant::now() < deadline => replans += 1,

@@ -165,12 +165,14 @@ impl Processor {
                 .await;
             match result {
                 Ok(Outcome::Committed { snapshot_id, .. }) => {
-                    return Ok(RunReport {
+                    let report = RunReport {
                         sink_snapshot: snapshot_id,
                         seconds: started.elapsed().as_secs_f64(),
                         usage: Some(meter.usage()),
                         ..report
-                    })
+                    };
+                    self.announce(p, &report).await;
+                    return Ok(report);
                 }
                 Ok(Outcome::Skipped(_)) => {}
                 Err(e) if e.kind() == ErrorKind::Stale => {}
