@@ -422,6 +422,10 @@ pub struct TableConfig {
     /// each with its action (see [`contract`]).
     #[serde(default)]
     pub checks: Vec<CheckConfig>,
+    /// Whether the routes into the table carry change records (`cdc` of its routes, which
+    /// agree): a `debezium` table has the columns `_op` and `_cdc_ts` too. Not a key of its own.
+    #[serde(skip)]
+    pub cdc: Option<Cdc>,
 }
 
 /// One column.
@@ -521,6 +525,41 @@ pub struct RouteConfig {
     pub table: String,
     /// Input format; compression is detected from `.gz`/`.zst` or magic bytes.
     pub format: Format,
+    /// The objects are change records: `debezium` (JSON lines of Debezium envelopes, flattened
+    /// to the row of `after`, or `before` for a delete, plus `_op` and `_cdc_ts`) or `flat`
+    /// (rows that already carry the operation and time in `op_column` / `ts_column`).
+    #[serde(default)]
+    pub cdc: Option<Cdc>,
+    /// `cdc = "flat"`: the column holding the operation (default `op`).
+    #[serde(default)]
+    pub op_column: Option<String>,
+    /// `cdc = "flat"`: the column holding the change time (default `ts`).
+    #[serde(default)]
+    pub ts_column: Option<String>,
+}
+
+/// How a route's change records are shaped (`cdc`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Cdc {
+    /// Debezium envelopes `{"before", "after", "op", "ts_ms", "source"}` (optionally wrapped in
+    /// `{"schema", "payload"}`), one per JSON line.
+    Debezium,
+    /// Rows with the operation and change time in columns of their own.
+    Flat,
+}
+
+impl RouteConfig {
+    /// `cdc = "flat"`: the operation and time columns every record must carry (none otherwise).
+    pub fn cdc_columns(&self) -> Vec<String> {
+        if self.cdc != Some(Cdc::Flat) {
+            return Vec::new();
+        }
+        vec![
+            self.op_column.clone().unwrap_or_else(|| "op".into()),
+            self.ts_column.clone().unwrap_or_else(|| "ts".into()),
+        ]
+    }
 }
 
 fn default_max_join_bytes() -> u64 {
@@ -612,6 +651,14 @@ impl Config {
             toml::from_str(text).map_err(|e| Error::config(origin, "?", e.message()))?;
         defaults::validate(&config.defaults, origin)?;
         config.apply_defaults(&raw);
+        for i in 0..config.tables.len() {
+            let name = config.tables[i].name.clone();
+            config.tables[i].cdc = config
+                .routes
+                .iter()
+                .find(|r| r.table == name)
+                .and_then(|r| r.cdc);
+        }
         config.validate(origin)?;
         Ok(config)
     }
@@ -1197,6 +1244,67 @@ format = "csv"
             e.contains("pipelines[0].source") && e.contains("no table or pipeline sink"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn cdc_routes_validate_and_mark_their_table() {
+        let head = &GOOD[..GOOD.find("[[routes]]").unwrap_or(GOOD.len())];
+        let route = |prefix: &str, format: &str, lines: &str| {
+            format!(
+                "\n[[routes]]\nbucket = \"landing\"\nprefix = \"{prefix}\"\ntable = \"orders\"\n\
+                 format = \"{format}\"\n{lines}\n"
+            )
+        };
+        let with = |routes: &[String]| format!("{head}{}", routes.concat());
+        let c = Config::parse(
+            &with(&[
+                route("a/", "jsonl", "cdc = \"debezium\""),
+                route("b/", "jsonl", "cdc = \"debezium\""),
+            ]),
+            "f.toml",
+        )
+        .unwrap();
+        assert_eq!(c.tables[0].cdc, Some(Cdc::Debezium));
+        let schema = crate::schema::table_schema(&c.tables[0]).unwrap();
+        assert!(schema.field_by_name("_op").is_some() && schema.field_by_name("_cdc_ts").is_some());
+        let plain = Config::parse(GOOD, "f.toml").unwrap();
+        assert_eq!(plain.tables[0].cdc, None);
+        let schema = crate::schema::table_schema(&plain.tables[0]).unwrap();
+        assert!(schema.field_by_name("_op").is_none());
+        let flat = "cdc = \"flat\"\nop_column = \"order_id\"\nts_column = \"event_time\"";
+        let c = Config::parse(&with(&[route("a/", "csv", flat)]), "f.toml").unwrap();
+        assert_eq!(c.routes[0].cdc_columns(), ["order_id", "event_time"]);
+        assert_eq!(c.tables[0].cdc, Some(Cdc::Flat));
+        for (routes, key, says) in [
+            (
+                vec![
+                    route("a/", "jsonl", "cdc = \"debezium\""),
+                    route("b/", "jsonl", ""),
+                ],
+                "routes[0].cdc",
+                "disagree: cdc = \"debezium\" here, no cdc for prefix `b/`",
+            ),
+            (
+                vec![route("a/", "csv", "cdc = \"debezium\"")],
+                "routes[0].cdc",
+                "JSON lines",
+            ),
+            (
+                vec![route("a/", "jsonl", "op_column = \"kind\"")],
+                "routes[0].op_column",
+                "only a `cdc = \"flat\"`",
+            ),
+            (
+                vec![route("a/", "jsonl", "cdc = \"flat\"")],
+                "routes[0].op_column",
+                "no column `op`",
+            ),
+        ] {
+            let e = Config::parse(&with(&routes), "f.toml")
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(key) && e.contains(says), "{key}: {e}");
+        }
     }
 
     #[test]

@@ -37,6 +37,7 @@ impl Config {
                     "must not be empty",
                 ));
             }
+            self.validate_cdc_route(origin, i, route)?;
         }
         let sinks: HashSet<&str> = self.pipelines.iter().map(|p| p.sink.as_str()).collect();
         for (i, p) in self.pipelines.iter().enumerate() {
@@ -142,6 +143,76 @@ impl Config {
                      themselves",
                     tables.join(" → "),
                     pipelines.join(", ")
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// A change-record route: `debezium` reads JSON lines; `flat` names columns the table has;
+    /// every route into a table agrees on `cdc` (it shapes the table's columns).
+    fn validate_cdc_route(&self, origin: &str, i: usize, route: &RouteConfig) -> Result<()> {
+        let at = |k: &str| format!("routes[{i}].{k}");
+        if route.cdc != Some(Cdc::Flat) {
+            for (key, v) in [
+                ("op_column", &route.op_column),
+                ("ts_column", &route.ts_column),
+            ] {
+                if v.is_some() {
+                    return Err(Error::config(
+                        origin,
+                        &at(key),
+                        "only a `cdc = \"flat\"` route names its operation and time columns",
+                    ));
+                }
+            }
+        }
+        match route.cdc {
+            Some(Cdc::Debezium) if route.format != Format::Jsonl => {
+                return Err(Error::config(
+                    origin,
+                    &at("cdc"),
+                    "Debezium envelopes are read from JSON lines (`format = \"jsonl\"`)",
+                ))
+            }
+            Some(Cdc::Flat) => {
+                let table = self.table(&route.table);
+                for (key, col) in ["op_column", "ts_column"].iter().zip(route.cdc_columns()) {
+                    if !table.is_some_and(|t| t.columns.iter().any(|c| c.name == col)) {
+                        return Err(Error::config(
+                            origin,
+                            &at(key),
+                            format!(
+                                "table `{}` has no column `{col}` (a flat change record carries \
+                                 its operation and time as columns)",
+                                route.table
+                            ),
+                        ));
+                    }
+                }
+            }
+            _ => {}
+        }
+        if let Some(other) = self
+            .routes
+            .iter()
+            .find(|r| r.table == route.table && r.cdc != route.cdc)
+        {
+            let show = |c: Option<Cdc>| match c {
+                None => "no cdc".to_string(),
+                Some(Cdc::Debezium) => "cdc = \"debezium\"".to_string(),
+                Some(Cdc::Flat) => "cdc = \"flat\"".to_string(),
+            };
+            return Err(Error::config(
+                origin,
+                &at("cdc"),
+                format!(
+                    "routes into `{}` disagree: {} here, {} for prefix `{}`; one table holds one \
+                     kind of record",
+                    route.table,
+                    show(route.cdc),
+                    show(other.cdc),
+                    other.prefix
                 ),
             ));
         }
