@@ -7,6 +7,7 @@
 mod backfill;
 mod baseline;
 mod batch;
+mod cdc;
 mod chain;
 mod chaos;
 mod compare;

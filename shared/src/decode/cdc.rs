@@ -101,7 +101,7 @@ pub(super) fn flatten(line: &[u8]) -> Result<Vec<u8>, String> {
         CDC_TS.to_string(),
         Value::String(ts.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)),
     );
-    serde_json::to_vec(&Value::Object(row)).map_err(|e| malformed(e))
+    serde_json::to_vec(&Value::Object(row)).map_err(malformed)
 }
 
 #[cfg(test)]
