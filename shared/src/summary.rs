@@ -355,7 +355,7 @@ pub(crate) fn carry_checkpoint(props: &mut HashMap<String, String>, parent: Opti
 
 /// The snapshot of joined table `table` that the newest sink snapshot recording one names (what
 /// reconcile will read: expiration keeps it).
-pub fn joined_snapshot(sink: &TableMetadata, table: &str) -> Option<i64> {
+pub(crate) fn joined_snapshot(sink: &TableMetadata, table: &str) -> Option<i64> {
     let mut cur = sink.current_snapshot();
     while let Some(s) = cur {
         if let Some(at) = read_joins(s.summary()).get(table) {
@@ -369,7 +369,7 @@ pub fn joined_snapshot(sink: &TableMetadata, table: &str) -> Option<i64> {
 /// The snapshot-summary properties recording the snapshot each joined table was read at
 /// (commit them with the output and the checkpoint): `(table, snapshot)`, None for a table
 /// without a snapshot.
-pub fn join_properties(joined: &[(String, Option<i64>)]) -> Vec<(String, String)> {
+pub(crate) fn join_properties(joined: &[(String, Option<i64>)]) -> Vec<(String, String)> {
     joined
         .iter()
         .map(|(table, snapshot)| {
@@ -383,7 +383,7 @@ pub fn join_properties(joined: &[(String, Option<i64>)]) -> Vec<(String, String)
 
 /// The joined tables' snapshots a sink snapshot records: table → snapshot (None: the table
 /// had no snapshot). A table the summary does not name is absent (a run before it was joined).
-pub fn read_joins(summary: &Summary) -> HashMap<String, Option<i64>> {
+pub(crate) fn read_joins(summary: &Summary) -> HashMap<String, Option<i64>> {
     summary
         .additional_properties
         .iter()

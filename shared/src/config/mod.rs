@@ -551,7 +551,7 @@ pub enum Cdc {
 
 impl RouteConfig {
     /// `cdc = "flat"`: the operation and time columns every record must carry (none otherwise).
-    pub fn cdc_columns(&self) -> Vec<String> {
+    pub(crate) fn cdc_columns(&self) -> Vec<String> {
         if self.cdc != Some(Cdc::Flat) {
             return Vec::new();
         }
@@ -738,7 +738,7 @@ impl Config {
 
     /// The pipeline whose sink `table` is, if any (a chained pipeline's source, or a joined
     /// table, may be one).
-    pub fn sink_of(&self, table: &str) -> Option<&PipelineConfig> {
+    pub(crate) fn sink_of(&self, table: &str) -> Option<&PipelineConfig> {
         self.pipelines.iter().find(|p| p.sink == table)
     }
 }
