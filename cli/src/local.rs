@@ -3,7 +3,9 @@
 //! Landing bucket → S3 notification → SQS queue → the ingest handler (the Lambda's code path, with
 //! SQS partial-batch semantics: failed messages stay on the queue and come back); a timer → the
 //! maintain handler (the schedule); ingest commit events → EventBridge bus → rule → SQS → the
-//! process handler (plus a 60 s poll, the deployed `rate()` fallback). Drop files with any S3 client and watch `floe status`.
+//! process handler (plus a 60 s poll, the deployed `rate()` fallback); the process handler's
+//! sink commits go to the same bus, so a pipeline whose source is another's sink runs next.
+//! Drop files with any S3 client and watch `floe status`.
 
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
@@ -254,8 +256,9 @@ pub async fn run(
                 eprintln!("error (message stays on the queue): {e}");
             }
         }
-        // The process leg: each commit event wakes the pipelines of its table; the poll is the
-        // deployed `rate()` fallback.
+        // The process leg: each commit event (an ingest commit, or a sink commit of a run in an
+        // earlier round) wakes the pipelines of its table; the poll is the deployed `rate()`
+        // fallback.
         let out = sqs
             .receive_message()
             .queue_url(&process_queue_url)

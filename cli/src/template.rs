@@ -306,14 +306,17 @@ fn ingest_data(p: &Places) -> String {
     .concat()
 }
 
-/// Process: read its sources, write its sinks.
+/// Process: read its sources and joined tables, write its sinks. A source or joined table that
+/// is another pipeline's sink (a chain) is covered by the sinks' statements, which include
+/// reading them.
 fn process_data(p: &Places) -> String {
     let c = p.config;
     let sinks: BTreeSet<&str> = c.pipelines.iter().map(|q| q.sink.as_str()).collect();
     let sources: BTreeSet<&str> = c
         .pipelines
         .iter()
-        .map(|q| q.source.as_str())
+        .flat_map(|q| std::iter::once(&q.source).chain(&q.joins))
+        .map(String::as_str)
         .filter(|s| !sinks.contains(s))
         .collect();
     if sinks.is_empty() {
@@ -650,6 +653,58 @@ sql = "SELECT id, shipped_at FROM source"
             "{write}"
         );
         assert!(write.contains(&format!("warehouse/{db}/late_shipments/*")));
+    }
+
+    #[test]
+    fn a_chained_pipeline_reads_its_upstream_sink_and_joined_tables_are_read_only() {
+        let base = repo_file("infra/floe.toml");
+        let extra = r#"
+[[tables]]
+name = "customers"
+event_time = "updated_at"
+columns = [{ name = "customer_id", type = "long" }, { name = "updated_at", type = "timestamptz" }]
+
+[[pipelines]]
+name = "big_suspicious"
+source = "suspicious_orders"
+sink = "big_suspicious"
+mode = "append"
+joins = ["customers"]
+sql = "SELECT s.order_id FROM source s JOIN customers c ON s.customer_id = c.customer_id"
+"#;
+        let config = parse_config(
+            &format!(
+                "{base}
+{extra}"
+            ),
+            "f",
+        )
+        .unwrap();
+        let after = render(&config, &repo_file("template.yaml")).unwrap();
+        let db = &config.catalog.namespace;
+        let process = block(&after, "process-data");
+        let (read, rest) = process.split_once("- Sid: WriteSinks").unwrap();
+        let (write, glue) = rest.split_once("- Sid: GlueSources").unwrap();
+        // The joined table: read (objects, Glue GetTable), never written.
+        assert!(
+            read.contains(&format!("warehouse/{db}/customers/*")),
+            "{read}"
+        );
+        assert!(!write.contains("customers"), "{write}");
+        let (glue_read, glue_write) = glue.split_once("- Sid: GlueSinks").unwrap();
+        assert!(glue_read.contains(&format!("table/{db}/customers")));
+        assert!(!glue_write.contains("customers"));
+        // The upstream sink the chained pipeline reads: the process role's own sink (GetObject
+        // and GetTable included), and the new sink beside it.
+        for sink in ["suspicious_orders", "big_suspicious"] {
+            assert!(
+                write.contains(&format!("warehouse/{db}/{sink}/*")),
+                "{write}"
+            );
+            assert!(write.contains("s3:GetObject"));
+            assert!(glue_write.contains(&format!("table/{db}/{sink}")));
+        }
+        assert!(glue_write.contains("glue:GetTable"));
     }
 
     fn block<'a>(t: &'a str, name: &str) -> &'a str {

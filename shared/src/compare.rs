@@ -504,6 +504,7 @@ fn against_spec(
         allow_unknown: true,
         ignored: Default::default(),
         refused: Default::default(),
+        debezium: false,
     })
 }
 

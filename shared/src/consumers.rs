@@ -93,12 +93,62 @@ impl ConsumerReport {
 #[derive(Debug, Default)]
 pub struct Planner {
     cache: Mutex<HashMap<u64, std::result::Result<SchemaRef, PlanFailure>>>,
+    /// Current schemas of tables pipelines join (`joins`), as last loaded from the catalog;
+    /// a configured table not loaded is planned with its config schema.
+    joined: Mutex<HashMap<String, Schema>>,
 }
 
 impl Planner {
     /// Plans cached since this planner was made.
     pub fn cached(&self) -> usize {
         self.cache.lock().map(|c| c.len()).unwrap_or(0)
+    }
+
+    /// Loads the current schema of every table `pipelines` join, so that they are planned with
+    /// the joined relations the process function registers (best effort: a table that does not
+    /// exist or cannot be read keeps its config schema, if it is a configured table).
+    pub(crate) async fn load_joined(
+        &self,
+        config: &Config,
+        catalog: &dyn Catalog,
+        pipelines: &[&PipelineConfig],
+    ) {
+        for name in pipelines.iter().flat_map(|p| p.joins.iter()) {
+            let Ok(ident) = crate::catalog::table_ident(config, name) else {
+                continue;
+            };
+            match catalog.load_table(&ident).await {
+                Ok(t) => {
+                    if let Ok(mut j) = self.joined.lock() {
+                        j.insert(name.clone(), t.metadata().current_schema().as_ref().clone());
+                    }
+                }
+                Err(e) => {
+                    tracing::debug!(table = %name, error = %e, "joined table not loaded; planning with its config schema")
+                }
+            }
+        }
+    }
+
+    /// The relations `p` joins, empty, with the schemas known for them: loaded, else the
+    /// config's; a table with neither is left out (the plan then names it as missing).
+    fn joined_relations(&self, config: &Config, p: &PipelineConfig) -> Vec<transform::Relation> {
+        let loaded = self.joined.lock().map(|j| j.clone()).unwrap_or_default();
+        p.joins
+            .iter()
+            .filter_map(|name| {
+                let schema = match loaded.get(name) {
+                    Some(s) => s.clone(),
+                    None => crate::schema::table_schema(config.table(name)?).ok()?,
+                };
+                let arrow = iceberg::arrow::schema_to_arrow_schema(&schema).ok()?;
+                Some(transform::Relation {
+                    name: name.clone(),
+                    schema: transform::plain_schema(&arrow),
+                    batches: Vec::new(),
+                })
+            })
+            .collect()
     }
 
     /// The planned output of `p` over a source with `schema` (cached), or why it fails.
@@ -112,15 +162,20 @@ impl Planner {
             Ok(r) => r,
             Err(f) => return Err(f),
         };
+        let joined = self.joined_relations(config, p);
         let mut h = DefaultHasher::new();
         p.name.hash(&mut h);
         p.sql.hash(&mut h);
         format!("{:?}", relation.fields()).hash(&mut h);
+        for r in &joined {
+            r.name.hash(&mut h);
+            format!("{:?}", r.schema.fields()).hash(&mut h);
+        }
         let key = h.finish();
         if let Some(hit) = self.cache.lock().ok().and_then(|c| c.get(&key).cloned()) {
             return hit;
         }
-        let planned = transform::plan_output(&p.sql, relation).await;
+        let planned = transform::plan_output(&p.sql, relation, &joined).await;
         if let Ok(mut c) = self.cache.lock() {
             // Bounded: a long-lived container sees few distinct schemas, but never grows forever.
             if c.len() >= 1024 {
@@ -352,11 +407,13 @@ pub async fn check_table(
     proposed: &Schema,
 ) -> Result<Vec<ConsumerReport>> {
     let mut sinks = HashMap::new();
-    for p in consumers_of(config, table) {
+    let consumers = consumers_of(config, table);
+    for p in &consumers {
         if let Some(s) = sink_schema(config, catalog, p).await? {
             sinks.insert(p.name.clone(), s);
         }
     }
+    planner.load_joined(config, catalog, &consumers).await;
     Ok(check(planner, config, table, current, proposed, &sinks).await)
 }
 
@@ -713,6 +770,31 @@ mode = "{mode}"
         );
         let r = check(&planner, &cfg, "orders", None, &harmless, &HashMap::new()).await;
         assert_eq!(r[0].verdict, Verdict::Ok);
+    }
+
+    #[tokio::test]
+    async fn a_joined_table_is_planned_beside_source_with_its_schema() {
+        let sql =
+            "SELECT o.order_id, c.segment FROM source o JOIN customers c ON o.order_id = c.id";
+        let base = config(sql, "append");
+        let mut customers = base.tables[0].clone();
+        customers.name = "customers".into();
+        customers.columns[0].name = "id".into();
+        customers.columns[1] = crate::config::ColumnConfig {
+            name: "segment".into(),
+            type_name: "string".into(),
+            ..Default::default()
+        };
+        let mut cfg = base.clone();
+        cfg.tables.push(customers);
+        cfg.pipelines[0].joins = vec!["customers".into()];
+        let planner = Planner::default();
+        let s = orders(PrimitiveType::Double, None);
+        let r = check(&planner, &cfg, "orders", None, &s, &HashMap::new()).await;
+        assert_eq!(r[0].verdict, Verdict::Ok, "{r:?}");
+        // Without the joined relation the same SQL does not plan.
+        let r = check(&planner, &base, "orders", None, &s, &HashMap::new()).await;
+        assert!(r[0].verdict.breaks(), "{r:?}");
     }
 
     #[test]

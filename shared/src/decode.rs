@@ -16,6 +16,8 @@ use arrow::compute::{cast_with_options, filter_record_batch, CastOptions};
 use arrow::error::ArrowError;
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 
+mod cdc;
+
 use crate::config::Format;
 use crate::quality::{Contract, QualityError};
 use crate::store::is_transient_io;
@@ -219,6 +221,11 @@ pub(crate) struct DecodeSpec {
     /// Fields whose value (non-null) rejects the record even where unknown fields are allowed:
     /// the new fields of a schema change the consumer gate refused.
     pub refused: std::collections::BTreeSet<String>,
+    /// Each JSON line is a Debezium envelope (`cdc = "debezium"`): it is flattened to its row
+    /// (`after`, or `before` for a delete) plus `_op` and `_cdc_ts` before decoding; a line that
+    /// is not an envelope is rejected with the reason, and quarantined records keep the
+    /// envelope as their raw text.
+    pub debezium: bool,
 }
 
 /// [`decode_within`] with the default [`Limits`] and no known size (the unit tests' shorthand; ingest
@@ -428,17 +435,26 @@ struct TextChunk {
     buf: Vec<u8>,
     /// (start, end, record number)
     spans: Vec<(usize, usize, u64)>,
+    /// The records as they came, when `buf` holds them rewritten (Debezium envelopes
+    /// flattened): their text, and its span per record (same order as `spans`).
+    original: Vec<u8>,
+    original_spans: Vec<(usize, usize)>,
 }
 
 impl TextChunk {
     fn raw(&self, i: usize) -> (u64, String) {
         let (s, e, n) = self.spans[i];
-        let text = String::from_utf8_lossy(&self.buf[s..e]);
+        let text = match self.original_spans.get(i) {
+            Some(&(s, e)) => String::from_utf8_lossy(&self.original[s..e]),
+            None => String::from_utf8_lossy(&self.buf[s..e]),
+        };
         (n, text.trim_end_matches(['\r', '\n']).to_string())
     }
     fn clear(&mut self) {
         self.buf.clear();
         self.spans.clear();
+        self.original.clear();
+        self.original_spans.clear();
     }
 }
 
@@ -746,8 +762,22 @@ fn decode_jsonl(reader: Box<dyn Read + '_>, ctx: &mut Ctx<'_>) -> Result<(), Dec
                 )),
                 _ => None,
             };
+            // A Debezium line becomes its row; one that is no envelope is rejected whole.
+            let blank = chunk.buf[start..].iter().all(u8::is_ascii_whitespace);
+            let (reason, whole) = match reason {
+                None if ctx.spec.debezium && !blank => {
+                    (flatten_line(&mut chunk, start).err(), true)
+                }
+                other => (other, false),
+            };
             if let Some(reason) = reason {
-                let raw = prefix_text(&chunk.buf[start..]);
+                // A malformed envelope is kept whole (within max_line_bytes), as a line that
+                // fails to decode is; an over-limit line by its prefix.
+                let raw = if whole {
+                    String::from_utf8_lossy(&chunk.buf[start..]).into_owned()
+                } else {
+                    prefix_text(&chunk.buf[start..])
+                };
                 chunk.buf.truncate(start);
                 ctx.seen += 1;
                 ctx.send(Piece::Rejected(vec![Rejected {
@@ -755,7 +785,7 @@ fn decode_jsonl(reader: Box<dyn Read + '_>, ctx: &mut Ctx<'_>) -> Result<(), Dec
                     raw: raw.trim_end_matches(['\r', '\n']).to_string(),
                     reason,
                 }]))?;
-            } else if chunk.buf[start..].iter().all(u8::is_ascii_whitespace) {
+            } else if blank {
                 chunk.buf.truncate(start);
             } else {
                 chunk.spans.push((start, chunk.buf.len(), line_no));
@@ -818,6 +848,20 @@ fn decode_jsonl(reader: Box<dyn Read + '_>, ctx: &mut Ctx<'_>) -> Result<(), Dec
             return Ok(());
         }
     }
+}
+
+/// Rewrites the line at `start..` of `chunk`'s buffer (a Debezium envelope) into the JSON line
+/// of its row, keeping the envelope as the record's original text; on failure the buffer is
+/// left as it was and the reason returned.
+fn flatten_line(chunk: &mut TextChunk, start: usize) -> Result<(), String> {
+    let row = cdc::flatten(&chunk.buf[start..])?;
+    let from = chunk.original.len();
+    chunk.original.extend_from_slice(&chunk.buf[start..]);
+    chunk.original_spans.push((from, chunk.original.len()));
+    chunk.buf.truncate(start);
+    chunk.buf.extend_from_slice(&row);
+    chunk.buf.push(b'\n');
+    Ok(())
 }
 
 /// How [`CsvRecords::next`] ended.
@@ -1440,6 +1484,7 @@ mod tests {
             allow_unknown: true,
             ignored: Default::default(),
             refused: Default::default(),
+            debezium: false,
         }
     }
 
@@ -1467,6 +1512,102 @@ mod tests {
         .unwrap();
         rejected.sort_by_key(|r| r.record);
         (seen, rows, rejected, unknown)
+    }
+
+    #[test]
+    fn debezium_envelopes_become_rows_and_malformed_ones_are_rejected_whole() {
+        let mut fields: Vec<Field> = spec(Format::Jsonl)
+            .schema
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone())
+            .collect();
+        fields.push(Field::new("_op", DataType::Utf8, true));
+        fields.push(Field::new(
+            "_cdc_ts",
+            DataType::Timestamp(TimeUnit::Microsecond, Some("+00:00".into())),
+            true,
+        ));
+        let spec = DecodeSpec {
+            schema: Arc::new(Schema::new(fields)),
+            debezium: true,
+            ..spec(Format::Jsonl)
+        };
+        let t = "2026-11-30T10:00:00Z";
+        let lines = [
+            format!(
+                r#"{{"before":null,"after":{{"id":"a","n":1,"t":"{t}"}},"op":"c","ts_ms":1000}}"#
+            ),
+            format!(
+                r#"{{"before":{{"id":"a","n":1,"t":"{t}"}},"after":{{"id":"a","n":2,"t":"{t}"}},"op":"u","ts_ms":2000}}"#
+            ),
+            format!(
+                r#"{{"before":{{"id":"a","n":2,"t":"{t}"}},"after":null,"op":"d","ts_ms":3000}}"#
+            ),
+            format!(
+                r#"{{"schema":{{"type":"struct"}},"payload":{{"after":{{"id":"b","n":9,"t":"{t}"}},"op":"r","ts_ms":500}}}}"#
+            ),
+            r#"{"after":{"id":"z"},"ts_ms":1}"#.to_string(),
+            // A row without its required time: rejected by the required-field check, with
+            // the envelope (not the flattened row) as its text.
+            r#"{"after":{"id":"y","n":1},"op":"c","ts_ms":1}"#.to_string(),
+            String::new(),
+        ];
+        let input = lines.join("\n");
+        let mut batches = Vec::new();
+        let mut rejected = Vec::new();
+        let seen = decode(input.as_bytes(), &spec, &mut |p| {
+            match p {
+                Piece::Batch(b) => batches.push(b),
+                Piece::Rejected(r) => rejected.extend(r),
+                _ => {}
+            }
+            true
+        })
+        .unwrap();
+        assert_eq!(seen, 6, "every envelope is a record in");
+        let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
+        assert_eq!(rows + rejected.len(), 6, "in = kept + rejected");
+        assert_eq!(rows, 4);
+        let ops: Vec<String> = batches
+            .iter()
+            .flat_map(|b| {
+                let c = b.column_by_name("_op").unwrap();
+                let c = c
+                    .as_any()
+                    .downcast_ref::<arrow::array::StringArray>()
+                    .unwrap();
+                c.iter()
+                    .map(|v| v.unwrap_or("").to_string())
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        assert_eq!(ops, ["c", "u", "d", "r"]);
+        let n: Vec<i64> = batches
+            .iter()
+            .flat_map(|b| {
+                let c = b.column_by_name("n").unwrap();
+                let c = c
+                    .as_any()
+                    .downcast_ref::<arrow::array::Int64Array>()
+                    .unwrap();
+                c.iter().flatten().collect::<Vec<_>>()
+            })
+            .collect();
+        assert_eq!(n, [1, 2, 2, 9], "after, after, before (delete), after");
+        let ts = batches[0].column_by_name("_cdc_ts").unwrap();
+        let ts = ts
+            .as_any()
+            .downcast_ref::<arrow::array::TimestampMicrosecondArray>()
+            .unwrap();
+        assert_eq!(ts.value(0), 1_000_000, "ts_ms as microseconds");
+        rejected.sort_by_key(|r| r.record);
+        assert_eq!(rejected[0].record, 5);
+        assert!(rejected[0].reason.contains("no `op`"), "{:?}", rejected[0]);
+        assert_eq!(rejected[0].raw, lines[4], "the envelope as it came");
+        assert_eq!(rejected[1].record, 6);
+        assert!(rejected[1].reason.contains("`t`"), "{:?}", rejected[1]);
+        assert_eq!(rejected[1].raw, lines[5]);
     }
 
     #[test]
@@ -1765,6 +1906,7 @@ mod limit_tests {
             allow_unknown: true,
             ignored: Default::default(),
             refused: Default::default(),
+            debezium: false,
         }
     }
 

@@ -140,6 +140,13 @@ pub async fn drop_column(
         )));
     }
     let planner = Planner::default();
+    planner
+        .load_joined(
+            config,
+            committer.catalog().as_ref(),
+            &consumers::consumers_of(config, &req.table),
+        )
+        .await;
     report.readers = consumers::readers_of(&planner, config, &req.table, schema, column).await;
     if !report.readers.is_empty() && !req.force {
         let who: Vec<String> = report.readers.iter().map(|r| r.describe()).collect();

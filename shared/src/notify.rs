@@ -1,5 +1,6 @@
-//! Commit notifications: after each ingest commit, a `floe.commit` event on EventBridge wakes
-//! the process function. Best effort by design: a lost notification only delays processing until
+//! Commit notifications: after each ingest commit and each pipeline's sink commit, a
+//! `floe.commit` event on EventBridge wakes the process function (the pipelines reading that
+//! table). Best effort by design: a lost notification only delays processing until
 //! the next one or the scheduled poll, because the work is derived from checkpoints, not events.
 
 use serde_json::Value;

@@ -21,6 +21,30 @@ pub const SOURCE: &str = "_source";
 /// (comma-separated; null when none). Only tables whose contract flags have it (optional
 /// string); an existing table gets it with the first object ingested under such a contract.
 pub const QUALITY: &str = "_quality";
+/// Column of a `cdc = "debezium"` table holding each row's change operation: the envelope's
+/// `op` letter (`c` create, `u` update, `d` delete, `r` snapshot read; optional string).
+pub const CDC_OP: &str = "_op";
+/// Column of a `cdc = "debezium"` table holding each row's change time: the envelope's `ts_ms`
+/// (optional timestamptz).
+pub const CDC_TS: &str = "_cdc_ts";
+
+/// The columns a `cdc = "debezium"` table has beyond its configured ones, ids from `first`.
+fn cdc_fields(first: i32) -> [NestedField; 2] {
+    [
+        NestedField::optional(first, CDC_OP, Type::Primitive(PrimitiveType::String))
+            .with_doc("the change operation: c create, u update, d delete, r snapshot read"),
+        NestedField::optional(
+            first + 1,
+            CDC_TS,
+            Type::Primitive(PrimitiveType::Timestamptz),
+        )
+        .with_doc("when the change was recorded (the envelope's ts_ms)"),
+    ]
+}
+
+fn is_debezium(table: &TableConfig) -> bool {
+    table.cdc == Some(crate::config::Cdc::Debezium)
+}
 
 /// The Iceberg schema for a table config: its columns plus `_ingested_at` and `_source` (and
 /// `_quality` when its contract flags).
@@ -52,8 +76,13 @@ pub fn table_schema(table: &TableConfig) -> Result<Schema> {
         NestedField::required(id + 2, SOURCE, Type::Primitive(PrimitiveType::String))
             .with_doc("the source object version, s3://bucket/key#version"),
     ));
+    let mut next = id + 3;
     if table.has_flag_checks() {
-        fields.push(Arc::new(quality_field(id + 3)));
+        fields.push(Arc::new(quality_field(next)));
+        next += 1;
+    }
+    if is_debezium(table) {
+        fields.extend(cdc_fields(next).map(Arc::new));
     }
     Schema::builder()
         .with_fields(fields)
@@ -69,8 +98,9 @@ pub(crate) fn quality_field(id: i32) -> NestedField {
 
 /// `schema` with what the table's contract needs and the table lacks: the configured columns
 /// its checks read (optional: a table declared a column after it was created) and `_quality`
-/// when it flags, ids above `last_column_id`; with the change described. None when nothing is
-/// missing. For an existing table whose contract changed: the object's commit adds them.
+/// when it flags, ids above `last_column_id` (and `_op`/`_cdc_ts` when its routes became
+/// `cdc = "debezium"`); with the change described. None when nothing is missing. For an
+/// existing table whose contract changed: the object's commit adds them.
 pub(crate) fn with_contract_columns(
     schema: &Schema,
     last_column_id: i32,
@@ -96,6 +126,14 @@ pub(crate) fn with_contract_columns(
         id += 1;
         added.push(format!("{QUALITY} (string)"));
         fields.push(Arc::new(quality_field(id)));
+    }
+    if is_debezium(table) {
+        for f in cdc_fields(id + 1) {
+            if schema.field_by_name(&f.name).is_none() {
+                added.push(format!("{} ({})", f.name, f.field_type));
+                fields.push(Arc::new(f));
+            }
+        }
     }
     if added.is_empty() {
         return Ok(None);
@@ -173,13 +211,14 @@ pub(crate) fn sort_order(table: &TableConfig, schema: &Schema) -> Result<iceberg
         .map_err(|e| Error::iceberg(format!("sort order of `{}`", table.name), e))
 }
 
-/// The Arrow schema input is decoded into: the table's user columns, all nullable and without
+/// The Arrow schema input is decoded into: the table's user columns (and the change-record
+/// columns `_op`, `_cdc_ts`, which a Debezium route's decoder fills), all nullable and without
 /// field-id metadata, so that missing required values are found by floe and reported per record.
 pub fn decode_schema(table_arrow: &ArrowSchema) -> ArrowSchemaRef {
     let fields: Vec<Field> = table_arrow
         .fields()
         .iter()
-        .filter(|f| !f.name().starts_with('_'))
+        .filter(|f| !f.name().starts_with('_') || f.name() == CDC_OP || f.name() == CDC_TS)
         .map(|f| Field::new(f.name(), f.data_type().clone(), true))
         .collect();
     Arc::new(ArrowSchema::new(fields))

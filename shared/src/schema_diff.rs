@@ -205,11 +205,13 @@ async fn scan_object(
             .iter()
             .filter(|f| f.required && !f.name.starts_with('_'))
             .map(|f| f.name.clone())
+            .chain(route.cdc_columns())
             .collect(),
         chunk_records: config.ingest.chunk_records,
         allow_unknown: true,
         ignored: Default::default(),
         refused: Default::default(),
+        debezium: route.cdc == Some(crate::config::Cdc::Debezium),
     };
     let body = opened.body;
     let limits = crate::decode::Limits::from(&config.ingest);

@@ -57,6 +57,13 @@ pub const WINDOWS_REPLACED: &str = "floe.windows-replaced";
 pub const CHECKPOINT_PREFIX: &str = "floe.checkpoint.";
 /// Transform key prefix: `floe.transform.<source uuid>` = transform version of the checkpoint.
 pub const TRANSFORM_PREFIX: &str = "floe.transform.";
+/// Joined-table key prefix: `floe.join.<table>.snapshot-id` = the snapshot of a joined table
+/// (`joins`) a pipeline run read (`none`: the table had no snapshot yet).
+pub const JOIN_PREFIX: &str = "floe.join.";
+/// Suffix of a [`JOIN_PREFIX`] key.
+const JOIN_SUFFIX: &str = ".snapshot-id";
+/// The value of a [`JOIN_PREFIX`] key for a joined table that had no snapshot.
+const NO_SNAPSHOT: &str = "none";
 /// The version (a stable hash) of the data-quality contract the snapshot's rows were checked
 /// against (`none` without checks).
 pub const CONTRACT_VERSION: &str = "floe.contract-version";
@@ -327,19 +334,68 @@ pub fn checkpoint_properties(
     ]
 }
 
-/// Carries the parent's checkpoint properties into `props` unless `props` sets its own: a
-/// snapshot that records no position of its own (compaction, a manifest rewrite) must not make
-/// the newest snapshot lose a consumer's position.
+/// Carries the parent's checkpoint properties (and the joined tables' snapshots recorded with
+/// them) into `props` unless `props` sets its own: a snapshot that records no position of its
+/// own (compaction, a manifest rewrite) must not make the newest snapshot lose a consumer's
+/// position, nor the snapshots its output was joined with.
 pub(crate) fn carry_checkpoint(props: &mut HashMap<String, String>, parent: Option<&Summary>) {
     let own = props.keys().any(|k| k.starts_with(CHECKPOINT_PREFIX));
     let Some(parent) = parent.filter(|_| !own) else {
         return;
     };
     for (k, v) in &parent.additional_properties {
-        if k.starts_with(CHECKPOINT_PREFIX) || k.starts_with(TRANSFORM_PREFIX) {
+        if k.starts_with(CHECKPOINT_PREFIX)
+            || k.starts_with(TRANSFORM_PREFIX)
+            || k.starts_with(JOIN_PREFIX)
+        {
             props.insert(k.clone(), v.clone());
         }
     }
+}
+
+/// The snapshot of joined table `table` that the newest sink snapshot recording one names (what
+/// reconcile will read: expiration keeps it).
+pub(crate) fn joined_snapshot(sink: &TableMetadata, table: &str) -> Option<i64> {
+    let mut cur = sink.current_snapshot();
+    while let Some(s) = cur {
+        if let Some(at) = read_joins(s.summary()).get(table) {
+            return *at;
+        }
+        cur = s.parent_snapshot_id().and_then(|p| sink.snapshot_by_id(p));
+    }
+    None
+}
+
+/// The snapshot-summary properties recording the snapshot each joined table was read at
+/// (commit them with the output and the checkpoint): `(table, snapshot)`, None for a table
+/// without a snapshot.
+pub(crate) fn join_properties(joined: &[(String, Option<i64>)]) -> Vec<(String, String)> {
+    joined
+        .iter()
+        .map(|(table, snapshot)| {
+            (
+                format!("{JOIN_PREFIX}{table}{JOIN_SUFFIX}"),
+                snapshot.map_or_else(|| NO_SNAPSHOT.to_string(), |id| id.to_string()),
+            )
+        })
+        .collect()
+}
+
+/// The joined tables' snapshots a sink snapshot records: table → snapshot (None: the table
+/// had no snapshot). A table the summary does not name is absent (a run before it was joined).
+pub(crate) fn read_joins(summary: &Summary) -> HashMap<String, Option<i64>> {
+    summary
+        .additional_properties
+        .iter()
+        .filter_map(|(k, v)| {
+            let table = k.strip_prefix(JOIN_PREFIX)?.strip_suffix(JOIN_SUFFIX)?;
+            let snapshot = match v.as_str() {
+                NO_SNAPSHOT => None,
+                id => Some(id.parse().ok()?),
+            };
+            Some((table.to_string(), snapshot))
+        })
+        .collect()
 }
 
 /// A count from a snapshot summary (0 when there is none, or it is absent or unparsable).
@@ -405,6 +461,25 @@ mod tests {
             Some(time_only)
         );
         assert_eq!(Usage::read(&summary(vec![])), None);
+    }
+
+    #[test]
+    fn joined_snapshots_round_trip_and_are_carried_with_the_checkpoint() {
+        let joined = vec![
+            ("customers".to_string(), Some(42)),
+            ("fx".to_string(), None),
+        ];
+        let mut props = join_properties(&joined);
+        props.extend(checkpoint_properties("u", 7, "h"));
+        let s = summary(props);
+        let read = read_joins(&s);
+        assert_eq!(read.get("customers"), Some(&Some(42)));
+        assert_eq!(read.get("fx"), Some(&None));
+        assert_eq!(read.len(), 2);
+        // A compaction snapshot on top carries them with the checkpoint.
+        let mut own = HashMap::new();
+        carry_checkpoint(&mut own, Some(&s));
+        assert_eq!(read_joins(&summary(own.into_iter().collect())), read);
     }
 
     #[test]

@@ -7,6 +7,8 @@
 mod backfill;
 mod baseline;
 mod batch;
+mod cdc;
+mod chain;
 mod chaos;
 mod compare;
 mod consumers;
@@ -17,6 +19,7 @@ mod glue;
 mod harness;
 mod ingest_faults;
 mod ingest_flow;
+mod joins;
 mod limits;
 mod maintain;
 mod matrix;

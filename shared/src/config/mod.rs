@@ -89,7 +89,8 @@ pub enum PipelineMode {
 pub struct PipelineConfig {
     /// Pipeline name (also the consumer name in logs and recovery hints).
     pub name: String,
-    /// Source table (one of `tables`).
+    /// Source table: one of `tables`, or another (append) pipeline's sink, whose commits then
+    /// trigger this pipeline (a chain; cycles are refused).
     pub source: String,
     /// Sink table, created from the SQL's output schema on first run.
     pub sink: String,
@@ -121,6 +122,17 @@ pub struct PipelineConfig {
     /// 600).
     #[serde(default)]
     pub lag_objective_seconds: u64,
+    /// Enrichment joins: other tables (configured tables or other pipelines' sinks) the SQL may
+    /// read by name beside `source`, each at its current snapshot when the run starts (the
+    /// snapshot ids are recorded in the sink commit; reconcile reads the same ones). A later
+    /// change of such a table does not rewrite rows already emitted (`floe process refresh`
+    /// does).
+    #[serde(default)]
+    pub joins: Vec<String>,
+    /// Most bytes (Arrow, in memory) the joined tables of one run may hold together; a run
+    /// whose joined tables are larger fails naming the table and this limit (default 256 MiB).
+    #[serde(default = "default_max_join_bytes")]
+    pub max_join_bytes: u64,
 }
 
 /// Policy for row-changing source snapshots.
@@ -410,6 +422,10 @@ pub struct TableConfig {
     /// each with its action (see [`contract`]).
     #[serde(default)]
     pub checks: Vec<CheckConfig>,
+    /// Whether the routes into the table carry change records (`cdc` of its routes, which
+    /// agree): a `debezium` table has the columns `_op` and `_cdc_ts` too. Not a key of its own.
+    #[serde(skip)]
+    pub cdc: Option<Cdc>,
 }
 
 /// One column.
@@ -509,8 +525,46 @@ pub struct RouteConfig {
     pub table: String,
     /// Input format; compression is detected from `.gz`/`.zst` or magic bytes.
     pub format: Format,
+    /// The objects are change records: `debezium` (JSON lines of Debezium envelopes, flattened
+    /// to the row of `after`, or `before` for a delete, plus `_op` and `_cdc_ts`) or `flat`
+    /// (rows that already carry the operation and time in `op_column` / `ts_column`).
+    #[serde(default)]
+    pub cdc: Option<Cdc>,
+    /// `cdc = "flat"`: the column holding the operation (default `op`).
+    #[serde(default)]
+    pub op_column: Option<String>,
+    /// `cdc = "flat"`: the column holding the change time (default `ts`).
+    #[serde(default)]
+    pub ts_column: Option<String>,
 }
 
+/// How a route's change records are shaped (`cdc`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Cdc {
+    /// Debezium envelopes `{"before", "after", "op", "ts_ms", "source"}` (optionally wrapped in
+    /// `{"schema", "payload"}`), one per JSON line.
+    Debezium,
+    /// Rows with the operation and change time in columns of their own.
+    Flat,
+}
+
+impl RouteConfig {
+    /// `cdc = "flat"`: the operation and time columns every record must carry (none otherwise).
+    pub(crate) fn cdc_columns(&self) -> Vec<String> {
+        if self.cdc != Some(Cdc::Flat) {
+            return Vec::new();
+        }
+        vec![
+            self.op_column.clone().unwrap_or_else(|| "op".into()),
+            self.ts_column.clone().unwrap_or_else(|| "ts".into()),
+        ]
+    }
+}
+
+fn default_max_join_bytes() -> u64 {
+    256 << 20
+}
 fn default_start() -> String {
     "earliest".into()
 }
@@ -614,6 +668,14 @@ impl Config {
             toml::from_str(text).map_err(|e| Error::config(origin, "?", e.message()))?;
         defaults::validate(&config.defaults, origin)?;
         config.apply_defaults(&raw);
+        for i in 0..config.tables.len() {
+            let name = config.tables[i].name.clone();
+            config.tables[i].cdc = config
+                .routes
+                .iter()
+                .find(|r| r.table == name)
+                .and_then(|r| r.cdc);
+        }
         config.validate(origin)?;
         Ok(config)
     }
@@ -690,6 +752,12 @@ impl Config {
     pub fn pipeline(&self, name: &str) -> Option<&PipelineConfig> {
         self.pipelines.iter().find(|p| p.name == name)
     }
+
+    /// The pipeline whose sink `table` is, if any (a chained pipeline's source, or a joined
+    /// table, may be one).
+    pub(crate) fn sink_of(&self, table: &str) -> Option<&PipelineConfig> {
+        self.pipelines.iter().find(|p| p.sink == table)
+    }
 }
 
 /// Parses a window size (`30s`, `1m`, `5 minutes`, `1h`, `1 day`) into microseconds.
@@ -742,12 +810,24 @@ impl PipelineConfig {
         self.window.as_deref().and_then(|w| parse_window(w).ok())
     }
 
-    /// The event-time column windows apply to.
+    /// The event-time column windows apply to: `time_column`, else the source table's event
+    /// time, else (a source that is another pipeline's sink) the upstream pipeline's.
     pub fn time_column<'a>(&'a self, cfg: &'a Config) -> &'a str {
-        self.time_column
-            .as_deref()
-            .or_else(|| cfg.table(&self.source).map(|t| t.event_time.as_str()))
-            .unwrap_or("event_time")
+        let mut p = self;
+        // Bounded by the number of pipelines: a chain cannot be longer (no cycles).
+        for _ in 0..=cfg.pipelines.len() {
+            if let Some(c) = p.time_column.as_deref() {
+                return c;
+            }
+            if let Some(t) = cfg.table(&p.source) {
+                return t.event_time.as_str();
+            }
+            match cfg.sink_of(&p.source) {
+                Some(up) if up.name != p.name => p = up,
+                _ => break,
+            }
+        }
+        "event_time"
     }
 }
 
@@ -1103,6 +1183,189 @@ format = "csv"
         let bad = GOOD.replace("kind = \"sqlite\"", "kind = \"oracle\"");
         let e = Config::parse(&bad, "f.toml").unwrap_err().to_string();
         assert!(e.contains("f.toml") && e.contains("line"), "{e}");
+    }
+
+    #[test]
+    fn joins_name_tables_or_sinks_and_cycles_are_refused_by_name() {
+        let tables = GOOD.find("[[tables]]").unwrap_or(0);
+        let routes = GOOD.find("[[routes]]").unwrap_or(GOOD.len());
+        let customers = GOOD[tables..routes].replace("name = \"orders\"", "name = \"customers\"");
+        let pipeline = |name: &str, sink: &str, joins: &str| {
+            format!(
+                "\n[[pipelines]]\nname = \"{name}\"\nsource = \"orders\"\nsink = \"{sink}\"\n\
+                 mode = \"append\"\nsql = \"SELECT 1\"\njoins = [{joins}]\n"
+            )
+        };
+        let with = |pipelines: &str| format!("{GOOD}\n{customers}\n{pipelines}");
+        let ok = Config::parse(
+            &with(&(pipeline("a", "sa", "\"customers\"") + &pipeline("b", "sb", "\"sa\""))),
+            "f.toml",
+        )
+        .unwrap();
+        assert_eq!(ok.pipelines[0].joins, vec!["customers".to_string()]);
+        assert_eq!(ok.pipelines[0].max_join_bytes, 256 << 20);
+        assert_eq!(ok.sink_of("sa").map(|p| p.name.as_str()), Some("a"));
+        for (joins, says) in [
+            ("\"nope\"", "no table or pipeline sink named `nope`"),
+            ("\"orders\"", "is the pipeline's source"),
+            ("\"sa\"", "own sink"),
+            ("\"source\"", "cannot be joined by name"),
+            ("\"customers\", \"customers\"", "joined twice"),
+        ] {
+            let e = Config::parse(&with(&pipeline("a", "sa", joins)), "f.toml")
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("pipelines[0].joins[") && e.contains(says),
+                "{joins}: {e}"
+            );
+        }
+        let e = Config::parse(
+            &with(&(pipeline("a", "sa", "") + "max_join_bytes = 0\n")),
+            "f.toml",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("pipelines[0].max_join_bytes"), "{e}");
+        // a joins b's sink and b joins a's: each sink's commits would feed the other.
+        let e = Config::parse(
+            &with(&(pipeline("a", "sa", "\"sb\"") + &pipeline("b", "sb", "\"sa\""))),
+            "f.toml",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("cycle: sa → sb → sa") && e.contains("`a`, `b`"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_sink_can_be_a_source_and_cycles_are_refused_by_name() {
+        let pipeline = |name: &str, source: &str, sink: &str, mode: &str| {
+            let window = if mode == "aggregate" {
+                "window = \"1m\"\n"
+            } else {
+                ""
+            };
+            format!(
+                "\n[[pipelines]]\nname = \"{name}\"\nsource = \"{source}\"\nsink = \"{sink}\"\n\
+                 mode = \"{mode}\"\n{window}sql = \"SELECT 1\"\n"
+            )
+        };
+        let chain = format!(
+            "{GOOD}{}{}",
+            pipeline("b", "sa", "sb", "aggregate"),
+            pipeline("a", "orders", "sa", "append")
+        );
+        let c = Config::parse(&chain, "f.toml").unwrap();
+        assert_eq!(
+            c.pipeline("b").map(|b| b.time_column(&c)),
+            Some("event_time"),
+            "the upstream's time column"
+        );
+        let e = Config::parse(
+            &format!(
+                "{GOOD}{}{}",
+                pipeline("a", "orders", "sa", "aggregate"),
+                pipeline("b", "sa", "sb", "append")
+            ),
+            "f.toml",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("pipelines[1].source") && e.contains("replace rows"),
+            "{e}"
+        );
+        let e = Config::parse(
+            &format!(
+                "{GOOD}{}{}{}",
+                pipeline("a", "orders", "s0", "append"),
+                pipeline("b", "sb", "sa", "append"),
+                pipeline("c", "sa", "sb", "append")
+            ),
+            "f.toml",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("pipelines[1]")
+                && e.contains("cycle: sa → sb → sa")
+                && e.contains("`b`, `c`"),
+            "{e}"
+        );
+        let e = Config::parse(
+            &format!("{GOOD}{}", pipeline("a", "nope", "sa", "append")),
+            "f.toml",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("pipelines[0].source") && e.contains("no table or pipeline sink"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn cdc_routes_validate_and_mark_their_table() {
+        let head = &GOOD[..GOOD.find("[[routes]]").unwrap_or(GOOD.len())];
+        let route = |prefix: &str, format: &str, lines: &str| {
+            format!(
+                "\n[[routes]]\nbucket = \"landing\"\nprefix = \"{prefix}\"\ntable = \"orders\"\n\
+                 format = \"{format}\"\n{lines}\n"
+            )
+        };
+        let with = |routes: &[String]| format!("{head}{}", routes.concat());
+        let c = Config::parse(
+            &with(&[
+                route("a/", "jsonl", "cdc = \"debezium\""),
+                route("b/", "jsonl", "cdc = \"debezium\""),
+            ]),
+            "f.toml",
+        )
+        .unwrap();
+        assert_eq!(c.tables[0].cdc, Some(Cdc::Debezium));
+        let schema = crate::schema::table_schema(&c.tables[0]).unwrap();
+        assert!(schema.field_by_name("_op").is_some() && schema.field_by_name("_cdc_ts").is_some());
+        let plain = Config::parse(GOOD, "f.toml").unwrap();
+        assert_eq!(plain.tables[0].cdc, None);
+        let schema = crate::schema::table_schema(&plain.tables[0]).unwrap();
+        assert!(schema.field_by_name("_op").is_none());
+        let flat = "cdc = \"flat\"\nop_column = \"order_id\"\nts_column = \"event_time\"";
+        let c = Config::parse(&with(&[route("a/", "csv", flat)]), "f.toml").unwrap();
+        assert_eq!(c.routes[0].cdc_columns(), ["order_id", "event_time"]);
+        assert_eq!(c.tables[0].cdc, Some(Cdc::Flat));
+        for (routes, key, says) in [
+            (
+                vec![
+                    route("a/", "jsonl", "cdc = \"debezium\""),
+                    route("b/", "jsonl", ""),
+                ],
+                "routes[0].cdc",
+                "disagree: cdc = \"debezium\" here, no cdc for prefix `b/`",
+            ),
+            (
+                vec![route("a/", "csv", "cdc = \"debezium\"")],
+                "routes[0].cdc",
+                "JSON lines",
+            ),
+            (
+                vec![route("a/", "jsonl", "op_column = \"kind\"")],
+                "routes[0].op_column",
+                "only a `cdc = \"flat\"`",
+            ),
+            (
+                vec![route("a/", "jsonl", "cdc = \"flat\"")],
+                "routes[0].op_column",
+                "no column `op`",
+            ),
+        ] {
+            let e = Config::parse(&with(&routes), "f.toml")
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(key) && e.contains(says), "{key}: {e}");
+        }
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Validation of a parsed `floe.toml`: every problem is reported with the file, the key and the
 //! reason, before any event is handled.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 
 use super::*;
 use crate::error::{Error, Result};
@@ -37,9 +37,12 @@ impl Config {
                     "must not be empty",
                 ));
             }
+            self.validate_cdc_route(origin, i, route)?;
         }
+        let sinks: HashSet<&str> = self.pipelines.iter().map(|p| p.sink.as_str()).collect();
         for (i, p) in self.pipelines.iter().enumerate() {
-            p.validate(self, origin, i, &names)?;
+            p.validate(self, origin, i, &names, &sinks)?;
+            p.validate_joins(origin, i, &names, &sinks)?;
             if self.pipelines[..i]
                 .iter()
                 .any(|q| q.name == p.name || q.sink == p.sink)
@@ -54,6 +57,7 @@ impl Config {
                 ));
             }
         }
+        self.validate_pipeline_graph(origin)?;
         // `!(x >= min)` also refuses NaN; infinity is refused because a Duration cannot hold it.
         let m = &self.maintain;
         for (key, hours, min, why) in [
@@ -93,6 +97,145 @@ impl Config {
             c.validate(self, origin, i)?;
         }
         self.cost.validate(origin)?;
+        Ok(())
+    }
+
+    /// Pipelines read tables (their source and joins) and write their sink; following these
+    /// edges from a sink must never lead back to it (a sink's commits would feed themselves).
+    /// The first cycle found is named, table by table, with the pipelines on it.
+    fn validate_pipeline_graph(&self, origin: &str) -> Result<()> {
+        // table → the pipelines reading it (by index).
+        let mut readers: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+        for (i, p) in self.pipelines.iter().enumerate() {
+            for input in std::iter::once(&p.source).chain(&p.joins) {
+                readers.entry(input.as_str()).or_default().push(i);
+            }
+        }
+        // Depth-first from every pipeline: the path is the pipelines followed so far.
+        fn visit(
+            cfg: &Config,
+            readers: &BTreeMap<&str, Vec<usize>>,
+            i: usize,
+            path: &mut Vec<usize>,
+            done: &mut HashSet<usize>,
+        ) -> Option<Vec<usize>> {
+            if let Some(at) = path.iter().position(|&j| j == i) {
+                return Some(path[at..].to_vec());
+            }
+            if done.contains(&i) {
+                return None;
+            }
+            path.push(i);
+            for &next in readers
+                .get(cfg.pipelines[i].sink.as_str())
+                .into_iter()
+                .flatten()
+            {
+                if let Some(cycle) = visit(cfg, readers, next, path, done) {
+                    return Some(cycle);
+                }
+            }
+            path.pop();
+            done.insert(i);
+            None
+        }
+        let mut done = HashSet::new();
+        for i in 0..self.pipelines.len() {
+            let Some(cycle) = visit(self, &readers, i, &mut Vec::new(), &mut done) else {
+                continue;
+            };
+            let first = cycle[0];
+            let pipelines: Vec<String> = cycle
+                .iter()
+                .map(|&j| format!("`{}`", self.pipelines[j].name))
+                .collect();
+            // Each pipeline writes the table the next one reads.
+            let mut tables: Vec<&str> = cycle
+                .iter()
+                .map(|&j| self.pipelines[j].sink.as_str())
+                .collect();
+            tables.push(self.pipelines[first].sink.as_str());
+            return Err(Error::config(
+                origin,
+                &format!("pipelines[{first}]"),
+                format!(
+                    "pipelines form a cycle: {} (pipelines {}); a sink's commits would feed \
+                     themselves",
+                    tables.join(" → "),
+                    pipelines.join(", ")
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// A change-record route: `debezium` reads JSON lines; `flat` names columns the table has;
+    /// every route into a table agrees on `cdc` (it shapes the table's columns).
+    fn validate_cdc_route(&self, origin: &str, i: usize, route: &RouteConfig) -> Result<()> {
+        let at = |k: &str| format!("routes[{i}].{k}");
+        if route.cdc != Some(Cdc::Flat) {
+            for (key, v) in [
+                ("op_column", &route.op_column),
+                ("ts_column", &route.ts_column),
+            ] {
+                if v.is_some() {
+                    return Err(Error::config(
+                        origin,
+                        &at(key),
+                        "only a `cdc = \"flat\"` route names its operation and time columns",
+                    ));
+                }
+            }
+        }
+        match route.cdc {
+            Some(Cdc::Debezium) if route.format != Format::Jsonl => {
+                return Err(Error::config(
+                    origin,
+                    &at("cdc"),
+                    "Debezium envelopes are read from JSON lines (`format = \"jsonl\"`)",
+                ))
+            }
+            Some(Cdc::Flat) => {
+                let table = self.table(&route.table);
+                for (key, col) in ["op_column", "ts_column"].iter().zip(route.cdc_columns()) {
+                    if !table.is_some_and(|t| t.columns.iter().any(|c| c.name == col)) {
+                        return Err(Error::config(
+                            origin,
+                            &at(key),
+                            format!(
+                                "table `{}` has no column `{col}` (a flat change record carries \
+                                 its operation and time as columns)",
+                                route.table
+                            ),
+                        ));
+                    }
+                }
+            }
+            _ => {}
+        }
+        if let Some(other) = self
+            .routes
+            .iter()
+            .find(|r| r.table == route.table && r.cdc != route.cdc)
+        {
+            let show = |c: Option<Cdc>| match c {
+                None => "no cdc".to_string(),
+                Some(Cdc::Debezium) => "cdc = \"debezium\"".to_string(),
+                Some(Cdc::Flat) => "cdc = \"flat\"".to_string(),
+            };
+            return Err(Error::config(
+                origin,
+                &at("cdc"),
+                format!(
+                    "routes into `{}` disagree: {} here, {} for prefix `{}`; one table holds one \
+                     kind of record",
+                    route.table,
+                    show(route.cdc),
+                    show(other.cdc),
+                    other.prefix
+                ),
+            ));
+        }
         Ok(())
     }
 
@@ -315,6 +458,7 @@ impl PipelineConfig {
         origin: &str,
         i: usize,
         tables: &HashSet<&str>,
+        sinks: &HashSet<&str>,
     ) -> Result<()> {
         let at = |k: &str| format!("pipelines[{i}].{k}");
         if self.lag_objective_seconds == 0 {
@@ -324,12 +468,29 @@ impl PipelineConfig {
                 "must be at least 1",
             ));
         }
-        if !tables.contains(self.source.as_str()) {
+        // A source is a configured table, or another pipeline's sink (a chained pipeline: the
+        // upstream's sink commits trigger it like ingest commits do).
+        if !tables.contains(self.source.as_str()) && !sinks.contains(self.source.as_str()) {
             return Err(Error::config(
                 origin,
                 &at("source"),
-                format!("no table named `{}`", self.source),
+                format!("no table or pipeline sink named `{}`", self.source),
             ));
+        }
+        if let Some(up) = cfg.sink_of(&self.source).filter(|u| u.name != self.name) {
+            // Only appends can be followed; a sink whose runs replace rows would stop this
+            // pipeline at its first overwrite (on_row_change), or lose the replacements.
+            if up.mode != PipelineMode::Append {
+                return Err(Error::config(
+                    origin,
+                    &at("source"),
+                    format!(
+                        "`{}` is the sink of pipeline `{}`, whose runs replace rows; a pipeline \
+                         follows appends only: read it through `joins`, or source `{}` as `{}` does",
+                        self.source, up.name, up.source, up.name
+                    ),
+                ));
+            }
         }
         if tables.contains(self.sink.as_str()) || self.sink == self.source {
             return Err(Error::config(
@@ -375,10 +536,11 @@ impl PipelineConfig {
             }
         }
         if let Some(col) = &self.time_column {
+            // An upstream sink's columns come from its SQL: known only when it runs.
             let known = cfg
                 .table(&self.source)
                 .map(|t| t.columns.iter().any(|c| &c.name == col))
-                .unwrap_or(false);
+                .unwrap_or(sinks.contains(self.source.as_str()));
             if !known {
                 return Err(Error::config(
                     origin,
@@ -395,6 +557,51 @@ impl PipelineConfig {
                     "set exactly one of `eventbridge_bus` and `sqs_queue_url`",
                 ));
             }
+        }
+        Ok(())
+    }
+}
+
+impl PipelineConfig {
+    /// `joins`: each a configured table or another pipeline's sink, named once, neither the
+    /// source nor this pipeline's own sink, and not `source` (the relation of the new rows).
+    fn validate_joins(
+        &self,
+        origin: &str,
+        i: usize,
+        tables: &HashSet<&str>,
+        sinks: &HashSet<&str>,
+    ) -> Result<()> {
+        let at = |k: &str| format!("pipelines[{i}].{k}");
+        for (j, name) in self.joins.iter().enumerate() {
+            let key = at(&format!("joins[{j}]"));
+            let reason = if name.trim().is_empty() || name == "source" {
+                Some(format!(
+                    "`{name}` cannot be joined by name (`source` is the source's relation)"
+                ))
+            } else if *name == self.source {
+                Some(format!(
+                    "`{name}` is the pipeline's source (the SQL reads it as `source`)"
+                ))
+            } else if *name == self.sink {
+                Some(format!("`{name}` is the pipeline's own sink"))
+            } else if !tables.contains(name.as_str()) && !sinks.contains(name.as_str()) {
+                Some(format!("no table or pipeline sink named `{name}`"))
+            } else if self.joins[..j].contains(name) {
+                Some(format!("`{name}` is joined twice"))
+            } else {
+                None
+            };
+            if let Some(reason) = reason {
+                return Err(Error::config(origin, &key, reason));
+            }
+        }
+        if self.max_join_bytes == 0 {
+            return Err(Error::config(
+                origin,
+                &at("max_join_bytes"),
+                "must be at least 1",
+            ));
         }
         Ok(())
     }

@@ -103,7 +103,11 @@ impl Ingestor {
     /// that cannot be read is skipped with a warning: its SQL is still planned).
     async fn consumer_sinks(&self, tctx: &TableCtx) -> HashMap<String, Schema> {
         let mut sinks = HashMap::new();
-        for p in consumers::consumers_of(&self.config, &tctx.cfg.name) {
+        let consumers = consumers::consumers_of(&self.config, &tctx.cfg.name);
+        self.planner
+            .load_joined(&self.config, self.catalog().as_ref(), &consumers)
+            .await;
+        for p in consumers {
             match consumers::sink_schema(&self.config, self.catalog().as_ref(), p).await {
                 Ok(Some(s)) => {
                     sinks.insert(p.name.clone(), s);

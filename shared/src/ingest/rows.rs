@@ -156,13 +156,19 @@ pub(super) async fn write_object(
             .map_err(|e| Error::iceberg(format!("schema of {}", tctx.ident), e))?,
     );
     let decode_schema = schema::decode_schema(&arrow_schema);
-    let required: Vec<String> = iceberg_schema
+    let mut required: Vec<String> = iceberg_schema
         .as_struct()
         .fields()
         .iter()
         .filter(|f| f.required && !f.name.starts_with('_'))
         .map(|f| f.name.clone())
         .collect();
+    // A flat change record must carry its operation and time.
+    for col in route.cdc_columns() {
+        if !required.contains(&col) {
+            required.push(col);
+        }
+    }
     let spec = DecodeSpec {
         format: route.format,
         key: uri.to_string(),
@@ -176,6 +182,7 @@ pub(super) async fn write_object(
             .map(str::to_string)
             .collect(),
         refused: refused.cloned().unwrap_or_default(),
+        debezium: route.cdc == Some(crate::config::Cdc::Debezium),
     };
     // The contract is compiled against this pass's decode schema (an evolved one may have
     // widened a checked column), counting from this object's ingestion time.

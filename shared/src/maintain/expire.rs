@@ -11,7 +11,8 @@ use super::orphans::referenced_files;
 use super::*;
 
 impl Maintainer {
-    /// Snapshot ids that consumers' checkpoints pin on `table` (see [`crate::summary`]).
+    /// Snapshot ids that consumers' checkpoints pin on `table` (see [`crate::summary`]), and the
+    /// snapshots of it that pipelines joining it recorded.
     pub async fn checkpoints(&self, table: &Table) -> Result<Vec<i64>> {
         let uuid = table.metadata().uuid().to_string();
         let mut out = Vec::new();
@@ -43,6 +44,11 @@ impl Maintainer {
             out.extend(
                 crate::summary::read_checkpoint(consumer.metadata(), &uuid).map(|c| c.snapshot_id),
             );
+            // A pipeline joining this table recorded the snapshot it read: reconcile reads it.
+            out.extend(crate::summary::joined_snapshot(
+                consumer.metadata(),
+                table.identifier().name(),
+            ));
         }
         Ok(out)
     }

@@ -145,6 +145,58 @@ pub(super) async fn scan_table(table: &Table) -> Result<Vec<RecordBatch>> {
     Ok(read_rows(table, &files).await?.1)
 }
 
+/// All rows of `table` at `snapshot`, conformed to `schema`, read batch by batch and counted in
+/// memory (Arrow bytes) on top of `held`: once the total passes `max_bytes` the read stops and
+/// `over(total)` is the error, so memory stays bounded by the limit plus one batch. Returns the
+/// rows and the new total.
+pub(super) async fn scan_bounded(
+    table: &Table,
+    snapshot: i64,
+    schema: &SchemaRef,
+    held: u64,
+    max_bytes: u64,
+    over: impl Fn(u64) -> Error,
+) -> Result<(Vec<RecordBatch>, u64)> {
+    let failed = |e| Error::iceberg(format!("scanning {}", table.identifier()), e);
+    let tasks: Vec<FileScanTask> = table
+        .scan()
+        .select_all()
+        .snapshot_id(snapshot)
+        .build()
+        .map_err(failed)?
+        .plan_files()
+        .await
+        .map_err(failed)?
+        .try_collect()
+        .await
+        .map_err(|e| failed(e).with_retryable(true))?;
+    if tasks.is_empty() {
+        return Ok((Vec::new(), held));
+    }
+    let stream = futures::stream::iter(tasks.into_iter().map(Ok));
+    let result = table
+        .reader_builder()
+        .with_batch_size(8192)
+        .with_metadata_size_hint(FOOTER_HINT)
+        .build()
+        .read(Box::pin(stream))
+        .map_err(|e| Error::iceberg(format!("reading {}", table.identifier()), e))?;
+    let mut batches = result.stream();
+    let mut total = held;
+    let mut out = Vec::new();
+    while let Some(b) = batches.try_next().await.map_err(|e| {
+        Error::iceberg(format!("reading {}", table.identifier()), e).with_retryable(true)
+    })? {
+        let b = transform::conform(&b, schema)?;
+        total = total.saturating_add(b.get_array_memory_size() as u64);
+        if total > max_bytes {
+            return Err(over(total));
+        }
+        out.push(b);
+    }
+    Ok((out, total))
+}
+
 /// Rows of `table` at `snapshot` (default: current) matching `filter`, conformed to `schema`,
 /// with what the read cost. iceberg plans the files: manifests whose partition summaries
 /// cannot match are skipped, then data files by partition value and by column min/max; its

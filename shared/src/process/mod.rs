@@ -23,10 +23,12 @@
 //! One file per concern: `processor` (a run, start to commit), [`plan`] (the delta after a
 //! checkpoint), [`transform`] (the SQL), `input` (reading source rows in bounded chunks),
 //! `windows` (aggregate windows), `output` (sink files), `alerts`, `reconcile` (refresh and
-//! reconcile: the batch speed) and `trigger` (which pipelines an event concerns).
+//! reconcile: the batch speed), `trigger` (which pipelines an event concerns) and `joins`
+//! (the tables the SQL joins by name, at recorded snapshots).
 
 mod alerts;
 mod input;
+mod joins;
 mod output;
 pub mod plan;
 mod processor;

@@ -12,6 +12,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::alerts::Alerts;
+use super::joins::Joined;
 use super::output::Output;
 use super::plan::{self, RowChangePolicy};
 use super::transform::{self, WINDOW_START};
@@ -113,6 +114,9 @@ pub struct Processor {
     pub(super) config: Arc<Config>,
     pub(super) committer: Committer,
     pub(super) alerts: Alerts,
+    /// Where sink commits are announced (`floe.commit`, as ingest's), so that a pipeline whose
+    /// source is this sink runs next; None without `events.bus`.
+    pub(super) notifier: Option<crate::notify::Notifier>,
     /// Source schema id each pipeline's SQL was last checked against.
     checked: std::sync::Mutex<HashMap<String, i32>>,
 }
@@ -136,6 +140,7 @@ impl Processor {
         let swap = crate::catalog::pointer_swap(&config).await?;
         let committer = Committer::new(catalog, swap).with_requests(requests);
         let mut me = Self::with_parts(config, committer);
+        me.notifier = crate::notify::Notifier::from_config(&me.config).await;
         for p in &me.config.pipelines {
             let Some(a) = &p.alert else { continue };
             let sdk = crate::store::sdk_config(&me.config.storage, a.endpoint.as_deref()).await;
@@ -149,12 +154,14 @@ impl Processor {
         Ok(me)
     }
 
-    /// From explicit parts (no alert clients: alerts fail until [`Processor::new`] builds them).
+    /// From explicit parts (no alert clients: alerts fail until [`Processor::new`] builds them;
+    /// no commit events).
     pub fn with_parts(config: Config, committer: Committer) -> Self {
         Self {
             config: Arc::new(config),
             committer,
             alerts: Alerts::default(),
+            notifier: None,
             checked: Default::default(),
         }
     }
@@ -246,15 +253,25 @@ impl Processor {
         (reports, errors)
     }
 
-    /// Whether the pipeline's source table exists (a poll may come before the first ingest).
+    /// Whether the pipeline's source table (and every table it joins) exists (a poll may come
+    /// before the first ingest).
     async fn source_exists(&self, name: &str) -> Result<bool> {
         let p = self.pipeline(name)?;
-        let ident = catalog::table_ident(&self.config, &p.source)?;
-        self.committer
-            .catalog()
-            .table_exists(&ident)
-            .await
-            .map_err(|e| Error::iceberg(format!("checking source {ident}"), e).with_retryable(true))
+        for table in std::iter::once(&p.source).chain(&p.joins) {
+            let ident = catalog::table_ident(&self.config, table)?;
+            let exists = self
+                .committer
+                .catalog()
+                .table_exists(&ident)
+                .await
+                .map_err(|e| {
+                    Error::iceberg(format!("checking input {ident}"), e).with_retryable(true)
+                })?;
+            if !exists {
+                return Ok(false);
+            }
+        }
+        Ok(true)
     }
 
     /// Processes everything the pipeline has not seen yet, committing output and checkpoint in
@@ -271,6 +288,7 @@ impl Processor {
                     report.replans = replans;
                     report.seconds = started.elapsed().as_secs_f64();
                     report.usage = Some(meter.usage());
+                    self.announce(p, &report).await;
                     return Ok(report);
                 }
                 None if replans + 1 < MAX_ROUNDS && Instant::now() < deadline => replans += 1,
@@ -317,8 +335,9 @@ impl Processor {
             return Ok(());
         }
         let (schema, _) = self.batch_input(p, source, None, true).await?;
+        let joined = self.joined(p, false).await?;
         let context = format!("pipeline `{}` over `{}` (schema id {id})", p.name, p.source);
-        transform::run_sql(&p.sql, schema, Vec::new(), &context).await?;
+        transform::run_sql_joined(&p.sql, schema, Vec::new(), &joined.relations, &context).await?;
         if let Ok(mut c) = self.checked.lock() {
             c.insert(p.name.clone(), id);
         }
@@ -367,15 +386,17 @@ impl Processor {
                 spec_id: f.spec_id,
             })
             .collect();
+        // The joined tables at their current snapshots, recorded with the output.
+        let joined = self.joined(p, true).await?;
         let writer_id = format!("process-{}", uuid::Uuid::now_v7());
         let mut out = Output::new(&pos.sink, &writer_id)?;
         let removed = match p.mode {
             PipelineMode::Append => {
-                self.append_rows(p, &pos, &files, &mut out).await?;
+                self.append_rows(p, &pos, &files, &joined, &mut out).await?;
                 Vec::new()
             }
             PipelineMode::Aggregate => {
-                self.replace_windows(p, &pos, &files, to, &mut out, &mut report)
+                self.replace_windows(p, &pos, &files, to, &joined, &mut out, &mut report)
                     .await?
             }
         };
@@ -384,7 +405,8 @@ impl Processor {
         if let Some(alert) = &p.alert {
             report.alerts = self.send_alerts(p, alert, &pos.sink, &added).await?;
         }
-        let change = sink_change(p, &pos, to, &report, added, removed, schema);
+        let mut change = sink_change(p, &pos, to, &report, added, removed, schema);
+        change.properties.extend(joined.properties());
         self.commit_with_checkpoint(p, &pos, to, change, report, deadline, meter)
             .await
     }
@@ -434,12 +456,15 @@ impl Processor {
         p: &PipelineConfig,
         pos: &Position,
         files: &[LiveFile],
+        joined: &Joined,
         out: &mut Output,
     ) -> Result<()> {
         let context = format!("pipeline `{}` over `{}`", p.name, p.source);
         for chunk in input::chunks(files) {
             let (schema, rows) = input::read_rows(&pos.source, chunk).await?;
-            let (_, batches) = transform::run_sql(&p.sql, schema, rows, &context).await?;
+            let (_, batches) =
+                transform::run_sql_joined(&p.sql, schema, rows, &joined.relations, &context)
+                    .await?;
             out.write(batches).await?;
         }
         Ok(())
@@ -448,12 +473,14 @@ impl Processor {
     /// Aggregate mode: finds the windows the new rows touch, recomputes them from the source at
     /// `to`, and writes them with the sink's other rows of the files they replace. Returns the
     /// sink files to remove.
+    #[allow(clippy::too_many_arguments)]
     async fn replace_windows(
         &self,
         p: &PipelineConfig,
         pos: &Position,
         files: &[LiveFile],
         to: i64,
+        joined: &Joined,
         out: &mut Output,
         report: &mut RunReport,
     ) -> Result<Vec<String>> {
@@ -470,7 +497,9 @@ impl Processor {
         report.rows_recomputed = recomputed.iter().map(|b| b.num_rows() as u64).sum();
         (report.recompute_files_read, report.recompute_bytes_read) = (cost.files, cost.bytes);
         let context = format!("pipeline `{}` over `{}`", p.name, p.source);
-        let (_, batches) = transform::run_sql(&p.sql, schema, recomputed, &context).await?;
+        let (_, batches) =
+            transform::run_sql_joined(&p.sql, schema, recomputed, &joined.relations, &context)
+                .await?;
         windows::require_window_column(&batches, p)?;
         let sink = windows::sink_rows_outside(&pos.sink, &touched).await?;
         report.files_replaced = sink.paths.len();
@@ -546,8 +575,11 @@ impl Processor {
             })?;
         if !exists {
             let (schema, _) = self.batch_input(p, source, None, true).await?;
+            let joined = self.joined(p, false).await?;
             let context = format!("pipeline `{}` over `{}`", p.name, p.source);
-            let (out, _) = transform::run_sql(&p.sql, schema, Vec::new(), &context).await?;
+            let (out, _) =
+                transform::run_sql_joined(&p.sql, schema, Vec::new(), &joined.relations, &context)
+                    .await?;
             if p.mode == PipelineMode::Aggregate && out.column_with_name(WINDOW_START).is_none() {
                 return Err(windows::window_missing(p));
             }

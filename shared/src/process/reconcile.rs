@@ -10,6 +10,7 @@ use arrow_schema::SchemaRef;
 use iceberg::table::Table;
 use serde::Serialize;
 
+use super::joins::Joined;
 use super::output::Output;
 use super::processor::MAX_ROUNDS;
 use super::{input, transform, windows, Processor, RunReport};
@@ -76,20 +77,23 @@ impl Processor {
         Ok((with_w.schema(), out))
     }
 
-    /// The batch result: the pipeline's SQL over the whole source at `snapshot`.
+    /// The batch result: the pipeline's SQL over the whole source at `snapshot`, with the
+    /// `joined` tables.
     async fn batch_output(
         &self,
         p: &PipelineConfig,
         source: &Table,
         snapshot: Option<i64>,
+        joined: &Joined,
     ) -> Result<(SchemaRef, Vec<RecordBatch>)> {
         let context = format!("pipeline `{}` over `{}` (batch)", p.name, p.source);
+        let joined = &joined.relations;
         if snapshot.is_none() && source.metadata().current_snapshot_id().is_none() {
             let (schema, _) = self.batch_input(p, source, None, true).await?;
-            return transform::run_sql(&p.sql, schema, Vec::new(), &context).await;
+            return transform::run_sql_joined(&p.sql, schema, Vec::new(), joined, &context).await;
         }
         let (schema, rows) = self.batch_input(p, source, snapshot, false).await?;
-        transform::run_sql(&p.sql, schema, rows, &context).await
+        transform::run_sql_joined(&p.sql, schema, rows, joined, &context).await
     }
 
     /// Batch / backfill: runs the SQL over the whole source table and replaces the sink's content
@@ -103,7 +107,9 @@ impl Processor {
         loop {
             let pos = self.position(p).await?;
             let to = pos.source.metadata().current_snapshot_id();
-            let (_, batches) = self.batch_output(p, &pos.source, to).await?;
+            // A refresh joins the tables as they are now (and records that).
+            let joined = self.joined(p, true).await?;
+            let (_, batches) = self.batch_output(p, &pos.source, to, &joined).await?;
             if p.mode == PipelineMode::Aggregate {
                 windows::require_window_column(&batches, p)?;
             }
@@ -126,6 +132,7 @@ impl Processor {
             }
             props.insert(summary::PIPELINE.into(), p.name.clone());
             props.insert(summary::OPERATION.into(), "refresh".into());
+            props.extend(joined.properties());
             let report = RunReport {
                 pipeline: p.name.clone(),
                 from_snapshot: pos.checkpoint.as_ref().map(|c| c.snapshot_id),
@@ -158,12 +165,14 @@ impl Processor {
                 .await;
             match result {
                 Ok(Outcome::Committed { snapshot_id, .. }) => {
-                    return Ok(RunReport {
+                    let report = RunReport {
                         sink_snapshot: snapshot_id,
                         seconds: started.elapsed().as_secs_f64(),
                         usage: Some(meter.usage()),
                         ..report
-                    })
+                    };
+                    self.announce(p, &report).await;
+                    return Ok(report);
                 }
                 Ok(Outcome::Skipped(_)) => {}
                 Err(e) if e.kind() == ErrorKind::Stale => {}
@@ -187,12 +196,21 @@ impl Processor {
         let p = self.pipeline(name)?;
         let pos = self.position(p).await?;
         let at = pos.checkpoint.as_ref().map(|c| c.snapshot_id);
-        let (schema, batch) = match at {
-            Some(id) => self.batch_output(p, &pos.source, Some(id)).await?,
+        let (schema, batch) = match &pos.checkpoint {
+            Some(cp) => {
+                // The joined tables as the run that made the checkpoint read them.
+                let joined = self
+                    .joined_as_recorded(p, &pos.sink, cp.sink_snapshot_id)
+                    .await?;
+                self.batch_output(p, &pos.source, Some(cp.snapshot_id), &joined)
+                    .await?
+            }
             None => {
                 let (s, _) = self.batch_input(p, &pos.source, None, true).await?;
+                let joined = self.joined(p, false).await?;
                 let context = format!("pipeline `{}`", p.name);
-                transform::run_sql(&p.sql, s, Vec::new(), &context).await?
+                transform::run_sql_joined(&p.sql, s, Vec::new(), &joined.relations, &context)
+                    .await?
             }
         };
         let sink_rows = input::scan_table(&pos.sink).await?;

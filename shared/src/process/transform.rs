@@ -135,26 +135,49 @@ pub(crate) fn window_starts(batch: &RecordBatch) -> Vec<i64> {
         .unwrap_or_default()
 }
 
+/// A table the SQL reads by its name beside `source`: a pipeline's joined table (`joins`), as
+/// read at one snapshot (or only its schema, to plan).
+#[derive(Debug, Clone)]
+pub(crate) struct Relation {
+    /// The name the SQL uses (the table's name).
+    pub(crate) name: String,
+    /// Its columns (the table's current schema, without field ids).
+    pub(crate) schema: SchemaRef,
+    /// Its rows (empty to plan).
+    pub(crate) batches: Vec<RecordBatch>,
+}
+
 /// Runs `sql` over `source` (the given schema and batches) and returns the normalised output.
 /// `context` names the pipeline and source in errors; a SQL that no longer fits the source's
-/// schema is an error of kind `Transform` naming the field.
+/// schema is an error of kind `Transform` naming the field. (Without joined tables: a
+/// pipeline's runs use [`run_sql_joined`].)
+#[allow(dead_code)]
 pub(crate) async fn run_sql(
     sql: &str,
     schema: SchemaRef,
     batches: Vec<RecordBatch>,
     context: &str,
 ) -> Result<(SchemaRef, Vec<RecordBatch>)> {
-    let ctx = session(SessionConfig::new(), schema.clone(), batches)
+    run_sql_joined(sql, schema, batches, &[], context).await
+}
+
+/// [`run_sql`] with the `joined` relations registered beside `source` under their names.
+pub(crate) async fn run_sql_joined(
+    sql: &str,
+    schema: SchemaRef,
+    batches: Vec<RecordBatch>,
+    joined: &[Relation],
+    context: &str,
+) -> Result<(SchemaRef, Vec<RecordBatch>)> {
+    let ctx = session(SessionConfig::new(), schema.clone(), batches, joined)
         .map_err(|e| Error::new(ErrorKind::Internal, format!("{context}: {e}")))?;
+    let failed = |e| sql_error(context, &schema, joined, e);
     let df = ctx
         .sql_with_options(sql, query_only())
         .await
-        .map_err(|e| sql_error(context, &schema, e))?;
+        .map_err(failed)?;
     let out_schema = normalised(df.schema().as_arrow(), context)?;
-    let batches = df
-        .collect()
-        .await
-        .map_err(|e| sql_error(context, &schema, e))?;
+    let batches = df.collect().await.map_err(failed)?;
     let mut out = Vec::with_capacity(batches.len());
     for b in batches {
         if b.num_rows() > 0 {
@@ -164,15 +187,24 @@ pub(crate) async fn run_sql(
     Ok((out_schema, out))
 }
 
-/// A session with `source` registered over `batches` (2 partitions: the Lambda's two cores).
+/// A session with `source` registered over `batches` and each of `joined` under its name
+/// (2 partitions: the Lambda's two cores).
 fn session(
     config: SessionConfig,
     schema: SchemaRef,
     batches: Vec<RecordBatch>,
+    joined: &[Relation],
 ) -> datafusion::error::Result<SessionContext> {
     let ctx = SessionContext::new_with_config(config.with_target_partitions(2));
     let table = MemTable::try_new(schema, vec![batches])?;
     ctx.register_table("source", Arc::new(table))?;
+    for r in joined {
+        let table = MemTable::try_new(r.schema.clone(), vec![r.batches.clone()])?;
+        ctx.register_table(
+            datafusion::sql::TableReference::bare(r.name.as_str()),
+            Arc::new(table),
+        )?;
+    }
     Ok(ctx)
 }
 
@@ -202,6 +234,7 @@ pub(crate) struct PlanFailure {
 pub(crate) async fn plan_output(
     sql: &str,
     schema: SchemaRef,
+    joined: &[Relation],
 ) -> std::result::Result<SchemaRef, PlanFailure> {
     let failure = |e: datafusion::error::DataFusionError| {
         let span = e
@@ -217,7 +250,7 @@ pub(crate) async fn plan_output(
     };
     let mut config = SessionConfig::new();
     config.options_mut().sql_parser.collect_spans = true;
-    let ctx = session(config, schema, Vec::new()).map_err(failure)?;
+    let ctx = session(config, schema, Vec::new(), joined).map_err(failure)?;
     let df = ctx
         .sql_with_options(sql, query_only())
         .await
@@ -263,16 +296,30 @@ fn missing_field(text: &str) -> Option<String> {
         .filter(|f| !f.is_empty())
 }
 
-fn sql_error(context: &str, schema: &ArrowSchema, e: datafusion::error::DataFusionError) -> Error {
+fn sql_error(
+    context: &str,
+    schema: &ArrowSchema,
+    joined: &[Relation],
+    e: datafusion::error::DataFusionError,
+) -> Error {
     let text = e.to_string();
     let field = missing_field(&text);
     let message = match field {
         Some(field) => {
             let known: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+            let mut has = format!("it has: {}", known.join(", "));
+            for r in joined {
+                let cols: Vec<&str> = r
+                    .schema
+                    .fields()
+                    .iter()
+                    .map(|f| f.name().as_str())
+                    .collect();
+                has.push_str(&format!("; joined `{}` has: {}", r.name, cols.join(", ")));
+            }
             format!(
                 "{context}: the SQL reads field `{field}`, which the source schema no longer has \
-                 (it has: {}); fix the SQL or the source, then `floe process refresh`",
-                known.join(", ")
+                 ({has}); fix the SQL or the source, then `floe process refresh`"
             )
         }
         None => format!("{context}: the SQL failed: {text}"),

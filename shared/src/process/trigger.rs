@@ -1,12 +1,39 @@
 //! Which pipelines a trigger concerns: floe commit events, Glue table changes and S3 metadata
-//! notifications name their tables; schedules and manual calls wake every pipeline.
+//! notifications name their tables; schedules and manual calls wake every pipeline. And the
+//! other side: a sink commit is announced with the same `floe.commit` event ingest sends, so a
+//! pipeline whose source is that sink (a chain) is woken like one over an ingest table.
 
-use serde_json::Value;
+use serde_json::{json, Value};
 
-use super::Processor;
+use super::{Processor, RunReport};
+use crate::config::PipelineConfig;
 use crate::event::{classify_trigger, metadata_key_table, Trigger};
 
+/// The `detail` of the commit event of a sink snapshot: the sink as `table` (what
+/// [`Processor::pipelines_for`] routes by), the snapshot, and what the run read and wrote.
+pub(super) fn sink_commit_detail(p: &PipelineConfig, report: &RunReport) -> Value {
+    json!({
+        "table": p.sink,
+        "snapshot_id": report.sink_snapshot,
+        "pipeline": p.name,
+        "source_table": p.source,
+        "source_snapshot_id": report.to_snapshot,
+        "rows_in": report.rows_in,
+        "rows_out": report.rows_out,
+        "refresh": report.refresh,
+    })
+}
+
 impl Processor {
+    /// Announces a run's sink commit on the bus (best effort, as ingest does: a lost event only
+    /// delays the downstream pipelines until the next event or the poll). Nothing for a run
+    /// that committed nothing, or without `events.bus`.
+    pub(super) async fn announce(&self, p: &PipelineConfig, report: &RunReport) {
+        if let (Some(n), Some(_)) = (&self.notifier, report.sink_snapshot) {
+            n.commit(&sink_commit_detail(p, report)).await;
+        }
+    }
+
     /// The pipelines a trigger concerns: those reading the tables it names; all for a schedule
     /// or a manual call. Notifications only wake pipelines: the work comes from the checkpoints.
     pub fn pipelines_for(&self, payload: &Value) -> Vec<String> {
