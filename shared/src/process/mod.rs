@@ -22,8 +22,9 @@
 //!
 //! One file per concern: `processor` (a run, start to commit), [`plan`] (the delta after a
 //! checkpoint), [`transform`] (the SQL), `input` (reading source rows in bounded chunks),
-//! `windows` (aggregate windows), `output` (sink files), `alerts`, `reconcile` (refresh and
-//! reconcile: the batch speed) and `trigger` (which pipelines an event concerns).
+//! `windows` (aggregate windows), `output` (sink files), `alerts`, `reconcile` (the batch result
+//! and reconcile), `refresh` (rebuilding a sink from the batch result) and `trigger` (which
+//! pipelines an event concerns).
 
 mod alerts;
 mod input;
@@ -31,6 +32,7 @@ mod output;
 pub mod plan;
 mod processor;
 mod reconcile;
+mod refresh;
 pub(crate) mod transform;
 mod trigger;
 mod windows;
