@@ -73,6 +73,7 @@ impl Config {
             c.validate(self, origin, i)?;
         }
         self.cost.validate(origin)?;
+        self.process.validate(origin)?;
         Ok(())
     }
 

@@ -43,6 +43,12 @@ impl Maintainer {
             out.extend(
                 crate::summary::read_checkpoint(consumer.metadata(), &uuid).map(|c| c.snapshot_id),
             );
+            // A refresh in progress reads its target snapshot until its last chunk.
+            out.extend(
+                crate::summary::read_refresh(consumer.metadata(), &uuid)
+                    .filter(|r| r.source == uuid)
+                    .map(|r| r.target),
+            );
         }
         Ok(out)
     }

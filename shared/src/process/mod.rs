@@ -40,3 +40,4 @@ mod windows;
 pub use plan::{plan, start_after, Delta, NewFile, RowChangePolicy};
 pub use processor::{Processor, RunReport};
 pub use reconcile::Reconciliation;
+pub use refresh::RefreshProgress;

@@ -91,6 +91,7 @@ impl Processor {
     pub async fn reconcile(&self, name: &str) -> Result<Reconciliation> {
         let p = self.pipeline(name)?;
         let pos = self.position(p).await?;
+        super::refresh::refuse_during_refresh(p, &pos)?;
         let at = pos.checkpoint.as_ref().map(|c| c.snapshot_id);
         let (schema, batch) = match at {
             Some(id) => self.batch_output(p, &pos.source, Some(id)).await?,
