@@ -65,8 +65,9 @@ pub(crate) async fn live_files_at(
         .load()
         .await
         .map_err(|e| Error::iceberg("reading a manifest list", e).with_retryable(true))?;
+    let manifests: Vec<iceberg::spec::ManifestFile> = list.consume_entries().into_iter().collect();
     let mut out = Vec::new();
-    for mf in list.consume_entries() {
+    for mf in manifests {
         if mf.content != ManifestContentType::Data {
             continue;
         }

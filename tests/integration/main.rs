@@ -23,6 +23,7 @@ mod matrix;
 mod planning;
 mod process;
 mod quality;
+mod refresh;
 mod replay;
 mod rest;
 mod second_pipeline;
