@@ -297,6 +297,7 @@ impl Processor {
                 let late = Instant::now() + slowest + slowest / 4 >= deadline;
                 if capped || late {
                     progress.remaining = after + 1;
+                    tracing::info!(pipeline = %p.name, refresh = %refresh.id, chunks = progress.chunks, remaining = progress.remaining, "refresh stops here; the next call continues from its position");
                     break;
                 }
             }
