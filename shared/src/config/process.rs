@@ -37,3 +37,23 @@ impl ProcessConfig {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_chunk_budget_defaults_parses_and_is_at_least_one_row() {
+        assert_eq!(ProcessConfig::default().refresh_chunk_rows, 1_000_000);
+        let c: ProcessConfig = toml::from_str("refresh_chunk_rows = 5000").unwrap();
+        assert_eq!(c.refresh_chunk_rows, 5000);
+        assert!(toml::from_str::<ProcessConfig>("chunk_rows = 1").is_err());
+        let e = ProcessConfig {
+            refresh_chunk_rows: 0,
+        }
+        .validate("f.toml")
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("process.refresh_chunk_rows"), "{e}");
+    }
+}
