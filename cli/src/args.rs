@@ -572,7 +572,9 @@ pub enum ProcessAction {
     /// Batch / backfill: the whole source table → sink.
     ///
     /// Recomputes the sink from the whole source table and replaces its rows; the recovery for a
-    /// changed SQL, an expired checkpoint or a source overwrite/delete.
+    /// changed SQL, an expired checkpoint or a source overwrite/delete. Works in chunks of at
+    /// most `[process] refresh_chunk_rows` source rows, one sink commit each, and continues a
+    /// refresh in progress (left by an earlier call or the process Lambda) until it is done.
     Refresh(ProcessOpts),
     /// Batch vs sink check (exit 1 on any difference).
     ///

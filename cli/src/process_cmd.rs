@@ -24,15 +24,24 @@ pub async fn run(action: &ProcessAction) -> Result<bool> {
     let deadline = Instant::now() + Duration::from_secs(900);
     let bar = progress::bar(names.len() as u64, format!("process {verb}"));
     match action {
-        ProcessAction::Run(_) | ProcessAction::Refresh(_) => {
+        ProcessAction::Refresh(_) => {
+            bar.finish_and_clear();
+            let mut reports = Vec::new();
+            for name in &names {
+                reports.push(refresh_to_the_end(&processor, name).await?);
+            }
+            if opts.json {
+                println!("{}", serde_json::to_string_pretty(&reports)?);
+            } else {
+                print_runs(&reports);
+            }
+            Ok(true)
+        }
+        ProcessAction::Run(_) => {
             let mut reports = Vec::new();
             for name in &names {
                 bar.set_message(format!("{verb} {name}"));
-                let r = if matches!(action, ProcessAction::Run(_)) {
-                    processor.run(name, deadline).await?
-                } else {
-                    processor.refresh(name, deadline).await?
-                };
+                let r = processor.run(name, deadline).await?;
                 reports.push(r);
                 bar.inc(1);
             }
@@ -62,6 +71,61 @@ pub async fn run(action: &ProcessAction) -> Result<bool> {
     }
 }
 
+/// A refresh chunk by chunk until it is finished (a refresh the process Lambda left in
+/// progress is continued), a bar of chunks on stderr; one report for the whole refresh.
+async fn refresh_to_the_end(processor: &Processor, name: &str) -> Result<RunReport> {
+    let bar = progress::bar(1, format!("refresh {name}"));
+    let mut total: Option<RunReport> = None;
+    loop {
+        // Each chunk has the whole commit window of a Lambda invocation.
+        let r = processor
+            .refresh_chunk(name, Instant::now() + Duration::from_secs(900))
+            .await?;
+        let done = r.refresh_progress.as_ref().is_none_or(|g| g.done);
+        if let Some(g) = &r.refresh_progress {
+            bar.set_length(g.chunks_done + g.remaining);
+            bar.set_position(g.chunks_done);
+            if let Some(why) = &g.restarted {
+                progress::note(format!("{name}: {why}"));
+            }
+        }
+        total = Some(match total {
+            None => r,
+            Some(t) => merged(t, r),
+        });
+        if done {
+            break;
+        }
+    }
+    bar.finish_and_clear();
+    total.ok_or_else(|| anyhow::anyhow!("refresh of {name}: no chunk ran"))
+}
+
+/// Two calls of one refresh as one report: counts summed, the later call's position.
+fn merged(a: RunReport, b: RunReport) -> RunReport {
+    let progress = match (a.refresh_progress, b.refresh_progress) {
+        (Some(a), Some(b)) => Some(floe::process::RefreshProgress {
+            chunks: a.chunks + b.chunks,
+            max_chunk_rows: a.max_chunk_rows.max(b.max_chunk_rows),
+            restarted: b.restarted.or(a.restarted),
+            ..b
+        }),
+        (a, b) => b.or(a),
+    };
+    RunReport {
+        from_snapshot: a.from_snapshot,
+        rows_out: a.rows_out + b.rows_out,
+        rows_recomputed: a.rows_recomputed + b.rows_recomputed,
+        files: a.files + b.files,
+        files_replaced: a.files_replaced + b.files_replaced,
+        recompute_bytes_read: a.recompute_bytes_read + b.recompute_bytes_read,
+        replans: a.replans + b.replans,
+        seconds: a.seconds + b.seconds,
+        refresh_progress: progress,
+        ..b
+    }
+}
+
 /// Prints pipeline runs as a table.
 pub fn print_runs(reports: &[RunReport]) {
     println!(
@@ -75,7 +139,9 @@ pub fn print_runs(reports: &[RunReport]) {
             r.to_snapshot
                 .map(|s| s.to_string())
                 .unwrap_or_else(|| "-".into()),
-            if r.refresh {
+            if let Some(g) = &r.refresh_progress {
+                format!("refresh {}/{}", g.chunks_done, g.chunks_done + g.remaining)
+            } else if r.refresh {
                 "refresh".to_string()
             } else {
                 r.source_snapshots.to_string()

@@ -52,6 +52,39 @@ pub(crate) async fn live_files_added_by(table: &Table) -> Result<Vec<(LiveFile, 
     Ok(out)
 }
 
+/// Live data files of snapshot `snapshot_id` (None when the table no longer has it: expired).
+pub(crate) async fn live_files_at(
+    table: &Table,
+    snapshot_id: i64,
+) -> Result<Option<Vec<LiveFile>>> {
+    let Some(snap) = table.metadata().snapshot_by_id(snapshot_id) else {
+        return Ok(None);
+    };
+    let list = table
+        .manifest_list_reader(snap)
+        .load()
+        .await
+        .map_err(|e| Error::iceberg("reading a manifest list", e).with_retryable(true))?;
+    let manifests: Vec<iceberg::spec::ManifestFile> = list.consume_entries().into_iter().collect();
+    let mut out = Vec::new();
+    for mf in manifests {
+        if mf.content != ManifestContentType::Data {
+            continue;
+        }
+        let m = mf
+            .load_manifest(table.file_io())
+            .await
+            .map_err(|e| Error::iceberg("reading a manifest", e).with_retryable(true))?;
+        for e in m.entries().iter().filter(|e| e.is_alive()) {
+            out.push(LiveFile {
+                file: e.data_file().clone(),
+                spec_id: mf.partition_spec_id,
+            });
+        }
+    }
+    Ok(Some(out))
+}
+
 /// Scan tasks reading `files` with `table`'s current schema (older files: new columns null).
 pub fn scan_tasks(table: &Table, files: &[LiveFile]) -> Vec<FileScanTask> {
     let ids: Vec<i32> = table

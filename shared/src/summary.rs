@@ -338,15 +338,23 @@ pub fn checkpoint_properties(
 /// them) into `props` unless `props` sets its own: a snapshot that records no position of its
 /// own (compaction, a manifest rewrite) must not make the newest snapshot lose a consumer's
 /// position, nor the snapshots its output was joined with.
+///
+/// A refresh in progress ([`RefreshPosition`]) is carried the same way, unless `props` sets a
+/// position of its own (the refresh's next chunk) or a checkpoint (the refresh's last chunk,
+/// which ends the refresh: its position is cleared by not being carried).
 pub(crate) fn carry_checkpoint(props: &mut HashMap<String, String>, parent: Option<&Summary>) {
     let own = props.keys().any(|k| k.starts_with(CHECKPOINT_PREFIX));
+    let own_refresh = own || props.keys().any(|k| k.starts_with(REFRESH_PREFIX));
+    // A refresh's chunk records the joined snapshots it read without a checkpoint of its own.
+    let own_joins = props.keys().any(|k| k.starts_with(JOIN_PREFIX));
     let Some(parent) = parent.filter(|_| !own) else {
         return;
     };
     for (k, v) in &parent.additional_properties {
         if k.starts_with(CHECKPOINT_PREFIX)
             || k.starts_with(TRANSFORM_PREFIX)
-            || k.starts_with(JOIN_PREFIX)
+            || (!own_joins && k.starts_with(JOIN_PREFIX))
+            || (!own_refresh && k.starts_with(REFRESH_PREFIX))
         {
             props.insert(k.clone(), v.clone());
         }
@@ -360,6 +368,98 @@ pub(crate) fn joined_snapshot(sink: &TableMetadata, table: &str) -> Option<i64> 
     while let Some(s) = cur {
         if let Some(at) = read_joins(s.summary()).get(table) {
             return *at;
+        }
+        cur = s.parent_snapshot_id().and_then(|p| sink.snapshot_by_id(p));
+    }
+    None
+}
+
+/// Prefix of a refresh's position keys (`floe.refresh.*`).
+pub const REFRESH_PREFIX: &str = "floe.refresh.";
+/// The refresh in progress (an id, the same on each of its chunk commits).
+pub const REFRESH_ID: &str = "floe.refresh.id";
+/// The uuid of the source table the refresh reads.
+pub const REFRESH_SOURCE: &str = "floe.refresh.source";
+/// The source snapshot the refresh recomputes the sink at (its checkpoint once it finishes).
+pub const REFRESH_TARGET: &str = "floe.refresh.target";
+/// The transform version the refresh writes.
+pub const REFRESH_TRANSFORM: &str = "floe.refresh.transform";
+/// Where the next chunk starts: the first window start (µs) not yet replaced (aggregate mode),
+/// or the index of the first source data file, in path order, not yet read (append mode).
+pub const REFRESH_NEXT: &str = "floe.refresh.next";
+/// Chunks of the refresh committed so far (this one included). The last chunk records this
+/// and [`REFRESH_ID`] but no [`REFRESH_TARGET`]: the refresh is over.
+pub const REFRESH_CHUNKS: &str = "floe.refresh.chunks";
+
+/// A refresh that has committed some of its chunks and not yet its last: recorded in the sink's
+/// snapshot summary with each chunk, carried like the checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RefreshPosition {
+    /// The refresh's id.
+    pub id: String,
+    /// The source table's uuid.
+    pub source: String,
+    /// The source snapshot it recomputes at.
+    pub target: i64,
+    /// The transform version it writes.
+    pub transform: String,
+    /// Where its next chunk starts (see [`REFRESH_NEXT`]).
+    pub next: i64,
+    /// Chunks committed so far.
+    pub chunks: u64,
+}
+
+impl RefreshPosition {
+    /// The snapshot-summary properties recording this position.
+    pub fn properties(&self) -> Vec<(String, String)> {
+        vec![
+            (REFRESH_ID.to_string(), self.id.clone()),
+            (REFRESH_SOURCE.to_string(), self.source.clone()),
+            (REFRESH_TARGET.to_string(), self.target.to_string()),
+            (REFRESH_TRANSFORM.to_string(), self.transform.clone()),
+            (REFRESH_NEXT.to_string(), self.next.to_string()),
+            (REFRESH_CHUNKS.to_string(), self.chunks.to_string()),
+        ]
+    }
+
+    /// The properties of a refresh's last chunk (beside the checkpoint it writes): its id and
+    /// chunk count, no position — so the position it replaces is not carried.
+    pub fn finished_properties(id: &str, chunks: u64) -> Vec<(String, String)> {
+        vec![
+            (REFRESH_ID.to_string(), id.to_string()),
+            (REFRESH_CHUNKS.to_string(), chunks.to_string()),
+        ]
+    }
+
+    fn read(summary: &Summary) -> Option<Self> {
+        let p = &summary.additional_properties;
+        Some(Self {
+            id: p.get(REFRESH_ID)?.clone(),
+            source: p.get(REFRESH_SOURCE)?.clone(),
+            target: p.get(REFRESH_TARGET)?.parse().ok()?,
+            transform: p.get(REFRESH_TRANSFORM)?.clone(),
+            next: p.get(REFRESH_NEXT)?.parse().ok()?,
+            chunks: p
+                .get(REFRESH_CHUNKS)
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0),
+        })
+    }
+}
+
+/// The refresh in progress on a sink reading `source_uuid`, if any: read from the newest sink
+/// snapshot that records a checkpoint on that source or any `floe.refresh.*` key (another
+/// engine's snapshots on top carry neither; a finished refresh's last chunk records its id but
+/// no position). A refresh of another source (a re-created source table) is returned too: it
+/// is in progress on this sink all the same.
+pub fn read_refresh(sink: &TableMetadata, source_uuid: &str) -> Option<RefreshPosition> {
+    let key = format!("{CHECKPOINT_PREFIX}{source_uuid}");
+    let mut cur = sink.current_snapshot();
+    while let Some(s) = cur {
+        let summary = s.summary();
+        let props = &summary.additional_properties;
+        if props.contains_key(&key) || props.keys().any(|k| k.starts_with(REFRESH_PREFIX)) {
+            return RefreshPosition::read(summary);
         }
         cur = s.parent_snapshot_id().and_then(|p| sink.snapshot_by_id(p));
     }
@@ -480,6 +580,61 @@ mod tests {
         let mut own = HashMap::new();
         carry_checkpoint(&mut own, Some(&s));
         assert_eq!(read_joins(&summary(own.into_iter().collect())), read);
+    }
+
+    #[test]
+    fn a_refresh_position_is_carried_until_a_checkpoint_ends_it() {
+        let pos = RefreshPosition {
+            id: "r1".into(),
+            source: "src".into(),
+            target: 42,
+            transform: "t2".into(),
+            next: 600,
+            chunks: 3,
+        };
+        let mut chunk: HashMap<String, String> = pos.properties().into_iter().collect();
+        let parent = summary(checkpoint_properties("src", 7, "t1"));
+        carry_checkpoint(&mut chunk, Some(&parent));
+        // A chunk keeps the old checkpoint (carried) and records its own position.
+        let chunk = summary(chunk.into_iter().collect());
+        assert_eq!(RefreshPosition::read(&chunk), Some(pos.clone()));
+        assert_eq!(
+            chunk.additional_properties.get("floe.checkpoint.src"),
+            Some(&"7".to_string())
+        );
+        // A compaction on top carries both.
+        let mut compaction = HashMap::new();
+        carry_checkpoint(&mut compaction, Some(&chunk));
+        let compaction = summary(compaction.into_iter().collect());
+        assert_eq!(RefreshPosition::read(&compaction), Some(pos.clone()));
+        // The next chunk's own position replaces the carried one.
+        let next = RefreshPosition {
+            next: 900,
+            chunks: 4,
+            ..pos.clone()
+        };
+        let mut own: HashMap<String, String> = next.properties().into_iter().collect();
+        carry_checkpoint(&mut own, Some(&compaction));
+        assert_eq!(
+            RefreshPosition::read(&summary(own.into_iter().collect())),
+            Some(next)
+        );
+        // The last chunk sets the checkpoint: the position is not carried, the refresh is over.
+        let mut last: HashMap<String, String> = checkpoint_properties("src", 42, "t2")
+            .into_iter()
+            .chain(RefreshPosition::finished_properties("r1", 5))
+            .collect();
+        carry_checkpoint(&mut last, Some(&compaction));
+        assert!(!last.contains_key(REFRESH_TARGET), "{last:?}");
+        let last = summary(last.into_iter().collect());
+        assert_eq!(RefreshPosition::read(&last), None);
+        // And a compaction after it carries no position back in.
+        let mut after = HashMap::new();
+        carry_checkpoint(&mut after, Some(&last));
+        assert_eq!(
+            RefreshPosition::read(&summary(after.into_iter().collect())),
+            None
+        );
     }
 
     #[test]

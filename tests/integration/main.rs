@@ -26,6 +26,7 @@ mod matrix;
 mod planning;
 mod process;
 mod quality;
+mod refresh;
 mod replay;
 mod rest;
 mod second_pipeline;

@@ -22,6 +22,8 @@ use crate::harness::{orders, TestEnv};
 
 const APPEND: &str = "suspicious_orders";
 const AGG: &str = "revenue_per_region_minute";
+/// The refresh rows' chunk budget: below one object's rows.
+const REFRESH_CHUNK_ROWS: u64 = 60;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Site {
@@ -35,7 +37,12 @@ enum Site {
     Replay,
     ProcessAppend,
     ProcessAggregate,
+    /// `floe process refresh` of the aggregate pipeline, in chunks of windows (a tiny budget:
+    /// several chunk commits, each one a commit site with its position).
     Refresh,
+    /// The same for the append pipeline, in chunks of source files (the first chunk's commit
+    /// also removes the old sink content).
+    RefreshAppend,
     Compaction,
     ManifestRewrite,
     Expiration,
@@ -124,7 +131,11 @@ impl Cell {
             }
             _ => "",
         };
-        let env = TestEnv::with_pipelines_and_orders_toml(catalog, extra).await;
+        let mut env = TestEnv::with_pipelines_and_orders_toml(catalog, extra).await;
+        if matches!(site, Site::Refresh | Site::RefreshAppend) {
+            // Each refresh is several chunk commits (≥ 2 per round), the fault hits the first.
+            env.config.process.refresh_chunk_rows = REFRESH_CHUNK_ROWS;
+        }
         Self {
             env,
             site,
@@ -368,17 +379,17 @@ impl Cell {
                 assert_eq!(depth(&sqs, &url).await, (0, 0), "{what}: no message left");
                 self.expected_rows += 40;
             }
-            Site::ProcessAppend | Site::ProcessAggregate | Site::Refresh => {
-                let name = if self.site == Site::ProcessAppend {
+            Site::ProcessAppend | Site::ProcessAggregate | Site::Refresh | Site::RefreshAppend => {
+                let refresh = matches!(self.site, Site::Refresh | Site::RefreshAppend);
+                let name = if matches!(self.site, Site::ProcessAppend | Site::RefreshAppend) {
                     APPEND
                 } else {
                     AGG
                 };
                 self.processor(None).await.run(name, soon()).await.unwrap();
-                self.load_orders(if self.site == Site::Refresh { 100 } else { 60 }, 2)
-                    .await;
+                self.load_orders(if refresh { 100 } else { 60 }, 2).await;
                 let p = self.processor(Some(fault)).await;
-                let first = if self.site == Site::Refresh {
+                let first = if refresh {
                     p.refresh(name, soon()).await
                 } else {
                     p.run(name, soon()).await
@@ -389,8 +400,16 @@ impl Cell {
                 } else {
                     let r = first.unwrap_or_else(|e| panic!("{what}: {e}"));
                     assert!(r.sink_snapshot.is_some(), "{what}: {r:?}");
+                    if refresh {
+                        let g = r.refresh_progress.as_ref();
+                        assert!(
+                            g.is_some_and(|g| g.done && g.chunks >= 2),
+                            "{what}: a refresh in several chunks: {r:?}"
+                        );
+                    }
                 }
-                // The next trigger: nothing twice, nothing lost.
+                // The next trigger: nothing twice, nothing lost (a refresh the crash left in
+                // progress is continued by it).
                 self.processor(None).await.run(name, soon()).await.unwrap();
             }
             Site::Compaction | Site::ManifestRewrite | Site::Expiration => {
@@ -445,7 +464,11 @@ impl Cell {
     fn with_sinks(&self) -> bool {
         matches!(
             self.site,
-            Site::ProcessAppend | Site::ProcessAggregate | Site::Refresh | Site::Expiration
+            Site::ProcessAppend
+                | Site::ProcessAggregate
+                | Site::Refresh
+                | Site::RefreshAppend
+                | Site::Expiration
         )
     }
 
@@ -573,6 +596,7 @@ cells! {
     sqlite_process_append: "sqlite", Site::ProcessAppend;
     sqlite_process_aggregate: "sqlite", Site::ProcessAggregate;
     sqlite_refresh: "sqlite", Site::Refresh;
+    sqlite_refresh_append: "sqlite", Site::RefreshAppend;
     sqlite_compaction: "sqlite", Site::Compaction;
     sqlite_manifest_rewrite: "sqlite", Site::ManifestRewrite;
     sqlite_expiration: "sqlite", Site::Expiration;
@@ -585,6 +609,7 @@ cells! {
     glue_process_append: "glue", Site::ProcessAppend;
     glue_process_aggregate: "glue", Site::ProcessAggregate;
     glue_refresh: "glue", Site::Refresh;
+    glue_refresh_append: "glue", Site::RefreshAppend;
     glue_compaction: "glue", Site::Compaction;
     glue_manifest_rewrite: "glue", Site::ManifestRewrite;
     glue_expiration: "glue", Site::Expiration;
@@ -597,6 +622,7 @@ cells! {
     rest_process_append: "rest", Site::ProcessAppend;
     rest_process_aggregate: "rest", Site::ProcessAggregate;
     rest_refresh: "rest", Site::Refresh;
+    rest_refresh_append: "rest", Site::RefreshAppend;
     rest_compaction: "rest", Site::Compaction;
     rest_manifest_rewrite: "rest", Site::ManifestRewrite;
     rest_expiration: "rest", Site::Expiration;

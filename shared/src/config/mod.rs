@@ -13,6 +13,7 @@ mod compare;
 pub(crate) mod contract;
 mod cost;
 mod defaults;
+mod process;
 pub(crate) mod types;
 mod validate;
 
@@ -21,6 +22,7 @@ pub use contract::{Action, CheckConfig, CheckKind};
 pub use cost::CostConfig;
 pub(crate) use defaults::retention_properties;
 pub use defaults::DefaultsConfig;
+pub use process::ProcessConfig;
 
 /// The whole configuration.
 #[derive(Debug, Clone, Deserialize)]
@@ -58,6 +60,9 @@ pub struct Config {
     /// Prices for the cost baseline and local memory sizes (defaults: us-east-1 list prices).
     #[serde(default)]
     pub cost: CostConfig,
+    /// The process function's batch speed: how `refresh` chunks its work.
+    #[serde(default)]
+    pub process: ProcessConfig,
 }
 
 /// Commit notifications.

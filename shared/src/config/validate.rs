@@ -97,6 +97,7 @@ impl Config {
             c.validate(self, origin, i)?;
         }
         self.cost.validate(origin)?;
+        self.process.validate(origin)?;
         Ok(())
     }
 

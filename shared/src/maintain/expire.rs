@@ -49,6 +49,12 @@ impl Maintainer {
                 consumer.metadata(),
                 table.identifier().name(),
             ));
+            // A refresh in progress reads its target snapshot until its last chunk.
+            out.extend(
+                crate::summary::read_refresh(consumer.metadata(), &uuid)
+                    .filter(|r| r.source == uuid)
+                    .map(|r| r.target),
+            );
         }
         Ok(out)
     }

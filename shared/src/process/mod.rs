@@ -22,9 +22,10 @@
 //!
 //! One file per concern: `processor` (a run, start to commit), [`plan`] (the delta after a
 //! checkpoint), [`transform`] (the SQL), `input` (reading source rows in bounded chunks),
-//! `windows` (aggregate windows), `output` (sink files), `alerts`, `reconcile` (refresh and
-//! reconcile: the batch speed), `trigger` (which pipelines an event concerns) and `joins`
-//! (the tables the SQL joins by name, at recorded snapshots).
+//! `windows` (aggregate windows), `output` (sink files), `alerts`, `reconcile` (the batch result
+//! and reconcile), `refresh` (rebuilding a sink from the batch result), `trigger` (which
+//! pipelines an event concerns) and `joins` (the tables the SQL joins by name, at recorded
+//! snapshots).
 
 mod alerts;
 mod input;
@@ -33,6 +34,7 @@ mod output;
 pub mod plan;
 mod processor;
 mod reconcile;
+mod refresh;
 pub(crate) mod transform;
 mod trigger;
 mod windows;
@@ -40,3 +42,4 @@ mod windows;
 pub use plan::{plan, start_after, Delta, NewFile, RowChangePolicy};
 pub use processor::{Processor, RunReport};
 pub use reconcile::Reconciliation;
+pub use refresh::RefreshProgress;

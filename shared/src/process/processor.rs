@@ -78,6 +78,9 @@ pub struct RunReport {
     pub seconds: f64,
     /// A full refresh (batch over the whole table).
     pub refresh: bool,
+    /// A refresh's chunks: what this call committed, what remains for the next.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refresh_progress: Option<super::refresh::RefreshProgress>,
     /// What the run used (compute time, memory, S3 requests), as its sink commit records it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub usage: Option<Usage>,
@@ -355,6 +358,9 @@ impl Processor {
         meter: &Meter,
     ) -> Result<Option<RunReport>> {
         let pos = self.position(p).await?;
+        if let Some(r) = self.continue_refresh(p, &pos, deadline, meter).await? {
+            return Ok(Some(r));
+        }
         self.check_sql(p, &pos.source).await?;
         let after = self.start_point(p, &pos)?;
         let policy = match p.on_row_change {
@@ -530,7 +536,9 @@ impl Processor {
             .committer
             .commit_from(&sink_ident, Some(pos.sink.clone()), &self.limits(deadline), metered(meter.clone(), move |t: &Table| {
                 let now = summary::read_checkpoint(t.metadata(), &source_uuid).map(|c| c.snapshot_id);
-                Ok(if now != expected {
+                Ok(if summary::read_refresh(t.metadata(), &source_uuid).is_some() {
+                    Plan::Skip(Skipped::Obsolete("a refresh of the sink is in progress".into()))
+                } else if now != expected {
                     Plan::Skip(Skipped::Obsolete(format!(
                         "the checkpoint moved from {expected:?} to {now:?}: another run processed this delta"
                     )))

@@ -1,9 +1,8 @@
-//! The batch speed over the same SQL: `refresh` recomputes a sink from the whole source (backfill,
-//! a changed transform), `reconcile` compares that batch result with the incrementally maintained
+//! The batch speed over the same SQL: the batch result over the whole source (which `refresh`
+//! in `refresh.rs` writes), and `reconcile`, which compares it with the incrementally maintained
 //! sink.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::time::Instant;
+use std::collections::{BTreeMap, BTreeSet};
 
 use arrow::array::RecordBatch;
 use arrow_schema::SchemaRef;
@@ -11,14 +10,9 @@ use iceberg::table::Table;
 use serde::Serialize;
 
 use super::joins::Joined;
-use super::output::Output;
-use super::processor::MAX_ROUNDS;
-use super::{input, transform, windows, Processor, RunReport};
-use crate::commit::{Outcome, Plan, Skipped};
+use super::{input, transform, Processor};
 use crate::config::{PipelineConfig, PipelineMode};
 use crate::error::{Error, ErrorKind, Result};
-use crate::snapshot::Change;
-use crate::summary;
 
 /// The result of comparing a batch run with the incrementally maintained sink.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -79,7 +73,7 @@ impl Processor {
 
     /// The batch result: the pipeline's SQL over the whole source at `snapshot`, with the
     /// `joined` tables.
-    async fn batch_output(
+    pub(super) async fn batch_output(
         &self,
         p: &PipelineConfig,
         source: &Table,
@@ -96,105 +90,12 @@ impl Processor {
         transform::run_sql_joined(&p.sql, schema, rows, joined, &context).await
     }
 
-    /// Batch / backfill: runs the SQL over the whole source table and replaces the sink's content
-    /// with the result, checkpointed at the source's current snapshot with the current transform
-    /// version (the way out of a changed transform, an expired checkpoint or a row change).
-    pub async fn refresh(&self, name: &str, deadline: Instant) -> Result<RunReport> {
-        let p = self.pipeline(name)?;
-        let started = Instant::now();
-        let meter = self.meter();
-        let mut replans = 0;
-        loop {
-            let pos = self.position(p).await?;
-            let to = pos.source.metadata().current_snapshot_id();
-            // A refresh joins the tables as they are now (and records that).
-            let joined = self.joined(p, true).await?;
-            let (_, batches) = self.batch_output(p, &pos.source, to, &joined).await?;
-            if p.mode == PipelineMode::Aggregate {
-                windows::require_window_column(&batches, p)?;
-            }
-            let writer_id = format!("refresh-{}", uuid::Uuid::now_v7());
-            let mut out = Output::new(&pos.sink, &writer_id)?;
-            out.write(batches).await?;
-            let (added, schema) = out.close().await?;
-            let removed: Vec<String> = crate::scan::live_files(&pos.sink)
-                .await?
-                .into_iter()
-                .map(|f| f.file.file_path().to_string())
-                .collect();
-            let mut props: HashMap<String, String> = HashMap::new();
-            if let Some(to) = to {
-                props.extend(summary::checkpoint_properties(
-                    &pos.source_uuid,
-                    to,
-                    &pos.hash,
-                ));
-            }
-            props.insert(summary::PIPELINE.into(), p.name.clone());
-            props.insert(summary::OPERATION.into(), "refresh".into());
-            props.extend(joined.properties());
-            let report = RunReport {
-                pipeline: p.name.clone(),
-                from_snapshot: pos.checkpoint.as_ref().map(|c| c.snapshot_id),
-                to_snapshot: to,
-                rows_out: added.iter().map(|f| f.record_count()).sum(),
-                files_replaced: removed.len(),
-                refresh: true,
-                replans,
-                ..Default::default()
-            };
-            let change = Change::overwrite(added.clone(), removed, props, schema);
-            let base_snapshot = pos.sink.metadata().current_snapshot_id();
-            let ident = pos.sink.identifier().clone();
-            let result = self
-                .committer
-                .commit_from(
-                    &ident,
-                    Some(pos.sink.clone()),
-                    &self.limits(deadline),
-                    crate::commit::metered(meter.clone(), move |t: &Table| {
-                        Ok(if t.metadata().current_snapshot_id() != base_snapshot {
-                            Plan::Skip(Skipped::Obsolete(
-                                "the sink changed during the refresh".into(),
-                            ))
-                        } else {
-                            Plan::Apply(change.clone())
-                        })
-                    }),
-                )
-                .await;
-            match result {
-                Ok(Outcome::Committed { snapshot_id, .. }) => {
-                    let report = RunReport {
-                        sink_snapshot: snapshot_id,
-                        seconds: started.elapsed().as_secs_f64(),
-                        usage: Some(meter.usage()),
-                        ..report
-                    };
-                    self.announce(p, &report).await;
-                    return Ok(report);
-                }
-                Ok(Outcome::Skipped(_)) => {}
-                Err(e) if e.kind() == ErrorKind::Stale => {}
-                Err(e) => return Err(e),
-            }
-            crate::write::delete_uncommitted(&pos.sink, &added).await;
-            replans += 1;
-            if replans >= MAX_ROUNDS || Instant::now() >= deadline {
-                return Err(Error::new(
-                    ErrorKind::DeadlineExceeded,
-                    format!("refresh of `{name}`: the sink kept changing; {replans} attempts"),
-                )
-                .with_retryable(true));
-            }
-        }
-    }
-
     /// Runs the batch result at the sink's checkpoint and compares it with the sink: row counts,
     /// rows per key (`keys`, else whole rows) and per-column totals.
     pub async fn reconcile(&self, name: &str) -> Result<Reconciliation> {
         let p = self.pipeline(name)?;
         let pos = self.position(p).await?;
+        super::refresh::refuse_during_refresh(p, &pos)?;
         let at = pos.checkpoint.as_ref().map(|c| c.snapshot_id);
         let (schema, batch) = match &pos.checkpoint {
             Some(cp) => {

@@ -62,7 +62,7 @@ pub(super) async fn touched(
 }
 
 /// A timestamp bound in microseconds (`timestamp`/`timestamptz` columns; None otherwise).
-fn micros(d: &Datum) -> Option<i64> {
+pub(super) fn micros(d: &Datum) -> Option<i64> {
     match (d.data_type(), d.literal()) {
         (PrimitiveType::Timestamp | PrimitiveType::Timestamptz, PrimitiveLiteral::Long(v)) => {
             Some(*v)
@@ -123,22 +123,7 @@ pub(super) async fn read_windows(
     window: i64,
     touched: &BTreeSet<i64>,
 ) -> Result<(SchemaRef, Vec<RecordBatch>, ReadCost)> {
-    let schema = transform::table_schema(source)?;
-    let tz = matches!(
-        source
-            .metadata()
-            .current_schema()
-            .field_by_name(time_column)
-            .map(|f| f.field_type.as_ref()),
-        Some(Type::Primitive(PrimitiveType::Timestamptz))
-    );
-    let datum = |us: i64| {
-        if tz {
-            Datum::timestamptz_micros(us)
-        } else {
-            Datum::timestamp_micros(us)
-        }
-    };
+    let datum = time_datum(source, time_column);
     // One range per run of adjacent windows: late rows far back do not pull in everything between.
     let predicate = ranges(touched, window, MAX_RANGES)
         .iter()
@@ -149,14 +134,104 @@ pub(super) async fn read_windows(
         })
         .reduce(Predicate::or)
         .unwrap_or(Predicate::AlwaysFalse);
-    let (batches, cost) = input::scan_rows(source, Some(at), Some(predicate), &schema).await?;
+    read_source(source, at, time_column, window, Some(predicate), |w| {
+        w.is_some_and(|w| touched.contains(&w))
+    })
+    .await
+}
+
+/// A range of windows by their start (µs): `[lo, hi)`, an end left open is unbounded. The
+/// range open below also holds the rows without a time (a null `window_start`). A refresh
+/// replaces a sink one span after another.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Span {
+    /// First window start in the span (None: unbounded, nulls included).
+    pub(super) lo: Option<i64>,
+    /// First window start after it (None: unbounded).
+    pub(super) hi: Option<i64>,
+}
+
+impl Span {
+    /// Whether a row whose window starts at `w` (None: no time) belongs to the span.
+    pub(super) fn contains(&self, w: Option<i64>) -> bool {
+        match w {
+            None => self.lo.is_none(),
+            Some(w) => self.lo.is_none_or(|lo| w >= lo) && self.hi.is_none_or(|hi| w < hi),
+        }
+    }
+
+    /// Whether values between `min` and `max` (inclusive) may meet the span.
+    fn meets(&self, min: i64, max: i64) -> bool {
+        self.lo.is_none_or(|lo| max >= lo) && self.hi.is_none_or(|hi| min < hi)
+    }
+}
+
+/// Source rows (with `window_start`) of the windows in `span` at snapshot `at`, and what reading
+/// them cost: iceberg plans only the files (and row groups) whose time range meets the span.
+pub(super) async fn read_span(
+    source: &Table,
+    at: i64,
+    time_column: &str,
+    window: i64,
+    span: Span,
+) -> Result<(SchemaRef, Vec<RecordBatch>, ReadCost)> {
+    let datum = time_datum(source, time_column);
+    let lo = span
+        .lo
+        .map(|lo| Reference::new(time_column).greater_than_or_equal_to(datum(lo)));
+    let hi = span
+        .hi
+        .map(|hi| Reference::new(time_column).less_than(datum(hi)));
+    let predicate = match (lo, hi) {
+        (Some(lo), Some(hi)) => Some(lo.and(hi)),
+        (Some(lo), None) => Some(lo),
+        (None, Some(hi)) => Some(hi.or(Reference::new(time_column).is_null())),
+        (None, None) => None,
+    };
+    read_source(source, at, time_column, window, predicate, |w| {
+        span.contains(w)
+    })
+    .await
+}
+
+/// `Datum`s of the time column's type (`timestamptz` or `timestamp`).
+fn time_datum(source: &Table, time_column: &str) -> impl Fn(i64) -> Datum {
+    let tz = matches!(
+        source
+            .metadata()
+            .current_schema()
+            .field_by_name(time_column)
+            .map(|f| f.field_type.as_ref()),
+        Some(Type::Primitive(PrimitiveType::Timestamptz))
+    );
+    move |us: i64| {
+        if tz {
+            Datum::timestamptz_micros(us)
+        } else {
+            Datum::timestamp_micros(us)
+        }
+    }
+}
+
+/// Source rows at `at` matching `predicate` with `window_start` added, cut to the rows whose
+/// window `keep` says.
+async fn read_source(
+    source: &Table,
+    at: i64,
+    time_column: &str,
+    window: i64,
+    predicate: Option<Predicate>,
+    keep: impl Fn(Option<i64>) -> bool,
+) -> Result<(SchemaRef, Vec<RecordBatch>, ReadCost)> {
+    let schema = transform::table_schema(source)?;
+    let (batches, cost) = input::scan_rows(source, Some(at), predicate, &schema).await?;
     let empty = RecordBatch::new_empty(schema.clone());
     let out_schema = transform::with_window_start(&empty, time_column, window)?.schema();
     let mut out = Vec::new();
     for b in batches {
         let b = transform::with_window_start(&b, time_column, window)?;
-        let keep = in_windows(&b, touched);
-        let b = arrow::compute::filter_record_batch(&b, &keep)
+        let mask = window_mask(&b, &keep, false);
+        let b = arrow::compute::filter_record_batch(&b, &mask)
             .map_err(|e| Error::new(ErrorKind::Internal, format!("filtering windows: {e}")))?;
         if b.num_rows() > 0 {
             out.push(b);
@@ -165,8 +240,13 @@ pub(super) async fn read_windows(
     Ok((out_schema, out, cost))
 }
 
-/// Which rows of `batch` have a `window_start` in `touched`.
-fn in_windows(batch: &RecordBatch, touched: &BTreeSet<i64>) -> BooleanArray {
+/// Which rows of `batch` have a `window_start` that `f` accepts (None: a null one); `missing`
+/// for every row when the batch has no `window_start`.
+fn window_mask(
+    batch: &RecordBatch,
+    f: &impl Fn(Option<i64>) -> bool,
+    missing: bool,
+) -> BooleanArray {
     let starts = batch.column_by_name(WINDOW_START).and_then(|c| {
         arrow::compute::cast(
             c,
@@ -175,17 +255,15 @@ fn in_windows(batch: &RecordBatch, touched: &BTreeSet<i64>) -> BooleanArray {
         .ok()
     });
     let Some(starts) = starts else {
-        return BooleanArray::from(vec![false; batch.num_rows()]);
+        return BooleanArray::from(vec![missing; batch.num_rows()]);
     };
     let Some(a) = starts
         .as_any()
         .downcast_ref::<arrow::array::TimestampMicrosecondArray>()
     else {
-        return BooleanArray::from(vec![false; batch.num_rows()]);
+        return BooleanArray::from(vec![missing; batch.num_rows()]);
     };
-    a.iter()
-        .map(|v| Some(v.map(|v| touched.contains(&v)).unwrap_or(false)))
-        .collect()
+    a.iter().map(|v| Some(f(v))).collect()
 }
 
 /// The sink side of a run: the sink files that may hold rows of the touched windows (to be
@@ -205,11 +283,6 @@ pub(super) async fn sink_rows_outside(
     sink: &Table,
     touched: &BTreeSet<i64>,
 ) -> Result<SinkRewrite> {
-    let field = sink
-        .metadata()
-        .current_schema()
-        .field_by_name(WINDOW_START)
-        .map(|f| f.id);
     if touched.is_empty() {
         return Ok(SinkRewrite {
             paths: Vec::new(),
@@ -217,6 +290,42 @@ pub(super) async fn sink_rows_outside(
             bytes: 0,
         });
     }
+    sink_rewrite(
+        sink,
+        |min, max, _| touched.range(min..=max).next().is_some(),
+        |w| w.is_some_and(|w| touched.contains(&w)),
+        false,
+    )
+    .await
+}
+
+/// Sink files that may hold rows of windows in `span` (by their `window_start` min/max, and
+/// their null counts for the span open below), and their rows outside it. A sink without
+/// `window_start` (another transform's) is all in the span open below.
+pub(super) async fn sink_rows_outside_span(sink: &Table, span: Span) -> Result<SinkRewrite> {
+    sink_rewrite(
+        sink,
+        |min, max, nulls| span.meets(min, max) || (span.lo.is_none() && nulls),
+        |w| span.contains(w),
+        span.lo.is_none(),
+    )
+    .await
+}
+
+/// The sink files `affects` says may hold rows to replace (given their `window_start` min, max
+/// and whether they may hold nulls; files without bounds always), and their rows whose window
+/// `replaced` does not take (rows without `window_start` are replaced when `missing`).
+async fn sink_rewrite(
+    sink: &Table,
+    affects: impl Fn(i64, i64, bool) -> bool,
+    replaced: impl Fn(Option<i64>) -> bool,
+    missing: bool,
+) -> Result<SinkRewrite> {
+    let field = sink
+        .metadata()
+        .current_schema()
+        .field_by_name(WINDOW_START)
+        .map(|f| f.id);
     let bound = |d: Option<&Datum>| match d.map(|d| (d.data_type(), d.literal())) {
         Some((
             PrimitiveType::Timestamp | PrimitiveType::Timestamptz | PrimitiveType::Long,
@@ -231,8 +340,9 @@ pub(super) async fn sink_rows_outside(
             let Some(id) = field else { return true };
             let min = bound(f.file.lower_bounds().get(&id));
             let max = bound(f.file.upper_bounds().get(&id));
+            let nulls = f.file.null_value_counts().get(&id).is_none_or(|n| *n > 0);
             match (min, max) {
-                (Some(min), Some(max)) => touched.range(min..=max).next().is_some(),
+                (Some(min), Some(max)) => affects(min, max, nulls),
                 _ => true,
             }
         })
@@ -243,11 +353,10 @@ pub(super) async fn sink_rows_outside(
         .collect();
     let bytes = affected.iter().map(|f| f.file.file_size_in_bytes()).sum();
     let (_, rows) = input::read_rows(sink, &affected).await?;
+    let keep_row = |w: Option<i64>| !replaced(w);
     let mut kept = Vec::new();
     for b in rows {
-        let drop = in_windows(&b, touched);
-        let keep = arrow::compute::not(&drop)
-            .map_err(|e| Error::new(ErrorKind::Internal, format!("filtering sink rows: {e}")))?;
+        let keep = window_mask(&b, &keep_row, !missing);
         let b = arrow::compute::filter_record_batch(&b, &keep)
             .map_err(|e| Error::new(ErrorKind::Internal, format!("filtering sink rows: {e}")))?;
         if b.num_rows() > 0 {
