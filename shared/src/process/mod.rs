@@ -27,12 +27,14 @@
 
 mod alerts;
 mod input;
+mod latest;
 mod output;
 pub mod plan;
 mod processor;
 mod reconcile;
 pub(crate) mod transform;
 mod trigger;
+mod upsert;
 mod windows;
 
 pub use plan::{plan, start_after, Delta, NewFile, RowChangePolicy};

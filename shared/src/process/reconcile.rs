@@ -10,6 +10,7 @@ use arrow_schema::SchemaRef;
 use iceberg::table::Table;
 use serde::Serialize;
 
+use super::latest::Latest;
 use super::output::Output;
 use super::processor::MAX_ROUNDS;
 use super::{input, transform, windows, Processor, RunReport};
@@ -89,7 +90,24 @@ impl Processor {
             return transform::run_sql(&p.sql, schema, Vec::new(), &context).await;
         }
         let (schema, rows) = self.batch_input(p, source, snapshot, false).await?;
-        transform::run_sql(&p.sql, schema, rows, &context).await
+        let (schema, out) = transform::run_sql(&p.sql, schema, rows, &context).await?;
+        if p.mode != PipelineMode::Latest {
+            return Ok((schema, out));
+        }
+        // Latest state: the greatest version per key over the whole source, deletes left out.
+        let (live, _) = self.latest_batch(p, &schema, &out)?;
+        Ok((schema, vec![live]))
+    }
+
+    /// The latest version per key of a batch's output, split into live rows and deletes.
+    fn latest_batch(
+        &self,
+        p: &PipelineConfig,
+        schema: &SchemaRef,
+        out: &[RecordBatch],
+    ) -> Result<(RecordBatch, RecordBatch)> {
+        let latest = Latest::new(p, schema)?;
+        latest.split_deletes(&latest.reduce(out)?)
     }
 
     /// Batch / backfill: runs the SQL over the whole source table and replaces the sink's content
@@ -103,7 +121,24 @@ impl Processor {
         loop {
             let pos = self.position(p).await?;
             let to = pos.source.metadata().current_snapshot_id();
-            let (_, batches) = self.batch_output(p, &pos.source, to).await?;
+            let (_, batches) = if p.mode == PipelineMode::Latest {
+                match self.refresh_latest(p, &pos, to, deadline).await? {
+                    Some(live) => live,
+                    None => {
+                        replans += 1;
+                        if replans >= MAX_ROUNDS || Instant::now() >= deadline {
+                            return Err(Error::new(
+                                ErrorKind::DeadlineExceeded,
+                                format!("refresh of `{name}`: the tombstones kept changing; {replans} attempts"),
+                            )
+                            .with_retryable(true));
+                        }
+                        continue;
+                    }
+                }
+            } else {
+                self.batch_output(p, &pos.source, to).await?
+            };
             if p.mode == PipelineMode::Aggregate {
                 windows::require_window_column(&batches, p)?;
             }
@@ -179,6 +214,36 @@ impl Processor {
                 .with_retryable(true));
             }
         }
+    }
+
+    /// A `latest` refresh's batch: the live rows (returned, for the sink), its deletes committed
+    /// as the new tombstones first. None: the tombstones changed meanwhile.
+    async fn refresh_latest(
+        &self,
+        p: &PipelineConfig,
+        pos: &super::processor::Position,
+        to: Option<i64>,
+        deadline: Instant,
+    ) -> Result<Option<(SchemaRef, Vec<RecordBatch>)>> {
+        let context = format!("pipeline `{}` over `{}` (batch)", p.name, p.source);
+        let empty = to.is_none();
+        let (schema, rows) = self.batch_input(p, &pos.source, to, empty).await?;
+        let (schema, out) = transform::run_sql(&p.sql, schema, rows, &context).await?;
+        let latest = Latest::new(p, &schema)?;
+        let (live, deletes) = latest.split_deletes(&latest.reduce(&out)?)?;
+        if let Some(t) = &pos.tombstones {
+            let seq = to
+                .and_then(|id| pos.source.metadata().snapshot_by_id(id))
+                .map(|s| s.sequence_number())
+                .unwrap_or_default();
+            if !self
+                .refresh_tombstones(p, t, &latest, deletes, seq, deadline)
+                .await?
+            {
+                return Ok(None);
+            }
+        }
+        Ok(Some((schema, vec![live])))
     }
 
     /// Runs the batch result at the sink's checkpoint and compares it with the sink: row counts,
