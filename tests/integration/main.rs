@@ -17,6 +17,7 @@ mod glue;
 mod harness;
 mod ingest_faults;
 mod ingest_flow;
+mod latest;
 mod limits;
 mod maintain;
 mod matrix;
