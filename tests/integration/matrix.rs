@@ -22,6 +22,7 @@ use crate::harness::{orders, TestEnv};
 
 const APPEND: &str = "suspicious_orders";
 const AGG: &str = "revenue_per_region_minute";
+const LATEST: &str = "customer_latest_order";
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Site {
@@ -35,6 +36,8 @@ enum Site {
     Replay,
     ProcessAppend,
     ProcessAggregate,
+    /// A latest-state run: the tombstone commit, then the sink commit (faults hit both).
+    ProcessLatest,
     Refresh,
     Compaction,
     ManifestRewrite,
@@ -124,7 +127,16 @@ impl Cell {
             }
             _ => "",
         };
-        let env = TestEnv::with_pipelines_and_orders_toml(catalog, extra).await;
+        let env = if site == Site::ProcessLatest {
+            // 40 customers: versions of one key across objects and rounds, deletes among them.
+            let latest = floe::sample::LATEST_PIPELINE_TOML.replace(
+                "SELECT customer_id,",
+                "SELECT customer_id % 40 AS customer_id,",
+            );
+            TestEnv::with_pipelines(catalog, &latest).await
+        } else {
+            TestEnv::with_pipelines_and_orders_toml(catalog, extra).await
+        };
         Self {
             env,
             site,
@@ -368,11 +380,11 @@ impl Cell {
                 assert_eq!(depth(&sqs, &url).await, (0, 0), "{what}: no message left");
                 self.expected_rows += 40;
             }
-            Site::ProcessAppend | Site::ProcessAggregate | Site::Refresh => {
-                let name = if self.site == Site::ProcessAppend {
-                    APPEND
-                } else {
-                    AGG
+            Site::ProcessAppend | Site::ProcessAggregate | Site::ProcessLatest | Site::Refresh => {
+                let name = match self.site {
+                    Site::ProcessAppend => APPEND,
+                    Site::ProcessLatest => LATEST,
+                    _ => AGG,
                 };
                 self.processor(None).await.run(name, soon()).await.unwrap();
                 self.load_orders(if self.site == Site::Refresh { 100 } else { 60 }, 2)
@@ -445,26 +457,50 @@ impl Cell {
     fn with_sinks(&self) -> bool {
         matches!(
             self.site,
-            Site::ProcessAppend | Site::ProcessAggregate | Site::Refresh | Site::Expiration
+            Site::ProcessAppend
+                | Site::ProcessAggregate
+                | Site::ProcessLatest
+                | Site::Refresh
+                | Site::Expiration
         )
+    }
+
+    /// The pipelines the cell runs and reconciles.
+    fn pipelines(&self) -> Vec<&'static str> {
+        match (self.with_sinks(), self.site) {
+            (false, _) => Vec::new(),
+            (true, Site::ProcessLatest) => vec![APPEND, AGG, LATEST],
+            (true, _) => vec![APPEND, AGG],
+        }
+    }
+
+    /// The tables the cell checks: `orders`, the sinks, a latest sink's tombstones.
+    fn tables(&self) -> Vec<String> {
+        let mut t = vec!["orders".to_string()];
+        for name in self.pipelines() {
+            t.push(name.to_string());
+            if let Some(tt) = self
+                .env
+                .config
+                .pipeline(name)
+                .and_then(|p| p.tombstone_table())
+            {
+                t.push(tt);
+            }
+        }
+        t
     }
 
     /// Orphan cleanup as if a month had passed, then every invariant.
     async fn check(&self) {
         let what = self.what();
         let env = &self.env;
-        let tables: &[&str] = if self.with_sinks() {
-            &["orders", APPEND, AGG]
-        } else {
-            &["orders"]
-        };
+        let tables = self.tables();
         let p = self.processor(None).await;
-        if self.with_sinks() {
-            for name in [APPEND, AGG] {
-                p.run(name, soon())
-                    .await
-                    .unwrap_or_else(|e| panic!("{what}: {name}: {e}"));
-            }
+        for name in self.pipelines() {
+            p.run(name, soon())
+                .await
+                .unwrap_or_else(|e| panic!("{what}: {name}: {e}"));
         }
         let healthy = self.maintainer(None).await;
         let month = Options {
@@ -472,7 +508,7 @@ impl Cell {
             now: chrono::Utc::now() + chrono::Duration::days(30),
             ..opts()
         };
-        for t in tables {
+        for t in &tables {
             healthy
                 .run(t, &month)
                 .await
@@ -485,7 +521,7 @@ impl Cell {
             (self.expected_rows, self.expected_rows),
             "{what}: rows / distinct order ids"
         );
-        for t in tables {
+        for t in &tables {
             let ident = floe::catalog::table_ident(&env.config, t).unwrap();
             let table = catalog
                 .load_table(&ident)
@@ -493,11 +529,9 @@ impl Cell {
                 .unwrap_or_else(|e| panic!("{what}: {t} must load: {e}"));
             assert_referenced_files_exist(&table, &format!("{what}: {t}")).await;
         }
-        if self.with_sinks() {
-            for name in [APPEND, AGG] {
-                let r = p.reconcile(name).await.unwrap();
-                assert!(r.matches(), "{what}: {name} reconcile: {r:?}");
-            }
+        for name in self.pipelines() {
+            let r = p.reconcile(name).await.unwrap();
+            assert!(r.matches(), "{what}: {name} reconcile: {r:?}");
         }
         assert!(
             env.keys("quarantine/").await.is_empty(),
@@ -515,8 +549,8 @@ impl Cell {
             "{}: PyIceberg: {py}",
             self.what()
         );
-        if self.with_sinks() {
-            for name in [APPEND, AGG] {
+        {
+            for name in self.pipelines() {
                 let py = self.env.pyiceberg_table(name);
                 assert!(
                     py["rows"].as_u64().is_some_and(|n| n > 0),
@@ -572,6 +606,7 @@ cells! {
     sqlite_replay: "sqlite", Site::Replay;
     sqlite_process_append: "sqlite", Site::ProcessAppend;
     sqlite_process_aggregate: "sqlite", Site::ProcessAggregate;
+    sqlite_process_latest: "sqlite", Site::ProcessLatest;
     sqlite_refresh: "sqlite", Site::Refresh;
     sqlite_compaction: "sqlite", Site::Compaction;
     sqlite_manifest_rewrite: "sqlite", Site::ManifestRewrite;
@@ -584,6 +619,7 @@ cells! {
     glue_replay: "glue", Site::Replay;
     glue_process_append: "glue", Site::ProcessAppend;
     glue_process_aggregate: "glue", Site::ProcessAggregate;
+    glue_process_latest: "glue", Site::ProcessLatest;
     glue_refresh: "glue", Site::Refresh;
     glue_compaction: "glue", Site::Compaction;
     glue_manifest_rewrite: "glue", Site::ManifestRewrite;
@@ -596,6 +632,7 @@ cells! {
     rest_replay: "rest", Site::Replay;
     rest_process_append: "rest", Site::ProcessAppend;
     rest_process_aggregate: "rest", Site::ProcessAggregate;
+    rest_process_latest: "rest", Site::ProcessLatest;
     rest_refresh: "rest", Site::Refresh;
     rest_compaction: "rest", Site::Compaction;
     rest_manifest_rewrite: "rest", Site::ManifestRewrite;
