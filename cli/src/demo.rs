@@ -40,9 +40,10 @@ bucket = "landing"
 prefix = "orders-csv/"
 table = "orders"
 format = "csv"
-{tables}{pipelines}"#,
+{tables}{pipelines}{latest}"#,
         tables = sample::ORDERS_TABLE_TOML,
-        pipelines = format!("{}{}", sample::PIPELINES_TOML, sample::LATEST_PIPELINE_TOML)
+        pipelines = sample::PIPELINES_TOML,
+        latest = sample::LATEST_PIPELINE_TOML
     )
 }
 
