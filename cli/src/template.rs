@@ -306,10 +306,20 @@ fn ingest_data(p: &Places) -> String {
     .concat()
 }
 
-/// Process: read its sources, write its sinks.
+/// Process: read its sources, write its sinks (and the tombstone tables of latest sinks).
 fn process_data(p: &Places) -> String {
     let c = p.config;
-    let sinks: BTreeSet<&str> = c.pipelines.iter().map(|q| q.sink.as_str()).collect();
+    let tombstones: Vec<String> = c
+        .pipelines
+        .iter()
+        .filter_map(|q| q.tombstone_table())
+        .collect();
+    let sinks: BTreeSet<&str> = c
+        .pipelines
+        .iter()
+        .map(|q| q.sink.as_str())
+        .chain(tombstones.iter().map(String::as_str))
+        .collect();
     let sources: BTreeSet<&str> = c
         .pipelines
         .iter()
