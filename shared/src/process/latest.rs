@@ -166,21 +166,33 @@ impl Latest {
         ))
     }
 
-    fn encode(&self, batch: &RecordBatch) -> Result<(Rows, Rows)> {
-        let (kc, rc) = self.converters()?;
-        let key_cols: Vec<ArrayRef> = self
+    /// The key of every row of `batch`.
+    fn keys(&self, batch: &RecordBatch) -> Result<Rows> {
+        let (kc, _) = self.converters()?;
+        let cols: Vec<ArrayRef> = self
             .key_idx
             .iter()
             .map(|&i| batch.column(i).clone())
             .collect();
-        let rank_cols: Vec<ArrayRef> = std::iter::once(self.order_idx)
-            .chain(0..batch.num_columns())
-            .map(|i| batch.column(i).clone())
+        kc.convert_columns(&cols).map_err(internal)
+    }
+
+    /// The rank (order column, then the whole row) of the rows `idx` of `batch`, looked up by
+    /// row index: only rows whose key has competitors are encoded (a key seen once needs no
+    /// comparison), which keeps a merge over a bucket about its touched keys.
+    fn ranks(&self, batch: &RecordBatch, idx: &[usize]) -> Result<Ranks> {
+        let (_, rc) = self.converters()?;
+        let sub = take(batch, idx.iter().map(|&i| i as u32))?;
+        let cols: Vec<ArrayRef> = std::iter::once(self.order_idx)
+            .chain(0..sub.num_columns())
+            .map(|i| sub.column(i).clone())
             .collect();
-        Ok((
-            kc.convert_columns(&key_cols).map_err(internal)?,
-            rc.convert_columns(&rank_cols).map_err(internal)?,
-        ))
+        let rows = rc.convert_columns(&cols).map_err(internal)?;
+        let mut at = vec![u32::MAX; batch.num_rows()];
+        for (p, &i) in idx.iter().enumerate() {
+            at[i] = p as u32;
+        }
+        Ok(Ranks { rows, at })
     }
 
     /// `batches` (of the output schema) as one batch.
@@ -196,18 +208,13 @@ impl Latest {
     /// batch over the whole source computes, and what a run reduces its delta to.
     pub(super) fn reduce(&self, batches: &[RecordBatch]) -> Result<RecordBatch> {
         let all = self.concat(batches)?;
-        let (keys, rank) = self.encode(&all)?;
-        let mut best: HashMap<&[u8], usize> = HashMap::with_capacity(all.num_rows());
-        for i in 0..all.num_rows() {
-            best.entry(keys.row(i).data())
-                .and_modify(|b| {
-                    if rank.row(i) > rank.row(*b) {
-                        *b = i
-                    }
-                })
-                .or_insert(i);
-        }
-        let mut winners: Vec<(&[u8], usize)> = best.into_iter().collect();
+        let keys = self.keys(&all)?;
+        let groups = group(&keys, 0..all.num_rows());
+        let ranks = self.ranks(&all, &contested(&groups))?;
+        let mut winners: Vec<(&[u8], usize)> = groups
+            .iter()
+            .map(|(k, g)| (*k, ranks.max(g.iter().copied())))
+            .collect();
         winners.sort_unstable();
         take(&all, winners.iter().map(|(_, i)| *i as u32))
     }
@@ -293,122 +300,101 @@ impl Latest {
             .map(|b| transform::conform(b, &tomb_schema))
             .collect::<Result<Vec<_>>>()?;
         let tombs = arrow::compute::concat_batches(&tomb_schema, &tombs).map_err(internal)?;
+        let width = self.schema.fields().len();
         let seqs = tombs
-            .column(tomb_schema.fields().len() - 1)
+            .column(width)
             .as_any()
             .downcast_ref::<Int64Array>()
             .cloned()
             .ok_or_else(|| Error::new(ErrorKind::Internal, "tombstone sequence column"))?;
-        let tomb_rows = self.concat(&[tombs
-            .project(&(0..self.schema.fields().len()).collect::<Vec<_>>())
-            .map_err(internal)?])?;
+        let tomb_rows = tombs
+            .project(&(0..width).collect::<Vec<_>>())
+            .map_err(internal)?;
         let delta = self.concat(std::slice::from_ref(delta))?;
         // One pool: sink rows, then tombstones, then the delta.
         let (ns, nt) = (sink.num_rows(), tomb_rows.num_rows());
-        let pool = self.concat(&[sink.clone(), tomb_rows.clone(), delta])?;
-        let (keys, rank) = self.encode(&pool)?;
-        let applies = |t: usize| seqs.is_null(t) || seqs.value(t) <= seq;
-        let mut best: HashMap<&[u8], usize> = HashMap::new();
-        for i in 0..pool.num_rows() {
-            if (ns..ns + nt).contains(&i) && !applies(i - ns) {
-                continue;
-            }
-            best.entry(keys.row(i).data())
-                .and_modify(|b| {
-                    if rank.row(i) > rank.row(*b) {
-                        *b = i
-                    }
-                })
-                .or_insert(i);
-        }
-        let mut winners: Vec<(&[u8], usize)> = best.into_iter().collect();
+        let pool = self.concat(&[sink, tomb_rows, delta])?;
+        let is_sink = |i: usize| i < ns;
+        let tomb = |i: usize| (ns..ns + nt).contains(&i).then(|| i - ns);
+        let seq_of = |t: usize| if seqs.is_null(t) { 0 } else { seqs.value(t) };
+        let applies = |i: usize| tomb(i).is_none_or(|t| seq_of(t) <= seq);
+        let keys = self.keys(&pool)?;
+        let groups = group(&keys, 0..pool.num_rows());
+        let ranks = self.ranks(&pool, &contested(&groups))?;
+
+        // The winner per key (tombstones of runs after `seq` do not compete).
+        let mut winners: Vec<(&[u8], usize)> = groups
+            .iter()
+            .filter_map(|(k, g)| {
+                let cands = g.iter().copied().filter(|&i| applies(i));
+                cands.clone().next().map(|_| (*k, ranks.max(cands)))
+            })
+            .collect();
         winners.sort_unstable();
         let won = take(&pool, winners.iter().map(|(_, i)| *i as u32))?;
         let del = self.deletes(&won)?;
         let live_idx: Vec<usize> = (0..won.num_rows()).filter(|&i| !del.value(i)).collect();
-        let sink_changed = live_idx.len() != ns || live_idx.iter().any(|&i| winners[i].1 >= ns);
+        let sink_changed = live_idx.len() != ns || live_idx.iter().any(|&i| !is_sink(winners[i].1));
         let live = take(&won, live_idx.iter().map(|&i| i as u32))?;
+        let new_deletes: HashMap<&[u8], usize> = winners
+            .iter()
+            .enumerate()
+            .filter(|(w, (_, i))| del.value(*w) && tomb(*i).is_none() && !is_sink(*i))
+            .map(|(_, (k, i))| (*k, *i))
+            .collect();
 
-        // The new tombstones: the old ones still meaningful, and this run's deletes.
-        let sink_best: HashMap<&[u8], usize> = {
-            let mut m: HashMap<&[u8], usize> = HashMap::new();
-            for i in 0..ns {
-                m.entry(keys.row(i).data())
-                    .and_modify(|b| {
-                        if rank.row(i) > rank.row(*b) {
-                            *b = i
-                        }
-                    })
-                    .or_insert(i);
-            }
-            m
-        };
+        // The tombstones to keep: the old ones still meaningful, and this run's deletes.
         let order = micros(pool.column(self.order_idx));
         let pruned = |i: usize| match (horizon, &order) {
             (Some(h), Some(o)) => o.is_valid(i) && o.value(i) < h,
             _ => false,
         };
-        // (pool index, sequence) of every candidate tombstone.
-        let mut candidates: Vec<(usize, i64)> = (0..nt)
-            .map(|t| (ns + t, if seqs.is_null(t) { 0 } else { seqs.value(t) }))
-            .collect();
-        for (i, (_, w)) in winners.iter().enumerate() {
-            if del.value(i) && *w >= ns + nt {
-                candidates.push((*w, seq));
-            }
-        }
-        // Identical tombstones: keep the earliest sequence.
-        candidates.sort_by(|a, b| rank.row(a.0).cmp(&rank.row(b.0)).then(a.1.cmp(&b.1)));
-        candidates.dedup_by(|later, first| rank.row(later.0) == rank.row(first.0));
-        let mut by_key: HashMap<&[u8], Vec<(usize, i64)>> = HashMap::new();
-        for c in candidates {
-            let k = keys.row(c.0).data();
-            // A committed sink row above it: the key's state has passed it for good.
-            if sink_best
-                .get(k)
-                .is_some_and(|&s| rank.row(s) > rank.row(c.0))
-            {
-                continue;
-            }
-            if pruned(c.0) {
-                continue;
-            }
-            by_key.entry(k).or_default().push(c);
-        }
         let mut kept: Vec<(&[u8], usize, i64)> = Vec::new();
-        for (k, cs) in by_key {
-            // Dominated by a greater tombstone known at or before it: never needed again.
-            for &(i, s) in &cs {
-                let dominated = cs
+        let mut tombstones_changed = false;
+        for (k, g) in &groups {
+            // (pool index, sequence) of the key's tombstones, old and new.
+            let mut cands: Vec<(usize, i64)> = g
+                .iter()
+                .filter_map(|&i| tomb(i).map(|t| (i, seq_of(t))))
+                .collect();
+            let old = cands.len();
+            if let Some(&i) = new_deletes.get(k) {
+                cands.push((i, seq));
+            }
+            if cands.is_empty() {
+                continue;
+            }
+            // A committed sink row above it: the key's state has passed it for good.
+            let sink_top = g
+                .iter()
+                .copied()
+                .filter(|&i| is_sink(i))
+                .max_by(|&a, &b| ranks.cmp(a, b));
+            // Identical tombstones: keep the earliest sequence.
+            cands.sort_by(|a, b| ranks.cmp(a.0, b.0).then(a.1.cmp(&b.1)));
+            cands.dedup_by(|later, first| ranks.cmp(later.0, first.0).is_eq());
+            let alive: Vec<(usize, i64)> = cands
+                .into_iter()
+                .filter(|&(i, _)| !pruned(i))
+                .filter(|&(i, _)| sink_top.is_none_or(|s| ranks.cmp(s, i).is_lt()))
+                .collect();
+            let before = kept.len();
+            for &(i, s) in &alive {
+                // Dominated by a greater tombstone known at or before it: never needed again.
+                let dominated = alive
                     .iter()
-                    .any(|&(j, t)| j != i && rank.row(j) > rank.row(i) && t <= s);
+                    .any(|&(j, t)| j != i && ranks.cmp(j, i).is_gt() && t <= s);
                 if !dominated {
                     kept.push((k, i, s));
                 }
             }
+            let same = kept.len() - before == old
+                && kept[before..]
+                    .iter()
+                    .all(|&(_, i, s)| tomb(i).is_some_and(|t| seq_of(t) == s));
+            tombstones_changed |= !same;
         }
-        kept.sort_unstable_by(|a, b| a.0.cmp(b.0).then(rank.row(a.1).cmp(&rank.row(b.1))));
-        let before: Vec<(&[u8], i64)> = {
-            let mut v: Vec<(&[u8], i64)> = (0..nt)
-                .map(|t| {
-                    (
-                        rank.row(ns + t).data(),
-                        if seqs.is_null(t) { 0 } else { seqs.value(t) },
-                    )
-                })
-                .collect();
-            v.sort_unstable();
-            v
-        };
-        let after: Vec<(&[u8], i64)> = {
-            let mut v: Vec<(&[u8], i64)> = kept
-                .iter()
-                .map(|&(_, i, s)| (rank.row(i).data(), s))
-                .collect();
-            v.sort_unstable();
-            v
-        };
-        let tombstones_changed = before != after;
+        kept.sort_unstable_by(|a, b| a.0.cmp(b.0).then(ranks.cmp(a.1, b.1)));
         let rows = take(&pool, kept.iter().map(|&(_, i, _)| i as u32))?;
         let mut cols = rows.columns().to_vec();
         cols.push(Arc::new(Int64Array::from_iter_values(
@@ -422,6 +408,52 @@ impl Latest {
             tombstones_changed,
         })
     }
+}
+
+/// Ranks of the rows of a batch whose key has competitors.
+struct Ranks {
+    rows: Rows,
+    /// Row index → position in `rows` (`u32::MAX`: not encoded, the key's only row).
+    at: Vec<u32>,
+}
+
+impl Ranks {
+    /// Compares rows `a` and `b` of one key (both encoded whenever the key has two rows).
+    fn cmp(&self, a: usize, b: usize) -> std::cmp::Ordering {
+        match (self.at[a], self.at[b]) {
+            (x, y) if x != u32::MAX && y != u32::MAX => {
+                self.rows.row(x as usize).cmp(&self.rows.row(y as usize))
+            }
+            _ => a.cmp(&b),
+        }
+    }
+
+    /// The greatest of `idx` (one key's rows; the first for a single row).
+    fn max(&self, idx: impl Iterator<Item = usize>) -> usize {
+        idx.reduce(|best, i| if self.cmp(i, best).is_gt() { i } else { best })
+            .unwrap_or_default()
+    }
+}
+
+/// Row indices by key.
+fn group(keys: &Rows, idx: std::ops::Range<usize>) -> HashMap<&[u8], Vec<usize>> {
+    let mut groups: HashMap<&[u8], Vec<usize>> = HashMap::with_capacity(idx.len());
+    for i in idx {
+        groups.entry(keys.row(i).data()).or_default().push(i);
+    }
+    groups
+}
+
+/// The rows of keys with more than one row (those a merge compares).
+fn contested(groups: &HashMap<&[u8], Vec<usize>>) -> Vec<usize> {
+    let mut idx: Vec<usize> = groups
+        .values()
+        .filter(|g| g.len() > 1)
+        .flatten()
+        .copied()
+        .collect();
+    idx.sort_unstable();
+    idx
 }
 
 /// One merged bucket.
