@@ -39,6 +39,8 @@ enum Site {
     /// A latest-state run: the tombstone commit, then the sink commit (faults hit both).
     ProcessLatest,
     Refresh,
+    /// A latest pipeline's refresh: the tombstones replaced, then the sink.
+    RefreshLatest,
     Compaction,
     ManifestRewrite,
     Expiration,
@@ -127,7 +129,7 @@ impl Cell {
             }
             _ => "",
         };
-        let env = if site == Site::ProcessLatest {
+        let env = if matches!(site, Site::ProcessLatest | Site::RefreshLatest) {
             // 40 customers: versions of one key across objects and rounds, deletes among them.
             let latest = floe::sample::LATEST_PIPELINE_TOML.replace(
                 "SELECT customer_id,",
@@ -380,17 +382,21 @@ impl Cell {
                 assert_eq!(depth(&sqs, &url).await, (0, 0), "{what}: no message left");
                 self.expected_rows += 40;
             }
-            Site::ProcessAppend | Site::ProcessAggregate | Site::ProcessLatest | Site::Refresh => {
+            Site::ProcessAppend
+            | Site::ProcessAggregate
+            | Site::ProcessLatest
+            | Site::Refresh
+            | Site::RefreshLatest => {
                 let name = match self.site {
                     Site::ProcessAppend => APPEND,
-                    Site::ProcessLatest => LATEST,
+                    Site::ProcessLatest | Site::RefreshLatest => LATEST,
                     _ => AGG,
                 };
+                let refresh = matches!(self.site, Site::Refresh | Site::RefreshLatest);
                 self.processor(None).await.run(name, soon()).await.unwrap();
-                self.load_orders(if self.site == Site::Refresh { 100 } else { 60 }, 2)
-                    .await;
+                self.load_orders(if refresh { 100 } else { 60 }, 2).await;
                 let p = self.processor(Some(fault)).await;
-                let first = if self.site == Site::Refresh {
+                let first = if refresh {
                     p.refresh(name, soon()).await
                 } else {
                     p.run(name, soon()).await
@@ -461,6 +467,7 @@ impl Cell {
                 | Site::ProcessAggregate
                 | Site::ProcessLatest
                 | Site::Refresh
+                | Site::RefreshLatest
                 | Site::Expiration
         )
     }
@@ -469,7 +476,7 @@ impl Cell {
     fn pipelines(&self) -> Vec<&'static str> {
         match (self.with_sinks(), self.site) {
             (false, _) => Vec::new(),
-            (true, Site::ProcessLatest) => vec![APPEND, AGG, LATEST],
+            (true, Site::ProcessLatest | Site::RefreshLatest) => vec![APPEND, AGG, LATEST],
             (true, _) => vec![APPEND, AGG],
         }
     }
@@ -608,6 +615,7 @@ cells! {
     sqlite_process_aggregate: "sqlite", Site::ProcessAggregate;
     sqlite_process_latest: "sqlite", Site::ProcessLatest;
     sqlite_refresh: "sqlite", Site::Refresh;
+    sqlite_refresh_latest: "sqlite", Site::RefreshLatest;
     sqlite_compaction: "sqlite", Site::Compaction;
     sqlite_manifest_rewrite: "sqlite", Site::ManifestRewrite;
     sqlite_expiration: "sqlite", Site::Expiration;
@@ -621,6 +629,7 @@ cells! {
     glue_process_aggregate: "glue", Site::ProcessAggregate;
     glue_process_latest: "glue", Site::ProcessLatest;
     glue_refresh: "glue", Site::Refresh;
+    glue_refresh_latest: "glue", Site::RefreshLatest;
     glue_compaction: "glue", Site::Compaction;
     glue_manifest_rewrite: "glue", Site::ManifestRewrite;
     glue_expiration: "glue", Site::Expiration;
@@ -634,6 +643,7 @@ cells! {
     rest_process_aggregate: "rest", Site::ProcessAggregate;
     rest_process_latest: "rest", Site::ProcessLatest;
     rest_refresh: "rest", Site::Refresh;
+    rest_refresh_latest: "rest", Site::RefreshLatest;
     rest_compaction: "rest", Site::Compaction;
     rest_manifest_rewrite: "rest", Site::ManifestRewrite;
     rest_expiration: "rest", Site::Expiration;
