@@ -16,6 +16,7 @@ p.add_argument("--endpoint")
 p.add_argument("--uri")
 p.add_argument("--warehouse")
 p.add_argument("--catalog-name", default="floe")
+p.add_argument("--rows", action="store_true", help="also print every row (values as text), sorted")
 a = p.parse_args()
 
 s3 = {}
@@ -58,4 +59,9 @@ out = {
 if "order_id" in arrow.column_names:
     ids = arrow.column("order_id").to_pylist()
     out["distinct_order_ids"] = len(set(ids))
+if a.rows:
+    out["data"] = sorted(
+        [[None if v is None else str(v) for v in r.values()] for r in arrow.to_pylist()],
+        key=lambda r: [x or "" for x in r],
+    )
 print(json.dumps(out))

@@ -626,7 +626,7 @@ pub struct LocalArgs {
 
 /// `floe bench`.
 #[derive(Debug, Args)]
-#[command(group(clap::ArgGroup::new("mode").args(["maintenance", "planning", "latency", "delta", "backfill"])))]
+#[command(group(clap::ArgGroup::new("mode").args(["maintenance", "planning", "latency", "delta", "latest", "backfill"])))]
 pub struct BenchArgs {
     /// Maintenance benchmark: commit latency of the 1st vs the Nth append with and without
     /// periodic maintenance, and compaction throughput vs plain arrow-rs.
@@ -675,6 +675,16 @@ pub struct BenchArgs {
     /// Rows of the big source (--delta).
     #[arg(long, value_name = "N", default_value = "10000000", requires = "delta")]
     pub delta_rows: u64,
+    /// Latest-state benchmark: 100 k new versions over 1 % of --latest-keys customers per
+    /// round; the incremental run beside a full rebuild: wall time, bytes read and written.
+    #[arg(long)]
+    pub latest: bool,
+    /// Customers (keys) in the source (--latest).
+    #[arg(long, value_name = "N", default_value = "1000000", requires = "latest")]
+    pub latest_keys: u64,
+    /// Key buckets of the sink (--latest).
+    #[arg(long, value_name = "N", default_value = "16", requires = "latest")]
+    pub latest_buckets: u32,
     /// Backfill benchmark: small and big objects backfilled at concurrency 1/4/8, beside one
     /// commit per object: objects/s, rows/s, commits per object, commit-retry rate.
     #[arg(long)]
@@ -716,6 +726,9 @@ pub struct BenchArgs {
     /// Internal: the child's row count (delta benchmark).
     #[arg(long, hide = true, requires = "child")]
     pub child_rows: Option<u64>,
+    /// Internal: the child's key buckets (latest benchmark).
+    #[arg(long, hide = true, requires = "child")]
+    pub child_buckets: Option<u32>,
 }
 
 impl BenchArgs {
@@ -1254,6 +1267,13 @@ mod tests {
         assert_eq!(b.delta_rows, 1_000_000);
         parse_err(&["floe", "bench", "--delta", "--latency"]);
         parse_err(&["floe", "bench", "--delta-rows", "5"]);
+        let Command::Bench(b) =
+            parse(&["floe", "bench", "--latest", "--latest-buckets", "64"]).command
+        else {
+            panic!()
+        };
+        assert!(b.latest && b.latest_keys == 1_000_000 && b.latest_buckets == 64);
+        parse_err(&["floe", "bench", "--latest", "--delta"]);
 
         // The child form the benchmark spawns itself with.
         let Command::Bench(b) = parse(&[

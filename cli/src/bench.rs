@@ -302,6 +302,15 @@ pub async fn run(args: BenchArgs) -> Result<()> {
                 crate::bench_delta::child_setup(&work, rows).await?
             }
             "delta-run" => crate::bench_delta::child_run(&work).await?,
+            "latest-setup" => {
+                let keys = args.child_rows.context("--child-rows")?;
+                let buckets = args.child_buckets.context("--child-buckets")?;
+                crate::bench_latest::child_setup(&work, keys, buckets).await?
+            }
+            m @ ("latest-run" | "latest-rebuild") => {
+                let keys = args.child_rows.context("--child-rows")?;
+                crate::bench_latest::child_round(&work, keys, m == "latest-rebuild").await?
+            }
             other => bail!("unknown child mode {other}"),
         };
         let mut out = out;
@@ -323,6 +332,10 @@ pub async fn run(args: BenchArgs) -> Result<()> {
     if args.delta {
         let dir = args.dir_or("target/floe-bench-delta");
         return crate::bench_delta::run(&dir, args.delta_rows);
+    }
+    if args.latest {
+        let dir = args.dir_or("target/floe-bench-latest");
+        return crate::bench_latest::run(&dir, args.latest_keys, args.latest_buckets);
     }
     if args.planning {
         return crate::bench_plan::run(&args.dir_or("target/floe-bench-plan")).await;

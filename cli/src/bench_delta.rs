@@ -56,7 +56,7 @@ fn config_text(work: &Path) -> String {
 }
 
 /// The ingest decode schema of the sample orders (what an object's columns are cast to).
-fn order_schema(config: &Config) -> Result<SchemaRef> {
+pub(crate) fn order_schema(config: &Config) -> Result<SchemaRef> {
     let table = config.table("orders").context("orders table")?;
     let schema = floe::schema::table_schema(table)?;
     let arrow = iceberg::arrow::schema_to_arrow_schema(&schema)?;
@@ -65,6 +65,16 @@ fn order_schema(config: &Config) -> Result<SchemaRef> {
 
 /// Sample orders at the event times `times` (µs), as a batch of `schema`.
 fn orders_batch(schema: &SchemaRef, rng: &mut Rng, times: &[i64]) -> Result<RecordBatch> {
+    orders_batch_for(schema, rng, times, None)
+}
+
+/// [`orders_batch`] for the given `customers` (one per row; default: random ones).
+pub(crate) fn orders_batch_for(
+    schema: &SchemaRef,
+    rng: &mut Rng,
+    times: &[i64],
+    customers: Option<&[i64]>,
+) -> Result<RecordBatch> {
     let n = times.len();
     let pick = |rng: &mut Rng, values: &[&'static str]| -> Vec<&'static str> {
         (0..n)
@@ -72,7 +82,10 @@ fn orders_batch(schema: &SchemaRef, rng: &mut Rng, times: &[i64]) -> Result<Reco
             .collect()
     };
     let ids: Vec<String> = (0..n).map(|_| floe::sample::uuid_v4(rng)).collect();
-    let customers: Vec<i64> = (0..n).map(|_| rng.below(1_000_000) as i64).collect();
+    let customers: Vec<i64> = match customers {
+        Some(c) => c.to_vec(),
+        None => (0..n).map(|_| rng.below(1_000_000) as i64).collect(),
+    };
     let regions = pick(rng, &sample::REGIONS);
     let amounts: Vec<f64> = (0..n).map(|_| rng.below(500_000) as f64 / 100.0).collect();
     let currencies = pick(rng, &sample::CURRENCIES);
@@ -101,7 +114,7 @@ fn orders_batch(schema: &SchemaRef, rng: &mut Rng, times: &[i64]) -> Result<Reco
 }
 
 /// Writes `batches` as one Parquet object at `path`.
-fn write_object(path: &Path, schema: &SchemaRef, batches: &[RecordBatch]) -> Result<()> {
+pub(crate) fn write_object(path: &Path, schema: &SchemaRef, batches: &[RecordBatch]) -> Result<()> {
     let file = std::fs::File::create(path)?;
     let mut w = parquet::arrow::ArrowWriter::try_new(
         file,

@@ -40,9 +40,10 @@ bucket = "landing"
 prefix = "orders-csv/"
 table = "orders"
 format = "csv"
-{tables}{pipelines}"#,
+{tables}{pipelines}{latest}"#,
         tables = sample::ORDERS_TABLE_TOML,
-        pipelines = sample::PIPELINES_TOML
+        pipelines = sample::PIPELINES_TOML,
+        latest = sample::LATEST_PIPELINE_TOML
     )
 }
 
@@ -165,7 +166,8 @@ pub async fn run(dir: String) -> Result<()> {
         anyhow::bail!("demo saw errors: {}", result.errors.join("; "));
     }
 
-    // The process function: the commit event wakes both pipelines (append + windowed aggregate).
+    // The process function: the commit event wakes the pipelines (append, windowed aggregate,
+    // latest order per customer).
     let processor = floe::process::Processor::new(config.clone()).await?;
     let commit_event = json!({"source": floe::event::EVENT_SOURCE, "detail-type": floe::event::COMMIT_DETAIL_TYPE, "detail": {"table": "orders"}});
     let deadline = Instant::now() + Duration::from_secs(300);

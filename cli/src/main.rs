@@ -16,6 +16,7 @@
 //! floe local [--port 5000] [--dir D]        the deployed topology on moto_server: S3 → SQS → ingest, schedule → maintain
 //! floe bench [--big-mb N] [--small N] ...   ingest benchmark vs PyIceberg and plain arrow-rs
 //! floe bench --delta [--delta-rows N]       an aggregate run after one object: 100 k vs N-row source
+//! floe bench --latest [--latest-keys N] [--latest-buckets B]   a latest-state run vs a full rebuild
 //! floe bench --backfill [--backfill-small N] [--backfill-big-mb M]   backfill vs one commit per object
 //! floe template --config F [--check]       template.yaml's table-scoped roles and alarms from floe.toml
 //! floe completions bash|zsh|fish|...        a shell completion script
@@ -38,6 +39,7 @@ mod bench_backfill;
 mod bench_checks;
 mod bench_delta;
 mod bench_latency;
+mod bench_latest;
 mod bench_maintain;
 mod bench_plan;
 mod compare_cmd;

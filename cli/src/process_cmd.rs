@@ -130,7 +130,7 @@ fn merged(a: RunReport, b: RunReport) -> RunReport {
 pub fn print_runs(reports: &[RunReport]) {
     println!(
         "{:<26} {:>21} {:>9} {:>8} {:>8} {:>8} {:>8} {:>7}",
-        "pipeline", "source snapshot", "commits", "rows in", "rows out", "windows", "alerts", "ms"
+        "pipeline", "source snapshot", "commits", "rows in", "rows out", "win/bkt", "alerts", "ms"
     );
     for r in reports {
         println!(
@@ -148,7 +148,7 @@ pub fn print_runs(reports: &[RunReport]) {
             },
             r.rows_in,
             r.rows_out,
-            r.windows,
+            r.windows + r.buckets,
             r.alerts,
             r.seconds * 1e3
         );

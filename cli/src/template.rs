@@ -306,12 +306,22 @@ fn ingest_data(p: &Places) -> String {
     .concat()
 }
 
-/// Process: read its sources and joined tables, write its sinks. A source or joined table that
-/// is another pipeline's sink (a chain) is covered by the sinks' statements, which include
-/// reading them.
+/// Process: read its sources and joined tables, write its sinks (and the tombstone tables of
+/// latest sinks). A source or joined table that is another pipeline's sink (a chain) is covered
+/// by the sinks' statements, which include reading them.
 fn process_data(p: &Places) -> String {
     let c = p.config;
-    let sinks: BTreeSet<&str> = c.pipelines.iter().map(|q| q.sink.as_str()).collect();
+    let tombstones: Vec<String> = c
+        .pipelines
+        .iter()
+        .filter_map(|q| q.tombstone_table())
+        .collect();
+    let sinks: BTreeSet<&str> = c
+        .pipelines
+        .iter()
+        .map(|q| q.sink.as_str())
+        .chain(tombstones.iter().map(String::as_str))
+        .collect();
     let sources: BTreeSet<&str> = c
         .pipelines
         .iter()

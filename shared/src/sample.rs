@@ -54,6 +54,23 @@ GROUP BY window_start, region
 """
 "#;
 
+/// A latest-state pipeline over `orders`: each customer's latest order (by event time, late
+/// events included), a cancelled latest order removing the customer (`delete_when`).
+pub const LATEST_PIPELINE_TOML: &str = r#"
+[[pipelines]]
+name = "customer_latest_order"
+source = "orders"
+sink = "customer_latest_order"
+mode = "latest"
+keys = ["customer_id"]
+order_by = "event_time"
+delete_when = "status = 'cancelled'"
+sql = """
+SELECT customer_id, order_id, status, amount, region, event_time
+FROM source
+"""
+"#;
+
 /// The sample orders' regions.
 pub const REGIONS: [&str; 5] = ["eu-west", "us-east", "us-west", "ap-south", "sa-east"];
 /// The sample orders' currencies.

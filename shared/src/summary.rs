@@ -53,6 +53,10 @@ pub const ROWS_IN: &str = "floe.rows-in";
 pub const SOURCE_SNAPSHOTS: &str = "floe.source-snapshots";
 /// Aggregate windows a pipeline run recomputed.
 pub const WINDOWS_REPLACED: &str = "floe.windows-replaced";
+/// Distinct keys a latest-state pipeline run merged.
+pub const KEYS_TOUCHED: &str = "floe.keys-touched";
+/// Key buckets a latest-state pipeline run rewrote.
+pub const BUCKETS_REPLACED: &str = "floe.buckets-replaced";
 /// Checkpoint key prefix: `floe.checkpoint.<source uuid>` = last source snapshot processed.
 pub const CHECKPOINT_PREFIX: &str = "floe.checkpoint.";
 /// Transform key prefix: `floe.transform.<source uuid>` = transform version of the checkpoint.

@@ -58,6 +58,8 @@ struct Inject {
     fault: Fault,
     calls: AtomicU32,
     inner: Arc<dyn PointerSwap>,
+    /// Only commits to this table meet the fault (None: every table's).
+    only: Option<String>,
 }
 
 fn crash() -> Error {
@@ -75,6 +77,9 @@ impl PointerSwap for Inject {
     }
 
     async fn swap(&self, ident: &TableIdent, staged: &Staged) -> floe::Result<()> {
+        if self.only.as_deref().is_some_and(|t| t != ident.name()) {
+            return self.inner.swap(ident, staged).await;
+        }
         let n = self.calls.fetch_add(1, Ordering::SeqCst);
         match self.fault {
             Fault::BeforeMetadata => {
@@ -123,6 +128,24 @@ pub(crate) fn faulty(fault: Fault) -> impl FnOnce(Arc<dyn PointerSwap>) -> Arc<d
             fault,
             calls: AtomicU32::new(0),
             inner,
+            only: None,
+        })
+    }
+}
+
+/// Like [`faulty`], for the commits of one table only (e.g. a latest pipeline's sink, whose
+/// tombstone commit before it then lands).
+pub(crate) fn faulty_on(
+    table: &str,
+    fault: Fault,
+) -> impl FnOnce(Arc<dyn PointerSwap>) -> Arc<dyn PointerSwap> {
+    let table = table.to_string();
+    move |inner| {
+        Arc::new(Inject {
+            fault,
+            calls: AtomicU32::new(0),
+            inner,
+            only: Some(table),
         })
     }
 }

@@ -434,20 +434,55 @@ t = cat.load_table("{ns}.{table}")
 
     /// Reads `table` (in this test's namespace) with PyIceberg and returns its JSON report.
     pub fn pyiceberg_table(&self, table: &str) -> serde_json::Value {
+        self.pyiceberg_report(table, false)
+    }
+
+    /// [`TestEnv::pyiceberg_table`] with every row (`data`: values as text, sorted).
+    pub fn pyiceberg_rows(&self, table: &str) -> serde_json::Value {
+        self.pyiceberg_report(table, true)
+    }
+
+    /// Reads the table version at `metadata` (a metadata.json) with DuckDB's iceberg extension:
+    /// `{"rows": n, "data": [...]}` for `columns` (values as text, sorted).
+    pub fn duckdb_rows(&self, metadata: &str, columns: &str) -> serde_json::Value {
+        let out = Command::new(python())
+            .arg(repo_root().join("infra/duckdb_check.py"))
+            .args([
+                "--metadata",
+                metadata,
+                "--endpoint",
+                moto(),
+                "--columns",
+                columns,
+            ])
+            .output()
+            .expect("run python");
+        assert!(
+            out.status.success(),
+            "duckdb failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).expect("duckdb json")
+    }
+
+    fn pyiceberg_report(&self, table: &str, rows: bool) -> serde_json::Value {
         let mut cmd = Command::new(python());
+        cmd.arg(repo_root().join("infra/pyiceberg_check.py"));
+        if rows {
+            cmd.arg("--rows");
+        }
         let kind = if self.catalog_kind == "glue" {
             "glue"
         } else {
             "sqlite"
         };
-        cmd.arg(repo_root().join("infra/pyiceberg_check.py"))
-            .args([
-                "--catalog",
-                kind,
-                "--table",
-                &format!("{}.{table}", self.namespace),
-            ])
-            .args(["--endpoint", moto()]);
+        cmd.args([
+            "--catalog",
+            kind,
+            "--table",
+            &format!("{}.{table}", self.namespace),
+        ])
+        .args(["--endpoint", moto()]);
         match self.catalog_kind {
             "sqlite" => {
                 cmd.args([

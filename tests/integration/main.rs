@@ -20,6 +20,7 @@ mod harness;
 mod ingest_faults;
 mod ingest_flow;
 mod joins;
+mod latest;
 mod limits;
 mod maintain;
 mod matrix;

@@ -24,6 +24,7 @@ const APPEND: &str = "suspicious_orders";
 const AGG: &str = "revenue_per_region_minute";
 /// The refresh rows' chunk budget: below one object's rows.
 const REFRESH_CHUNK_ROWS: u64 = 60;
+const LATEST: &str = "customer_latest_order";
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Site {
@@ -37,12 +38,16 @@ enum Site {
     Replay,
     ProcessAppend,
     ProcessAggregate,
+    /// A latest-state run: the tombstone commit, then the sink commit (faults hit both).
+    ProcessLatest,
     /// `floe process refresh` of the aggregate pipeline, in chunks of windows (a tiny budget:
     /// several chunk commits, each one a commit site with its position).
     Refresh,
     /// The same for the append pipeline, in chunks of source files (the first chunk's commit
     /// also removes the old sink content).
     RefreshAppend,
+    /// A latest pipeline's refresh: the tombstones replaced, then the sink.
+    RefreshLatest,
     Compaction,
     ManifestRewrite,
     Expiration,
@@ -131,7 +136,16 @@ impl Cell {
             }
             _ => "",
         };
-        let mut env = TestEnv::with_pipelines_and_orders_toml(catalog, extra).await;
+        let mut env = if matches!(site, Site::ProcessLatest | Site::RefreshLatest) {
+            // 40 customers: versions of one key across objects and rounds, deletes among them.
+            let latest = floe::sample::LATEST_PIPELINE_TOML.replace(
+                "SELECT customer_id,",
+                "SELECT customer_id % 40 AS customer_id,",
+            );
+            TestEnv::with_pipelines(catalog, &latest).await
+        } else {
+            TestEnv::with_pipelines_and_orders_toml(catalog, extra).await
+        };
         if matches!(site, Site::Refresh | Site::RefreshAppend) {
             // Each refresh is several chunk commits (≥ 2 per round), the fault hits the first.
             env.config.process.refresh_chunk_rows = REFRESH_CHUNK_ROWS;
@@ -379,13 +393,21 @@ impl Cell {
                 assert_eq!(depth(&sqs, &url).await, (0, 0), "{what}: no message left");
                 self.expected_rows += 40;
             }
-            Site::ProcessAppend | Site::ProcessAggregate | Site::Refresh | Site::RefreshAppend => {
-                let refresh = matches!(self.site, Site::Refresh | Site::RefreshAppend);
-                let name = if matches!(self.site, Site::ProcessAppend | Site::RefreshAppend) {
-                    APPEND
-                } else {
-                    AGG
+            Site::ProcessAppend
+            | Site::ProcessAggregate
+            | Site::ProcessLatest
+            | Site::Refresh
+            | Site::RefreshAppend
+            | Site::RefreshLatest => {
+                let name = match self.site {
+                    Site::ProcessAppend | Site::RefreshAppend => APPEND,
+                    Site::ProcessLatest | Site::RefreshLatest => LATEST,
+                    _ => AGG,
                 };
+                let refresh = matches!(
+                    self.site,
+                    Site::Refresh | Site::RefreshAppend | Site::RefreshLatest
+                );
                 self.processor(None).await.run(name, soon()).await.unwrap();
                 self.load_orders(if refresh { 100 } else { 60 }, 2).await;
                 let p = self.processor(Some(fault)).await;
@@ -400,7 +422,8 @@ impl Cell {
                 } else {
                     let r = first.unwrap_or_else(|e| panic!("{what}: {e}"));
                     assert!(r.sink_snapshot.is_some(), "{what}: {r:?}");
-                    if refresh {
+                    // A latest pipeline's refresh is one piece (tombstones, then the sink).
+                    if matches!(self.site, Site::Refresh | Site::RefreshAppend) {
                         let g = r.refresh_progress.as_ref();
                         assert!(
                             g.is_some_and(|g| g.done && g.chunks >= 2),
@@ -466,28 +489,50 @@ impl Cell {
             self.site,
             Site::ProcessAppend
                 | Site::ProcessAggregate
+                | Site::ProcessLatest
                 | Site::Refresh
                 | Site::RefreshAppend
+                | Site::RefreshLatest
                 | Site::Expiration
         )
+    }
+
+    /// The pipelines the cell runs and reconciles.
+    fn pipelines(&self) -> Vec<&'static str> {
+        match (self.with_sinks(), self.site) {
+            (false, _) => Vec::new(),
+            (true, Site::ProcessLatest | Site::RefreshLatest) => vec![APPEND, AGG, LATEST],
+            (true, _) => vec![APPEND, AGG],
+        }
+    }
+
+    /// The tables the cell checks: `orders`, the sinks, a latest sink's tombstones.
+    fn tables(&self) -> Vec<String> {
+        let mut t = vec!["orders".to_string()];
+        for name in self.pipelines() {
+            t.push(name.to_string());
+            if let Some(tt) = self
+                .env
+                .config
+                .pipeline(name)
+                .and_then(|p| p.tombstone_table())
+            {
+                t.push(tt);
+            }
+        }
+        t
     }
 
     /// Orphan cleanup as if a month had passed, then every invariant.
     async fn check(&self) {
         let what = self.what();
         let env = &self.env;
-        let tables: &[&str] = if self.with_sinks() {
-            &["orders", APPEND, AGG]
-        } else {
-            &["orders"]
-        };
+        let tables = self.tables();
         let p = self.processor(None).await;
-        if self.with_sinks() {
-            for name in [APPEND, AGG] {
-                p.run(name, soon())
-                    .await
-                    .unwrap_or_else(|e| panic!("{what}: {name}: {e}"));
-            }
+        for name in self.pipelines() {
+            p.run(name, soon())
+                .await
+                .unwrap_or_else(|e| panic!("{what}: {name}: {e}"));
         }
         let healthy = self.maintainer(None).await;
         let month = Options {
@@ -495,7 +540,7 @@ impl Cell {
             now: chrono::Utc::now() + chrono::Duration::days(30),
             ..opts()
         };
-        for t in tables {
+        for t in &tables {
             healthy
                 .run(t, &month)
                 .await
@@ -508,7 +553,7 @@ impl Cell {
             (self.expected_rows, self.expected_rows),
             "{what}: rows / distinct order ids"
         );
-        for t in tables {
+        for t in &tables {
             let ident = floe::catalog::table_ident(&env.config, t).unwrap();
             let table = catalog
                 .load_table(&ident)
@@ -516,11 +561,9 @@ impl Cell {
                 .unwrap_or_else(|e| panic!("{what}: {t} must load: {e}"));
             assert_referenced_files_exist(&table, &format!("{what}: {t}")).await;
         }
-        if self.with_sinks() {
-            for name in [APPEND, AGG] {
-                let r = p.reconcile(name).await.unwrap();
-                assert!(r.matches(), "{what}: {name} reconcile: {r:?}");
-            }
+        for name in self.pipelines() {
+            let r = p.reconcile(name).await.unwrap();
+            assert!(r.matches(), "{what}: {name} reconcile: {r:?}");
         }
         assert!(
             env.keys("quarantine/").await.is_empty(),
@@ -538,8 +581,8 @@ impl Cell {
             "{}: PyIceberg: {py}",
             self.what()
         );
-        if self.with_sinks() {
-            for name in [APPEND, AGG] {
+        {
+            for name in self.pipelines() {
                 let py = self.env.pyiceberg_table(name);
                 assert!(
                     py["rows"].as_u64().is_some_and(|n| n > 0),
@@ -595,8 +638,10 @@ cells! {
     sqlite_replay: "sqlite", Site::Replay;
     sqlite_process_append: "sqlite", Site::ProcessAppend;
     sqlite_process_aggregate: "sqlite", Site::ProcessAggregate;
+    sqlite_process_latest: "sqlite", Site::ProcessLatest;
     sqlite_refresh: "sqlite", Site::Refresh;
     sqlite_refresh_append: "sqlite", Site::RefreshAppend;
+    sqlite_refresh_latest: "sqlite", Site::RefreshLatest;
     sqlite_compaction: "sqlite", Site::Compaction;
     sqlite_manifest_rewrite: "sqlite", Site::ManifestRewrite;
     sqlite_expiration: "sqlite", Site::Expiration;
@@ -608,8 +653,10 @@ cells! {
     glue_replay: "glue", Site::Replay;
     glue_process_append: "glue", Site::ProcessAppend;
     glue_process_aggregate: "glue", Site::ProcessAggregate;
+    glue_process_latest: "glue", Site::ProcessLatest;
     glue_refresh: "glue", Site::Refresh;
     glue_refresh_append: "glue", Site::RefreshAppend;
+    glue_refresh_latest: "glue", Site::RefreshLatest;
     glue_compaction: "glue", Site::Compaction;
     glue_manifest_rewrite: "glue", Site::ManifestRewrite;
     glue_expiration: "glue", Site::Expiration;
@@ -621,8 +668,10 @@ cells! {
     rest_replay: "rest", Site::Replay;
     rest_process_append: "rest", Site::ProcessAppend;
     rest_process_aggregate: "rest", Site::ProcessAggregate;
+    rest_process_latest: "rest", Site::ProcessLatest;
     rest_refresh: "rest", Site::Refresh;
     rest_refresh_append: "rest", Site::RefreshAppend;
+    rest_refresh_latest: "rest", Site::RefreshLatest;
     rest_compaction: "rest", Site::Compaction;
     rest_manifest_rewrite: "rest", Site::ManifestRewrite;
     rest_expiration: "rest", Site::Expiration;

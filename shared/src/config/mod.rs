@@ -86,6 +86,10 @@ pub enum PipelineMode {
     /// Grouped by an event-time window: windows touched by new rows (late ones included) are
     /// recomputed from the whole source table and replaced atomically in the sink.
     Aggregate,
+    /// Latest state per key (upsert): the sink holds one row per `keys` value, the greatest by
+    /// `order_by` (late older versions never overwrite newer ones); a row matching
+    /// `delete_when` removes its key. The buckets of the keys a run touches are rewritten.
+    Latest,
 }
 
 /// One incremental pipeline.
@@ -99,7 +103,7 @@ pub struct PipelineConfig {
     pub source: String,
     /// Sink table, created from the SQL's output schema on first run.
     pub sink: String,
-    /// `append` or `aggregate`.
+    /// `append`, `aggregate` or `latest`.
     pub mode: PipelineMode,
     /// SQL over the relation `source` (DataFusion dialect). In `aggregate` mode `source` also has
     /// a `window_start` column (the event time floored to `window`) that the output must carry.
@@ -110,9 +114,28 @@ pub struct PipelineConfig {
     /// Event-time column the window applies to (default: the source table's `event_time`).
     #[serde(default)]
     pub time_column: Option<String>,
-    /// Output columns identifying a row, used by reconcile to report differences per key.
+    /// Output columns identifying a row, used by reconcile to report differences per key; in
+    /// `latest` mode the upsert key (required).
     #[serde(default)]
     pub keys: Vec<String>,
+    /// `latest` mode: the output column that orders versions of a key (event time, a sequence
+    /// or version number); the greatest wins, ties broken by the whole row.
+    #[serde(default)]
+    pub order_by: Option<String>,
+    /// `latest` mode: a SQL boolean expression over the output columns (e.g. `op = 'D'`) that
+    /// marks a version as a delete: the key leaves the sink, and older versions arriving later
+    /// do not bring it back (tombstones in `<sink>_tombstones`).
+    #[serde(default)]
+    pub delete_when: Option<String>,
+    /// `latest` mode: the sink is partitioned by `bucket(key_buckets, <first key>)` (default 16);
+    /// a run rewrites the buckets of the keys it touches.
+    #[serde(default)]
+    pub key_buckets: Option<u32>,
+    /// `latest` mode with `delete_when`: tombstones whose `order_by` value lies this far behind
+    /// the newest version a run sees are dropped (`7d` by default; `none` keeps them forever).
+    /// Only a timestamp `order_by` has a horizon; other types keep tombstones forever.
+    #[serde(default)]
+    pub tombstone_retention: Option<String>,
     /// Where a pipeline without a checkpoint starts: `earliest`, `latest`, `snapshot:<id>` or
     /// `timestamp:<RFC 3339>`.
     #[serde(default = "default_start")]
@@ -744,12 +767,17 @@ impl Config {
         self.tables.iter().find(|t| t.name == name)
     }
 
-    /// Every table floe writes: the ingest tables, then the pipelines' sinks.
+    /// Every table floe writes: the ingest tables, then the pipelines' sinks (and the tombstone
+    /// tables of `latest` pipelines with deletes).
     pub fn all_tables(&self) -> Vec<String> {
         self.tables
             .iter()
             .map(|t| t.name.clone())
-            .chain(self.pipelines.iter().map(|p| p.sink.clone()))
+            .chain(
+                self.pipelines
+                    .iter()
+                    .flat_map(|p| std::iter::once(p.sink.clone()).chain(p.tombstone_table())),
+            )
             .collect()
     }
 
@@ -764,6 +792,14 @@ impl Config {
         self.pipelines.iter().find(|p| p.sink == table)
     }
 }
+
+/// Buckets of a `latest` sink unless `key_buckets` says otherwise.
+pub const DEFAULT_KEY_BUCKETS: u32 = 16;
+/// Most buckets a `latest` sink may have (each is at least one file per run that touches it).
+pub const MAX_KEY_BUCKETS: u32 = 4096;
+/// The name of a `latest` sink's tombstone table: the sink's name and this suffix.
+pub const TOMBSTONES_SUFFIX: &str = "_tombstones";
+const DEFAULT_TOMBSTONE_RETENTION_US: i64 = 7 * 86_400_000_000;
 
 /// Parses a window size (`30s`, `1m`, `5 minutes`, `1h`, `1 day`) into microseconds.
 pub(crate) fn parse_window(text: &str) -> std::result::Result<i64, String> {
@@ -813,6 +849,26 @@ impl PipelineConfig {
     /// Window size in microseconds (aggregate mode).
     pub fn window_micros(&self) -> Option<i64> {
         self.window.as_deref().and_then(|w| parse_window(w).ok())
+    }
+
+    /// Buckets of a `latest` sink (bucket transform over the first key column).
+    pub fn key_buckets(&self) -> u32 {
+        self.key_buckets.unwrap_or(DEFAULT_KEY_BUCKETS)
+    }
+
+    /// The companion table holding a `latest` pipeline's tombstones (with `delete_when` only).
+    pub fn tombstone_table(&self) -> Option<String> {
+        (self.mode == PipelineMode::Latest && self.delete_when.is_some())
+            .then(|| format!("{}{TOMBSTONES_SUFFIX}", self.sink))
+    }
+
+    /// The tombstone horizon in microseconds behind the newest version seen (None: forever).
+    pub fn tombstone_retention_micros(&self) -> Option<i64> {
+        match self.tombstone_retention.as_deref().map(str::trim) {
+            None => Some(DEFAULT_TOMBSTONE_RETENTION_US),
+            Some("none") | Some("forever") => None,
+            Some(t) => parse_window(t).ok(),
+        }
     }
 
     /// The event-time column windows apply to: `time_column`, else the source table's event
@@ -1371,6 +1427,68 @@ format = "csv"
                 .to_string();
             assert!(e.contains(key) && e.contains(says), "{key}: {e}");
         }
+    }
+
+    #[test]
+    fn latest_pipelines_need_keys_and_an_order_and_name_what_is_wrong() {
+        let with = |extra: &str| {
+            format!(
+                "{GOOD}\n[[pipelines]]\nname = \"p\"\nsource = \"orders\"\nsink = \"s\"\nsql = \"SELECT 1\"\n{extra}"
+            )
+        };
+        let ok = Config::parse(
+            &with("mode = \"latest\"\nkeys = [\"customer_id\"]\norder_by = \"event_time\"\ndelete_when = \"status = 'cancelled'\"\nkey_buckets = 32\ntombstone_retention = \"2d\""),
+            "f.toml",
+        )
+        .unwrap();
+        let p = &ok.pipelines[0];
+        assert_eq!(p.mode, PipelineMode::Latest);
+        assert_eq!(p.key_buckets(), 32);
+        assert_eq!(p.tombstone_table().as_deref(), Some("s_tombstones"));
+        assert_eq!(p.tombstone_retention_micros(), Some(2 * 86_400_000_000));
+        assert!(ok.all_tables().contains(&"s_tombstones".to_string()));
+        let plain = Config::parse(
+            &with("mode = \"latest\"\nkeys = [\"customer_id\"]\norder_by = \"event_time\"\ntombstone_retention = \"none\""),
+            "f.toml",
+        )
+        .unwrap();
+        let p = &plain.pipelines[0];
+        assert_eq!((p.key_buckets(), p.tombstone_table()), (16, None));
+        assert_eq!(p.tombstone_retention_micros(), None);
+        for (extra, key) in [
+            ("mode = \"latest\"\norder_by = \"event_time\"", "pipelines[0].keys"),
+            ("mode = \"latest\"\nkeys = [\"a\", \"a\"]\norder_by = \"t\"", "pipelines[0].keys"),
+            ("mode = \"latest\"\nkeys = [\"customer_id\"]", "pipelines[0].order_by"),
+            ("mode = \"latest\"\nkeys = [\"t\"]\norder_by = \"t\"", "pipelines[0].order_by"),
+            ("mode = \"latest\"\nkeys = [\"k\"]\norder_by = \"t\"\nkey_buckets = 0", "pipelines[0].key_buckets"),
+            ("mode = \"latest\"\nkeys = [\"k\"]\norder_by = \"t\"\ndelete_when = \" \"", "pipelines[0].delete_when"),
+            ("mode = \"latest\"\nkeys = [\"k\"]\norder_by = \"t\"\ntombstone_retention = \"a while\"", "pipelines[0].tombstone_retention"),
+            ("mode = \"latest\"\nkeys = [\"k\"]\norder_by = \"t\"\nwindow = \"1m\"", "pipelines[0].window"),
+            ("mode = \"append\"\norder_by = \"t\"", "pipelines[0].order_by"),
+            ("mode = \"aggregate\"\nwindow = \"1m\"\nkey_buckets = 4", "pipelines[0].key_buckets"),
+        ] {
+            let e = Config::parse(&with(extra), "f.toml").unwrap_err().to_string();
+            assert!(e.contains(key), "{extra}: {e}");
+        }
+        // The tombstone table must not collide with a table.
+        let clash = format!(
+            "{}\n[[pipelines]]\nname = \"q\"\nsource = \"orders\"\nsink = \"s_tombstones\"\nmode = \"append\"\nsql = \"SELECT 1\"\n",
+            with("mode = \"latest\"\nkeys = [\"k\"]\norder_by = \"t\"\ndelete_when = \"op = 'D'\"")
+        );
+        let e = Config::parse(&clash, "f.toml").unwrap_err().to_string();
+        assert!(e.contains("tombstone table `s_tombstones`"), "{e}");
+        let tables = GOOD.find("[[tables]]").unwrap_or(0);
+        let routes = GOOD.find("[[routes]]").unwrap_or(GOOD.len());
+        let customers = GOOD[tables..routes].replace("name = \"orders\"", "name = \"customers\"");
+        let joined = format!(
+            "{}\n{customers}",
+            with("mode = \"latest\"\nkeys = [\"k\"]\norder_by = \"t\"\njoins = [\"customers\"]")
+        );
+        let e = Config::parse(&joined, "f.toml").unwrap_err().to_string();
+        assert!(
+            e.contains("pipelines[0].joins") && e.contains("do not join"),
+            "{e}"
+        );
     }
 
     #[test]

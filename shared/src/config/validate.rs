@@ -526,7 +526,7 @@ impl PipelineConfig {
                     ));
                 }
             }
-            PipelineMode::Append => {
+            PipelineMode::Append | PipelineMode::Latest => {
                 if self.window.is_some() {
                     return Err(Error::config(
                         origin,
@@ -536,6 +536,7 @@ impl PipelineConfig {
                 }
             }
         }
+        self.validate_latest(cfg, origin, i, tables)?;
         if let Some(col) = &self.time_column {
             // An upstream sink's columns come from its SQL: known only when it runs.
             let known = cfg
@@ -603,6 +604,126 @@ impl PipelineConfig {
                 &at("max_join_bytes"),
                 "must be at least 1",
             ));
+        }
+        Ok(())
+    }
+
+    /// The `latest` mode's keys: keys and `order_by` required, the others only in this mode,
+    /// the tombstone table free. (That the columns are in the SQL's output is checked when the
+    /// SQL is planned.)
+    fn validate_latest(
+        &self,
+        cfg: &Config,
+        origin: &str,
+        i: usize,
+        tables: &HashSet<&str>,
+    ) -> Result<()> {
+        let at = |k: &str| format!("pipelines[{i}].{k}");
+        if self.mode != PipelineMode::Latest {
+            for (key, set) in [
+                ("order_by", self.order_by.is_some()),
+                ("delete_when", self.delete_when.is_some()),
+                ("key_buckets", self.key_buckets.is_some()),
+                ("tombstone_retention", self.tombstone_retention.is_some()),
+            ] {
+                if set {
+                    return Err(Error::config(
+                        origin,
+                        &at(key),
+                        "only `latest` pipelines have this key",
+                    ));
+                }
+            }
+            return Ok(());
+        }
+        if self.keys.is_empty() {
+            return Err(Error::config(
+                origin,
+                &at("keys"),
+                "a latest pipeline needs its key columns, e.g. `keys = [\"customer_id\"]`",
+            ));
+        }
+        let mut seen = HashSet::new();
+        for k in &self.keys {
+            if k.trim().is_empty() || !seen.insert(k.as_str()) {
+                return Err(Error::config(
+                    origin,
+                    &at("keys"),
+                    format!("`{k}` is empty or listed twice"),
+                ));
+            }
+        }
+        match self.order_by.as_deref().map(str::trim) {
+            None | Some("") => {
+                return Err(Error::config(
+                    origin,
+                    &at("order_by"),
+                    "a latest pipeline needs the output column that orders versions, e.g. `order_by = \"event_time\"`",
+                ))
+            }
+            Some(o) if self.keys.iter().any(|k| k == o) => {
+                return Err(Error::config(
+                    origin,
+                    &at("order_by"),
+                    format!("`{o}` is a key column; order versions by another column"),
+                ))
+            }
+            Some(_) => {}
+        }
+        if let Some(d) = &self.delete_when {
+            if d.trim().is_empty() {
+                return Err(Error::config(
+                    origin,
+                    &at("delete_when"),
+                    "must not be empty (leave it out for no deletes)",
+                ));
+            }
+        }
+        let n = self.key_buckets();
+        if n == 0 || n > MAX_KEY_BUCKETS {
+            return Err(Error::config(
+                origin,
+                &at("key_buckets"),
+                format!("is {n}; must be 1 to {MAX_KEY_BUCKETS}"),
+            ));
+        }
+        if let Some(r) = &self.tombstone_retention {
+            let r = r.trim();
+            if r != "none" && r != "forever" {
+                parse_window(r).map_err(|e| {
+                    Error::config(
+                        origin,
+                        &at("tombstone_retention"),
+                        format!("{e}; or `none` to keep tombstones forever"),
+                    )
+                })?;
+            }
+        }
+        if self.alert.is_some() {
+            return Err(Error::config(
+                origin,
+                &at("alert"),
+                "alerts are for append pipelines (latest rows are replaced, not final)",
+            ));
+        }
+        if !self.joins.is_empty() {
+            return Err(Error::config(
+                origin,
+                &at("joins"),
+                "latest pipelines do not join other tables yet (join in an append pipeline \
+                 upstream, or enrich the latest sink's readers' queries)",
+            ));
+        }
+        if let Some(tt) = self.tombstone_table() {
+            if tables.contains(tt.as_str())
+                || cfg.pipelines.iter().any(|q| q.sink == tt || q.source == tt)
+            {
+                return Err(Error::config(
+                    origin,
+                    &at("sink"),
+                    format!("the tombstone table `{tt}` of this sink is already a table or sink"),
+                ));
+            }
         }
         Ok(())
     }

@@ -30,6 +30,7 @@
 mod alerts;
 mod input;
 mod joins;
+mod latest;
 mod output;
 pub mod plan;
 mod processor;
@@ -37,6 +38,7 @@ mod reconcile;
 mod refresh;
 pub(crate) mod transform;
 mod trigger;
+mod upsert;
 mod windows;
 
 pub use plan::{plan, start_after, Delta, NewFile, RowChangePolicy};

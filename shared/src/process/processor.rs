@@ -13,6 +13,7 @@ use serde_json::Value;
 
 use super::alerts::Alerts;
 use super::joins::Joined;
+use super::latest::{self, Latest};
 use super::output::Output;
 use super::plan::{self, RowChangePolicy};
 use super::transform::{self, WINDOW_START};
@@ -66,6 +67,18 @@ pub struct RunReport {
     pub recompute_bytes_read: u64,
     /// Alerts sent.
     pub alerts: usize,
+    /// Distinct keys in the delta (latest mode).
+    pub keys_touched: u64,
+    /// Key buckets the delta touches, whose sink files are read and rewritten (latest mode).
+    pub buckets: usize,
+    /// Sink and tombstone files read to merge the touched buckets (latest mode).
+    pub sink_files_read: usize,
+    /// Bytes read from them.
+    pub sink_bytes_read: u64,
+    /// Bytes of the files written (latest mode: the rewritten buckets and tombstones).
+    pub bytes_written: u64,
+    /// Tombstones the rewritten buckets hold (latest mode with `delete_when`).
+    pub tombstones: u64,
     /// The sink snapshot committed (None: nothing new).
     pub sink_snapshot: Option<i64>,
     /// Times the run lost to a concurrent run and re-planned.
@@ -131,6 +144,8 @@ pub(super) struct Position {
     pub(super) sink: Table,
     pub(super) checkpoint: Option<Checkpoint>,
     pub(super) hash: String,
+    /// A `latest` pipeline's tombstone table (with `delete_when`).
+    pub(super) tombstones: Option<Table>,
 }
 
 impl Processor {
@@ -316,12 +331,20 @@ impl Processor {
         let hash = transform::transform_hash(p, &time_column);
         let sink = self.ensure_sink(p, &source).await?;
         let checkpoint = summary::read_checkpoint(sink.metadata(), &source_uuid);
+        let tombstones = match p.tombstone_table() {
+            Some(name) => {
+                let ident = catalog::table_ident(&self.config, &name)?;
+                Some(self.committer.load(&ident).await?)
+            }
+            None => None,
+        };
         Ok(Position {
             source,
             source_uuid,
             sink,
             checkpoint,
             hash,
+            tombstones,
         })
     }
 
@@ -340,7 +363,12 @@ impl Processor {
         let (schema, _) = self.batch_input(p, source, None, true).await?;
         let joined = self.joined(p, false).await?;
         let context = format!("pipeline `{}` over `{}` (schema id {id})", p.name, p.source);
-        transform::run_sql_joined(&p.sql, schema, Vec::new(), &joined.relations, &context).await?;
+        let (out, _) =
+            transform::run_sql_joined(&p.sql, schema, Vec::new(), &joined.relations, &context)
+                .await?;
+        if p.mode == PipelineMode::Latest {
+            Latest::new(p, &out)?;
+        }
         if let Ok(mut c) = self.checked.lock() {
             c.insert(p.name.clone(), id);
         }
@@ -396,17 +424,29 @@ impl Processor {
         let joined = self.joined(p, true).await?;
         let writer_id = format!("process-{}", uuid::Uuid::now_v7());
         let mut out = Output::new(&pos.sink, &writer_id)?;
-        let removed = match p.mode {
+        let (added, removed, schema) = match p.mode {
             PipelineMode::Append => {
                 self.append_rows(p, &pos, &files, &joined, &mut out).await?;
-                Vec::new()
+                let (added, schema) = out.close().await?;
+                (added, Vec::new(), schema)
             }
             PipelineMode::Aggregate => {
-                self.replace_windows(p, &pos, &files, to, &joined, &mut out, &mut report)
+                let removed = self
+                    .replace_windows(p, &pos, &files, to, &joined, &mut out, &mut report)
+                    .await?;
+                let (added, schema) = out.close().await?;
+                (added, removed, schema)
+            }
+            PipelineMode::Latest => {
+                match self
+                    .upsert_latest(p, &pos, &files, to, &mut report, deadline)
                     .await?
+                {
+                    Some(f) => (f.added, f.removed, f.schema),
+                    None => return Ok(None),
+                }
             }
         };
-        let (added, schema) = out.close().await?;
         report.rows_out = added.iter().map(|f| f.record_count()).sum::<u64>();
         if let Some(alert) = &p.alert {
             report.alerts = self.send_alerts(p, alert, &pos.sink, &added).await?;
@@ -591,6 +631,10 @@ impl Processor {
             if p.mode == PipelineMode::Aggregate && out.column_with_name(WINDOW_START).is_none() {
                 return Err(windows::window_missing(p));
             }
+            let latest = match p.mode {
+                PipelineMode::Latest => Some(Latest::new(p, &out)?),
+                _ => None,
+            };
             let schema = arrow_schema_to_schema_auto_assign_ids(&out)
                 .map_err(|e| Error::iceberg(format!("sink schema of `{}`", p.name), e))?;
             // An aggregate sink is partitioned by the period of `window_start`, so a run
@@ -599,6 +643,13 @@ impl Processor {
                 PipelineMode::Aggregate => {
                     windows::sink_partition(&schema, p.window_micros().unwrap_or(60_000_000))?
                 }
+                // A latest sink is partitioned by the key bucket, so a run rewrites the
+                // buckets of the keys it touches, not the whole sink.
+                PipelineMode::Latest => Some(latest::partition_spec(
+                    &schema,
+                    &p.keys[0],
+                    p.key_buckets(),
+                )?),
                 PipelineMode::Append => None,
             };
             let creation = TableCreation::builder()
@@ -608,8 +659,46 @@ impl Processor {
                 .properties(sink_properties(&self.config, p))
                 .build();
             catalog::create_if_missing(self.committer.catalog().as_ref(), &ident, creation).await?;
+            if let (Some(latest), Some(name)) = (&latest, p.tombstone_table()) {
+                self.ensure_tombstones(p, latest, &name).await?;
+            }
+        } else if let Some(name) = p.tombstone_table() {
+            let tt = catalog::table_ident(&self.config, &name)?;
+            let exists = self
+                .committer
+                .catalog()
+                .table_exists(&tt)
+                .await
+                .map_err(|e| {
+                    Error::iceberg(format!("checking tombstones {tt}"), e).with_retryable(true)
+                })?;
+            if !exists {
+                let (_, latest) = self.latest_terms(p, source).await?;
+                self.ensure_tombstones(p, &latest, &name).await?;
+            }
         }
         self.committer.load(&ident).await
+    }
+
+    /// Creates a `latest` pipeline's tombstone table: the output's columns and the source
+    /// sequence number, bucketed like the sink.
+    async fn ensure_tombstones(
+        &self,
+        p: &PipelineConfig,
+        latest: &Latest,
+        name: &str,
+    ) -> Result<()> {
+        let ident = catalog::table_ident(&self.config, name)?;
+        let schema = arrow_schema_to_schema_auto_assign_ids(&latest.tombstone_schema())
+            .map_err(|e| Error::iceberg(format!("tombstone schema of `{}`", p.name), e))?;
+        let spec = latest::partition_spec(&schema, &p.keys[0], p.key_buckets())?;
+        let creation = TableCreation::builder()
+            .name(name.to_string())
+            .schema(schema)
+            .partition_spec(spec)
+            .properties(sink_properties(&self.config, p))
+            .build();
+        catalog::create_if_missing(self.committer.catalog().as_ref(), &ident, creation).await
     }
 }
 
@@ -649,6 +738,13 @@ fn sink_change(
     );
     if p.mode == PipelineMode::Aggregate {
         props.insert(summary::WINDOWS_REPLACED.into(), report.windows.to_string());
+    }
+    if p.mode == PipelineMode::Latest {
+        props.insert(
+            summary::KEYS_TOUCHED.into(),
+            report.keys_touched.to_string(),
+        );
+        props.insert(summary::BUCKETS_REPLACED.into(), report.buckets.to_string());
     }
     if removed.is_empty() {
         Change {

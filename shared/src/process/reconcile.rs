@@ -3,6 +3,7 @@
 //! sink.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::time::Instant;
 
 use arrow::array::RecordBatch;
 use arrow_schema::SchemaRef;
@@ -10,6 +11,7 @@ use iceberg::table::Table;
 use serde::Serialize;
 
 use super::joins::Joined;
+use super::latest::Latest;
 use super::{input, transform, Processor};
 use crate::config::{PipelineConfig, PipelineMode};
 use crate::error::{Error, ErrorKind, Result};
@@ -87,7 +89,55 @@ impl Processor {
             return transform::run_sql_joined(&p.sql, schema, Vec::new(), joined, &context).await;
         }
         let (schema, rows) = self.batch_input(p, source, snapshot, false).await?;
-        transform::run_sql_joined(&p.sql, schema, rows, joined, &context).await
+        let (schema, out) =
+            transform::run_sql_joined(&p.sql, schema, rows, joined, &context).await?;
+        if p.mode != PipelineMode::Latest {
+            return Ok((schema, out));
+        }
+        // Latest state: the greatest version per key over the whole source, deletes left out.
+        let (live, _) = self.latest_batch(p, &schema, &out)?;
+        Ok((schema, vec![live]))
+    }
+
+    /// The latest version per key of a batch's output, split into live rows and deletes.
+    fn latest_batch(
+        &self,
+        p: &PipelineConfig,
+        schema: &SchemaRef,
+        out: &[RecordBatch],
+    ) -> Result<(RecordBatch, RecordBatch)> {
+        let latest = Latest::new(p, schema)?;
+        latest.split_deletes(&latest.reduce(out)?)
+    }
+
+    /// A `latest` refresh's batch: the live rows (returned, for the sink), its deletes committed
+    /// as the new tombstones first. None: the tombstones changed meanwhile.
+    pub(super) async fn refresh_latest(
+        &self,
+        p: &PipelineConfig,
+        pos: &super::processor::Position,
+        to: Option<i64>,
+        deadline: Instant,
+    ) -> Result<Option<(SchemaRef, Vec<RecordBatch>)>> {
+        let context = format!("pipeline `{}` over `{}` (batch)", p.name, p.source);
+        let empty = to.is_none();
+        let (schema, rows) = self.batch_input(p, &pos.source, to, empty).await?;
+        let (schema, out) = transform::run_sql(&p.sql, schema, rows, &context).await?;
+        let latest = Latest::new(p, &schema)?;
+        let (live, deletes) = latest.split_deletes(&latest.reduce(&out)?)?;
+        if let Some(t) = &pos.tombstones {
+            let seq = to
+                .and_then(|id| pos.source.metadata().snapshot_by_id(id))
+                .map(|s| s.sequence_number())
+                .unwrap_or_default();
+            if !self
+                .refresh_tombstones(p, t, &latest, deletes, seq, deadline)
+                .await?
+            {
+                return Ok(None);
+            }
+        }
+        Ok(Some((schema, vec![live])))
     }
 
     /// Runs the batch result at the sink's checkpoint and compares it with the sink: row counts,

@@ -38,6 +38,7 @@ use std::time::{Duration, Instant};
 use iceberg::table::Table;
 use serde::Serialize;
 
+use super::joins::Joined;
 use super::output::Output;
 use super::processor::{Position, MAX_ROUNDS};
 use super::windows::{self, Span};
@@ -219,13 +220,131 @@ impl Processor {
     /// `deadline` (the report's `refresh_progress` says what remains: call again).
     pub async fn refresh(&self, name: &str, deadline: Instant) -> Result<RunReport> {
         let p = self.pipeline(name)?;
+        if p.mode == PipelineMode::Latest {
+            return self.refresh_latest_whole(p, deadline).await;
+        }
         self.refresh_chunks(p, deadline, None, &self.meter()).await
+    }
+
+    /// A `latest` pipeline's refresh, in one piece: the batch's deletes replace the tombstones
+    /// first, then its live rows replace the sink, checkpointed at the source's current snapshot
+    /// (latest state is a reduction over every version of a key: it is not chunked by window
+    /// or file).
+    async fn refresh_latest_whole(
+        &self,
+        p: &PipelineConfig,
+        deadline: Instant,
+    ) -> Result<RunReport> {
+        let name = p.name.as_str();
+        let started = Instant::now();
+        let meter = self.meter();
+        let mut replans = 0;
+        loop {
+            let pos = self.position(p).await?;
+            let to = pos.source.metadata().current_snapshot_id();
+            let (_, batches) = if p.mode == PipelineMode::Latest {
+                match self.refresh_latest(p, &pos, to, deadline).await? {
+                    Some(live) => live,
+                    None => {
+                        replans += 1;
+                        if replans >= MAX_ROUNDS || Instant::now() >= deadline {
+                            return Err(Error::new(
+                                ErrorKind::DeadlineExceeded,
+                                format!("refresh of `{name}`: the tombstones kept changing; {replans} attempts"),
+                            )
+                            .with_retryable(true));
+                        }
+                        continue;
+                    }
+                }
+            } else {
+                self.batch_output(p, &pos.source, to, &Joined::default())
+                    .await?
+            };
+            if p.mode == PipelineMode::Aggregate {
+                windows::require_window_column(&batches, p)?;
+            }
+            let writer_id = format!("refresh-{}", uuid::Uuid::now_v7());
+            let mut out = Output::new(&pos.sink, &writer_id)?;
+            out.write(batches).await?;
+            let (added, schema) = out.close().await?;
+            let removed: Vec<String> = crate::scan::live_files(&pos.sink)
+                .await?
+                .into_iter()
+                .map(|f| f.file.file_path().to_string())
+                .collect();
+            let mut props: HashMap<String, String> = HashMap::new();
+            if let Some(to) = to {
+                props.extend(summary::checkpoint_properties(
+                    &pos.source_uuid,
+                    to,
+                    &pos.hash,
+                ));
+            }
+            props.insert(summary::PIPELINE.into(), p.name.clone());
+            props.insert(summary::OPERATION.into(), "refresh".into());
+            let report = RunReport {
+                pipeline: p.name.clone(),
+                from_snapshot: pos.checkpoint.as_ref().map(|c| c.snapshot_id),
+                to_snapshot: to,
+                rows_out: added.iter().map(|f| f.record_count()).sum(),
+                files_replaced: removed.len(),
+                refresh: true,
+                replans,
+                ..Default::default()
+            };
+            let change = Change::overwrite(added.clone(), removed, props, schema);
+            let base_snapshot = pos.sink.metadata().current_snapshot_id();
+            let ident = pos.sink.identifier().clone();
+            let result = self
+                .committer
+                .commit_from(
+                    &ident,
+                    Some(pos.sink.clone()),
+                    &self.limits(deadline),
+                    crate::commit::metered(meter.clone(), move |t: &Table| {
+                        Ok(if t.metadata().current_snapshot_id() != base_snapshot {
+                            Plan::Skip(Skipped::Obsolete(
+                                "the sink changed during the refresh".into(),
+                            ))
+                        } else {
+                            Plan::Apply(change.clone())
+                        })
+                    }),
+                )
+                .await;
+            match result {
+                Ok(Outcome::Committed { snapshot_id, .. }) => {
+                    return Ok(RunReport {
+                        sink_snapshot: snapshot_id,
+                        seconds: started.elapsed().as_secs_f64(),
+                        usage: Some(meter.usage()),
+                        ..report
+                    })
+                }
+                Ok(Outcome::Skipped(_)) => {}
+                Err(e) if e.kind() == ErrorKind::Stale => {}
+                Err(e) => return Err(e),
+            }
+            crate::write::delete_uncommitted(&pos.sink, &added).await;
+            replans += 1;
+            if replans >= MAX_ROUNDS || Instant::now() >= deadline {
+                return Err(Error::new(
+                    ErrorKind::DeadlineExceeded,
+                    format!("refresh of `{name}`: the sink kept changing; {replans} attempts"),
+                )
+                .with_retryable(true));
+            }
+        }
     }
 
     /// [`Processor::refresh`], one chunk only (starting a refresh if none is in progress): for
     /// callers that show progress chunk by chunk.
     pub async fn refresh_chunk(&self, name: &str, deadline: Instant) -> Result<RunReport> {
         let p = self.pipeline(name)?;
+        if p.mode == PipelineMode::Latest {
+            return self.refresh_latest_whole(p, deadline).await;
+        }
         self.refresh_chunks(p, deadline, Some(1), &self.meter())
             .await
     }
@@ -402,6 +521,8 @@ impl Processor {
                 files.sort_by(|a, b| a.file.file_path().cmp(b.file.file_path()));
                 Ok(ChunkPlan::Files { files, budget })
             }
+            // Not chunked: `refresh` takes it whole (`refresh_latest_whole`).
+            PipelineMode::Latest => Ok(ChunkPlan::Whole),
             PipelineMode::Aggregate => {
                 let window = p.window_micros().unwrap_or(60_000_000);
                 let time_column = p.time_column(&self.config);

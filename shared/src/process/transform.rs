@@ -27,6 +27,7 @@ pub(crate) fn transform_hash(p: &PipelineConfig, time_column: &str) -> String {
     let mode = match p.mode {
         PipelineMode::Append => "append",
         PipelineMode::Aggregate => "aggregate",
+        PipelineMode::Latest => "latest",
     };
     let sql: String = p.sql.split_whitespace().collect::<Vec<_>>().join(" ");
     for part in [
@@ -37,6 +38,19 @@ pub(crate) fn transform_hash(p: &PipelineConfig, time_column: &str) -> String {
     ] {
         h.update(part.as_bytes());
         h.update([0u8]);
+    }
+    if p.mode == PipelineMode::Latest {
+        // What decides which version is the latest, what deletes, and the sink's layout.
+        let parts = [
+            p.keys.join("\u{1}"),
+            p.order_by.clone().unwrap_or_default(),
+            p.delete_when.clone().unwrap_or_default(),
+            p.key_buckets().to_string(),
+        ];
+        for part in parts {
+            h.update(part.as_bytes());
+            h.update([0u8]);
+        }
     }
     hex::encode(&h.finalize()[..8])
 }

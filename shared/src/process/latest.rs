@@ -1,0 +1,758 @@
+//! Latest-state (upsert) pipelines: one sink row per key, the greatest version by the ordering
+//! column, deletes kept as tombstones so that older versions arriving later cannot bring a key
+//! back.
+//!
+//! The order of versions is total and independent of arrival: per key the winner is the row
+//! with the greatest `(order_by, the whole row)` in Arrow's row format (so equal order values
+//! are broken the same way by every run and by the batch). Merging is therefore a maximum —
+//! idempotent, commutative and associative — and any split of the source into runs gives what
+//! one batch over the whole source gives ([`Latest::reduce`] is that batch).
+//!
+//! The sink is partitioned by `bucket(N, <first key>)`. A run reduces its delta, and for each
+//! bucket the delta touches reads that bucket's sink files and tombstones only, merges, and
+//! rewrites them (copy-on-write), one bucket at a time: memory holds the delta's winners and one
+//! bucket. Tombstones live in the companion table `<sink>_tombstones` (the delete rows with the
+//! source sequence number of the run that wrote them, [`SEQ`]), bucketed like the sink; readers
+//! of the sink see exactly the live rows.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use arrow::array::{
+    Array, ArrayRef, BooleanArray, Int32Array, Int64Array, RecordBatch, UInt32Array,
+};
+use arrow::row::{RowConverter, Rows, SortField};
+use arrow_schema::{DataType, Field, Schema as ArrowSchema, SchemaRef, TimeUnit};
+use datafusion::physical_expr::PhysicalExpr;
+use iceberg::spec::{Literal, PrimitiveLiteral, Transform, UnboundPartitionSpec};
+use iceberg::transform::{create_transform_function, BoxedTransformFunction};
+
+use super::transform;
+use crate::config::PipelineConfig;
+use crate::error::{Error, ErrorKind, Result};
+use crate::scan::LiveFile;
+
+/// The tombstone table's extra column: the source sequence number of the run that wrote the
+/// tombstone. A run standing at source sequence S applies only tombstones of runs at or before
+/// S, so a tombstone written by a run that did not commit its sink (a crash, or a concurrent
+/// run further ahead) never makes a sink run ahead of its checkpoint.
+pub(crate) const SEQ: &str = "_floe_source_sequence";
+
+/// A `latest` pipeline's keys, ordering, delete marker and buckets, checked against the SQL's
+/// output schema.
+pub(super) struct Latest {
+    schema: SchemaRef,
+    key_idx: Vec<usize>,
+    order_idx: usize,
+    delete: Option<Arc<dyn PhysicalExpr>>,
+    bucket: BoxedTransformFunction,
+    retention: Option<i64>,
+}
+
+/// A sink or tombstone bucket (None: the rows whose first key is null).
+pub(super) type Bucket = Option<i32>;
+
+impl Latest {
+    /// Checks `p`'s keys, `order_by` and `delete_when` against the SQL's output `schema`: each
+    /// error names the pipeline key and the output columns.
+    pub(super) fn new(p: &PipelineConfig, schema: &SchemaRef) -> Result<Self> {
+        let columns = || {
+            schema
+                .fields()
+                .iter()
+                .map(|f| f.name().as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let find = |what: &str, name: &str| {
+            schema.index_of(name).map_err(|_| {
+                Error::new(
+                    ErrorKind::Config,
+                    format!(
+                        "pipeline `{}`: {what} `{name}` is not an output column of its SQL (it outputs: {})",
+                        p.name,
+                        columns()
+                    ),
+                )
+            })
+        };
+        let key_idx = p
+            .keys
+            .iter()
+            .map(|k| find("key", k))
+            .collect::<Result<Vec<_>>>()?;
+        let order_by = p.order_by.as_deref().unwrap_or_default();
+        let order_idx = find("order_by", order_by)?;
+        let first = key_idx.first().copied().ok_or_else(|| {
+            Error::new(
+                ErrorKind::Config,
+                format!("pipeline `{}`: a latest pipeline needs `keys`", p.name),
+            )
+        })?;
+        let bucket = create_transform_function(&Transform::Bucket(p.key_buckets()))
+            .map_err(|e| Error::iceberg("the bucket transform", e))?;
+        let key_type = schema.field(first).data_type();
+        if !bucketable(key_type) {
+            return Err(Error::new(
+                ErrorKind::Config,
+                format!(
+                    "pipeline `{}`: the first key `{}` is {key_type}, which cannot be bucketed \
+                     (use a string, integer, date, timestamp or decimal key first)",
+                    p.name,
+                    schema.field(first).name()
+                ),
+            ));
+        }
+        let delete = match &p.delete_when {
+            None => None,
+            Some(expr) => Some(
+                crate::config::contract::sql_predicate(expr, schema).map_err(|e| {
+                    Error::new(
+                        ErrorKind::Config,
+                        format!(
+                            "pipeline `{}`: delete_when over the SQL's output ({}): {e}",
+                            p.name,
+                            columns()
+                        ),
+                    )
+                })?,
+            ),
+        };
+        let timestamp = matches!(
+            schema.field(order_idx).data_type(),
+            DataType::Timestamp(_, _)
+        );
+        Ok(Self {
+            schema: schema.clone(),
+            key_idx,
+            order_idx,
+            delete,
+            bucket,
+            retention: p.tombstone_retention_micros().filter(|_| timestamp),
+        })
+    }
+
+    /// The output schema the pipeline's rows have.
+    pub(super) fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    /// The tombstone table's schema: the output's and [`SEQ`].
+    pub(super) fn tombstone_schema(&self) -> SchemaRef {
+        let mut fields: Vec<Field> = self
+            .schema
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone())
+            .collect();
+        fields.push(Field::new(SEQ, DataType::Int64, true));
+        Arc::new(ArrowSchema::new(fields))
+    }
+
+    fn converters(&self) -> Result<(RowConverter, RowConverter)> {
+        let keys = self
+            .key_idx
+            .iter()
+            .map(|&i| SortField::new(self.schema.field(i).data_type().clone()))
+            .collect();
+        // Rank: the order column, then every column (the deterministic tie-break).
+        let rank = std::iter::once(self.order_idx)
+            .chain(0..self.schema.fields().len())
+            .map(|i| SortField::new(self.schema.field(i).data_type().clone()))
+            .collect();
+        Ok((
+            RowConverter::new(keys).map_err(internal)?,
+            RowConverter::new(rank).map_err(internal)?,
+        ))
+    }
+
+    /// The key of every row of `batch`.
+    fn keys(&self, batch: &RecordBatch) -> Result<Rows> {
+        let (kc, _) = self.converters()?;
+        let cols: Vec<ArrayRef> = self
+            .key_idx
+            .iter()
+            .map(|&i| batch.column(i).clone())
+            .collect();
+        kc.convert_columns(&cols).map_err(internal)
+    }
+
+    /// The rank (order column, then the whole row) of the rows `idx` of `batch`, looked up by
+    /// row index: only rows whose key has competitors are encoded (a key seen once needs no
+    /// comparison), which keeps a merge over a bucket about its touched keys.
+    fn ranks(&self, batch: &RecordBatch, idx: &[usize]) -> Result<Ranks> {
+        let (_, rc) = self.converters()?;
+        let sub = take(batch, idx.iter().map(|&i| i as u32))?;
+        let cols: Vec<ArrayRef> = std::iter::once(self.order_idx)
+            .chain(0..sub.num_columns())
+            .map(|i| sub.column(i).clone())
+            .collect();
+        let rows = rc.convert_columns(&cols).map_err(internal)?;
+        let mut at = vec![u32::MAX; batch.num_rows()];
+        for (p, &i) in idx.iter().enumerate() {
+            at[i] = p as u32;
+        }
+        Ok(Ranks { rows, at })
+    }
+
+    /// `batches` (of the output schema) as one batch.
+    fn concat(&self, batches: &[RecordBatch]) -> Result<RecordBatch> {
+        let conformed = batches
+            .iter()
+            .map(|b| transform::conform(b, &self.schema))
+            .collect::<Result<Vec<_>>>()?;
+        arrow::compute::concat_batches(&self.schema, &conformed).map_err(internal)
+    }
+
+    /// The latest version per key among `batches` (deletes included), sorted by key: what a
+    /// batch over the whole source computes, and what a run reduces its delta to.
+    pub(super) fn reduce(&self, batches: &[RecordBatch]) -> Result<RecordBatch> {
+        let all = self.concat(batches)?;
+        let keys = self.keys(&all)?;
+        let groups = group(&keys, 0..all.num_rows());
+        let ranks = self.ranks(&all, &contested(&groups))?;
+        let mut winners: Vec<(&[u8], usize)> = groups
+            .iter()
+            .map(|(k, g)| (*k, ranks.max(g.iter().copied())))
+            .collect();
+        winners.sort_unstable();
+        take(&all, winners.iter().map(|(_, i)| *i as u32))
+    }
+
+    /// Which rows of `batch` (output schema) are deletes (null counts as not).
+    pub(super) fn deletes(&self, batch: &RecordBatch) -> Result<BooleanArray> {
+        let Some(expr) = &self.delete else {
+            return Ok(BooleanArray::from(vec![false; batch.num_rows()]));
+        };
+        let value = expr
+            .evaluate(batch)
+            .and_then(|v| v.into_array(batch.num_rows()))
+            .map_err(|e| Error::new(ErrorKind::Transform, format!("delete_when: {e}")))?;
+        let b = value
+            .as_any()
+            .downcast_ref::<BooleanArray>()
+            .ok_or_else(|| Error::new(ErrorKind::Internal, "delete_when is not boolean"))?;
+        Ok(b.iter().map(|v| Some(v.unwrap_or(false))).collect())
+    }
+
+    /// `batch`'s live rows and its deletes.
+    pub(super) fn split_deletes(&self, batch: &RecordBatch) -> Result<(RecordBatch, RecordBatch)> {
+        let del = self.deletes(batch)?;
+        let live = arrow::compute::not(&del).map_err(internal)?;
+        Ok((
+            arrow::compute::filter_record_batch(batch, &live).map_err(internal)?,
+            arrow::compute::filter_record_batch(batch, &del).map_err(internal)?,
+        ))
+    }
+
+    /// The bucket of each row of `batch` (the sink's partition value).
+    fn buckets_of(&self, batch: &RecordBatch) -> Result<Int32Array> {
+        let first = batch.column(self.key_idx[0]).clone();
+        let b = self
+            .bucket
+            .transform(first)
+            .map_err(|e| Error::iceberg("bucketing the keys", e))?;
+        b.as_any()
+            .downcast_ref::<Int32Array>()
+            .cloned()
+            .ok_or_else(|| Error::new(ErrorKind::Internal, "bucket transform result"))
+    }
+
+    /// `batch`'s rows by bucket.
+    pub(super) fn by_bucket(&self, batch: &RecordBatch) -> Result<BTreeMap<Bucket, RecordBatch>> {
+        let buckets = self.buckets_of(batch)?;
+        let mut rows: BTreeMap<Bucket, Vec<u32>> = BTreeMap::new();
+        for (i, b) in buckets.iter().enumerate() {
+            rows.entry(b).or_default().push(i as u32);
+        }
+        rows.into_iter()
+            .map(|(b, idx)| Ok((b, take(batch, idx.into_iter())?)))
+            .collect()
+    }
+
+    /// The tombstone horizon of a run whose delta winners are `delta`: tombstones ordered
+    /// before the newest version in it minus the retention may be dropped (None: keep all).
+    /// Only a timestamp `order_by` has one; taking the delta's newest (not the table's) only
+    /// ever keeps more.
+    pub(super) fn horizon(&self, delta: &RecordBatch) -> Option<i64> {
+        let retention = self.retention?;
+        let max = micros(delta.column(self.order_idx))?
+            .iter()
+            .flatten()
+            .max()?;
+        Some(max.saturating_sub(retention))
+    }
+
+    /// Merges one bucket: its committed sink rows, its tombstones (tombstone schema) and the
+    /// delta's winners in it, for a run standing at source sequence `seq`.
+    pub(super) fn merge_bucket(
+        &self,
+        sink: &[RecordBatch],
+        tombstones: &[RecordBatch],
+        delta: &RecordBatch,
+        seq: i64,
+        horizon: Option<i64>,
+    ) -> Result<Merged> {
+        let sink = self.concat(sink)?;
+        let tomb_schema = self.tombstone_schema();
+        let tombs = tombstones
+            .iter()
+            .map(|b| transform::conform(b, &tomb_schema))
+            .collect::<Result<Vec<_>>>()?;
+        let tombs = arrow::compute::concat_batches(&tomb_schema, &tombs).map_err(internal)?;
+        let width = self.schema.fields().len();
+        let seqs = tombs
+            .column(width)
+            .as_any()
+            .downcast_ref::<Int64Array>()
+            .cloned()
+            .ok_or_else(|| Error::new(ErrorKind::Internal, "tombstone sequence column"))?;
+        let tomb_rows = tombs
+            .project(&(0..width).collect::<Vec<_>>())
+            .map_err(internal)?;
+        let delta = self.concat(std::slice::from_ref(delta))?;
+        // One pool: sink rows, then tombstones, then the delta.
+        let (ns, nt) = (sink.num_rows(), tomb_rows.num_rows());
+        let pool = self.concat(&[sink, tomb_rows, delta])?;
+        let is_sink = |i: usize| i < ns;
+        let tomb = |i: usize| (ns..ns + nt).contains(&i).then(|| i - ns);
+        let seq_of = |t: usize| if seqs.is_null(t) { 0 } else { seqs.value(t) };
+        let applies = |i: usize| tomb(i).is_none_or(|t| seq_of(t) <= seq);
+        let keys = self.keys(&pool)?;
+        let groups = group(&keys, 0..pool.num_rows());
+        let ranks = self.ranks(&pool, &contested(&groups))?;
+
+        // The winner per key (tombstones of runs after `seq` do not compete).
+        let mut winners: Vec<(&[u8], usize)> = groups
+            .iter()
+            .filter_map(|(k, g)| {
+                let cands = g.iter().copied().filter(|&i| applies(i));
+                cands.clone().next().map(|_| (*k, ranks.max(cands)))
+            })
+            .collect();
+        winners.sort_unstable();
+        let won = take(&pool, winners.iter().map(|(_, i)| *i as u32))?;
+        let del = self.deletes(&won)?;
+        let live_idx: Vec<usize> = (0..won.num_rows()).filter(|&i| !del.value(i)).collect();
+        let sink_changed = live_idx.len() != ns || live_idx.iter().any(|&i| !is_sink(winners[i].1));
+        let live = take(&won, live_idx.iter().map(|&i| i as u32))?;
+        let new_deletes: HashMap<&[u8], usize> = winners
+            .iter()
+            .enumerate()
+            .filter(|(w, (_, i))| del.value(*w) && tomb(*i).is_none() && !is_sink(*i))
+            .map(|(_, (k, i))| (*k, *i))
+            .collect();
+
+        // The tombstones to keep: the old ones still meaningful, and this run's deletes.
+        let order = micros(pool.column(self.order_idx));
+        let pruned = |i: usize| match (horizon, &order) {
+            (Some(h), Some(o)) => o.is_valid(i) && o.value(i) < h,
+            _ => false,
+        };
+        let mut kept: Vec<(&[u8], usize, i64)> = Vec::new();
+        let mut tombstones_changed = false;
+        for (k, g) in &groups {
+            // (pool index, sequence) of the key's tombstones, old and new.
+            let mut cands: Vec<(usize, i64)> = g
+                .iter()
+                .filter_map(|&i| tomb(i).map(|t| (i, seq_of(t))))
+                .collect();
+            let old = cands.len();
+            if let Some(&i) = new_deletes.get(k) {
+                cands.push((i, seq));
+            }
+            if cands.is_empty() {
+                continue;
+            }
+            // A committed sink row above it: the key's state has passed it for good.
+            let sink_top = g
+                .iter()
+                .copied()
+                .filter(|&i| is_sink(i))
+                .max_by(|&a, &b| ranks.cmp(a, b));
+            // Identical tombstones: keep the earliest sequence.
+            cands.sort_by(|a, b| ranks.cmp(a.0, b.0).then(a.1.cmp(&b.1)));
+            cands.dedup_by(|later, first| ranks.cmp(later.0, first.0).is_eq());
+            let alive: Vec<(usize, i64)> = cands
+                .into_iter()
+                .filter(|&(i, _)| !pruned(i))
+                .filter(|&(i, _)| sink_top.is_none_or(|s| ranks.cmp(s, i).is_lt()))
+                .collect();
+            let before = kept.len();
+            for &(i, s) in &alive {
+                // Dominated by a greater tombstone known at or before it: never needed again.
+                let dominated = alive
+                    .iter()
+                    .any(|&(j, t)| j != i && ranks.cmp(j, i).is_gt() && t <= s);
+                if !dominated {
+                    kept.push((k, i, s));
+                }
+            }
+            let same = kept.len() - before == old
+                && kept[before..]
+                    .iter()
+                    .all(|&(_, i, s)| tomb(i).is_some_and(|t| seq_of(t) == s));
+            tombstones_changed |= !same;
+        }
+        kept.sort_unstable_by(|a, b| a.0.cmp(b.0).then(ranks.cmp(a.1, b.1)));
+        let rows = take(&pool, kept.iter().map(|&(_, i, _)| i as u32))?;
+        let mut cols = rows.columns().to_vec();
+        cols.push(Arc::new(Int64Array::from_iter_values(
+            kept.iter().map(|&(_, _, s)| s),
+        )) as ArrayRef);
+        let tombstones = RecordBatch::try_new(tomb_schema, cols).map_err(internal)?;
+        Ok(Merged {
+            live,
+            tombstones,
+            sink_changed,
+            tombstones_changed,
+        })
+    }
+}
+
+/// Ranks of the rows of a batch whose key has competitors.
+struct Ranks {
+    rows: Rows,
+    /// Row index → position in `rows` (`u32::MAX`: not encoded, the key's only row).
+    at: Vec<u32>,
+}
+
+impl Ranks {
+    /// Compares rows `a` and `b` of one key (both encoded whenever the key has two rows).
+    fn cmp(&self, a: usize, b: usize) -> std::cmp::Ordering {
+        match (self.at[a], self.at[b]) {
+            (x, y) if x != u32::MAX && y != u32::MAX => {
+                self.rows.row(x as usize).cmp(&self.rows.row(y as usize))
+            }
+            _ => a.cmp(&b),
+        }
+    }
+
+    /// The greatest of `idx` (one key's rows; the first for a single row).
+    fn max(&self, idx: impl Iterator<Item = usize>) -> usize {
+        idx.reduce(|best, i| if self.cmp(i, best).is_gt() { i } else { best })
+            .unwrap_or_default()
+    }
+}
+
+/// Row indices by key.
+fn group(keys: &Rows, idx: std::ops::Range<usize>) -> HashMap<&[u8], Vec<usize>> {
+    let mut groups: HashMap<&[u8], Vec<usize>> = HashMap::with_capacity(idx.len());
+    for i in idx {
+        groups.entry(keys.row(i).data()).or_default().push(i);
+    }
+    groups
+}
+
+/// The rows of keys with more than one row (those a merge compares).
+fn contested(groups: &HashMap<&[u8], Vec<usize>>) -> Vec<usize> {
+    let mut idx: Vec<usize> = groups
+        .values()
+        .filter(|g| g.len() > 1)
+        .flatten()
+        .copied()
+        .collect();
+    idx.sort_unstable();
+    idx
+}
+
+/// One merged bucket.
+pub(super) struct Merged {
+    /// The bucket's new sink rows (sorted by key).
+    pub(super) live: RecordBatch,
+    /// The bucket's new tombstones (tombstone schema).
+    pub(super) tombstones: RecordBatch,
+    /// Whether the sink rows differ from the committed ones (else the bucket is not rewritten).
+    pub(super) sink_changed: bool,
+    /// Whether the tombstones differ from the committed ones.
+    pub(super) tombstones_changed: bool,
+}
+
+/// The bucket a sink or tombstone file holds (its partition value); an error for a file not
+/// partitioned by the key bucket (another engine changed the spec): the run cannot tell which
+/// keys it holds.
+pub(super) fn file_bucket(f: &LiveFile, spec_id: i32, table: &str) -> Result<Bucket> {
+    let wrong = || {
+        Error::new(
+            ErrorKind::Stale,
+            format!(
+                "`{table}`: data file {} is not partitioned by the key bucket (spec {}); \
+                 rebuild the sink with `floe process refresh`",
+                f.file.file_path(),
+                f.spec_id
+            ),
+        )
+    };
+    if f.spec_id != spec_id {
+        return Err(wrong());
+    }
+    match f.file.partition().fields().first() {
+        Some(Some(Literal::Primitive(PrimitiveLiteral::Int(b)))) => Ok(Some(*b)),
+        Some(None) => Ok(None),
+        _ => Err(wrong()),
+    }
+}
+
+/// The partition spec of a `latest` sink (and its tombstone table): `bucket(n, <first key>)`.
+pub(super) fn partition_spec(
+    schema: &iceberg::spec::Schema,
+    first_key: &str,
+    n: u32,
+) -> Result<UnboundPartitionSpec> {
+    let field = schema.field_by_name(first_key).ok_or_else(|| {
+        Error::new(
+            ErrorKind::Config,
+            format!("the sink has no key column `{first_key}`"),
+        )
+    })?;
+    UnboundPartitionSpec::builder()
+        .with_spec_id(0)
+        .add_partition_field(
+            field.id,
+            format!("{first_key}_bucket"),
+            Transform::Bucket(n),
+        )
+        .map_err(|e| Error::iceberg("the sink's partition spec", e))
+        .map(|b| b.build())
+}
+
+fn bucketable(t: &DataType) -> bool {
+    matches!(
+        t,
+        DataType::Int32
+            | DataType::Int64
+            | DataType::Decimal128(_, _)
+            | DataType::Date32
+            | DataType::Timestamp(TimeUnit::Microsecond, _)
+            | DataType::Utf8
+            | DataType::Binary
+    )
+}
+
+/// A timestamp column in microseconds (None for other types).
+fn micros(col: &ArrayRef) -> Option<Int64Array> {
+    if !matches!(col.data_type(), DataType::Timestamp(_, _)) {
+        return None;
+    }
+    let us = arrow::compute::cast(col, &DataType::Timestamp(TimeUnit::Microsecond, None)).ok()?;
+    let ints = arrow::compute::cast(&us, &DataType::Int64).ok()?;
+    ints.as_any().downcast_ref::<Int64Array>().cloned()
+}
+
+fn take(batch: &RecordBatch, idx: impl Iterator<Item = u32>) -> Result<RecordBatch> {
+    let idx = UInt32Array::from_iter_values(idx);
+    arrow::compute::take_record_batch(batch, &idx).map_err(internal)
+}
+
+fn internal(e: arrow_schema::ArrowError) -> Error {
+    Error::new(ErrorKind::Internal, format!("latest state: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::StringArray;
+
+    fn pipeline(delete: Option<&str>) -> PipelineConfig {
+        let toml =
+            format!(
+            "name = \"p\"\nsource = \"o\"\nsink = \"s\"\nmode = \"latest\"\nsql = \"SELECT 1\"\n\
+             keys = [\"k\"]\norder_by = \"v\"\nkey_buckets = 4\n{}",
+            delete.map(|d| format!("delete_when = \"{d}\"")).unwrap_or_default()
+        );
+        toml::from_str(&toml).unwrap()
+    }
+
+    fn schema() -> SchemaRef {
+        Arc::new(ArrowSchema::new(vec![
+            Field::new("k", DataType::Int64, true),
+            Field::new("v", DataType::Int64, true),
+            Field::new("op", DataType::Utf8, true),
+        ]))
+    }
+
+    fn rows(r: &[(i64, i64, &str)]) -> RecordBatch {
+        RecordBatch::try_new(
+            schema(),
+            vec![
+                Arc::new(Int64Array::from_iter_values(r.iter().map(|x| x.0))),
+                Arc::new(Int64Array::from_iter_values(r.iter().map(|x| x.1))),
+                Arc::new(StringArray::from_iter_values(r.iter().map(|x| x.2))),
+            ],
+        )
+        .unwrap()
+    }
+
+    fn content(b: &RecordBatch) -> Vec<(i64, i64, String)> {
+        let k = b.column(0).as_any().downcast_ref::<Int64Array>().unwrap();
+        let v = b.column(1).as_any().downcast_ref::<Int64Array>().unwrap();
+        let o = b.column(2).as_any().downcast_ref::<StringArray>().unwrap();
+        (0..b.num_rows())
+            .map(|i| (k.value(i), v.value(i), o.value(i).to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn the_latest_version_wins_whatever_the_arrival_order() {
+        let l = Latest::new(&pipeline(None), &schema()).unwrap();
+        let versions = [
+            (1, 3, "c"),
+            (1, 1, "a"),
+            (2, 5, "x"),
+            (1, 2, "b"),
+            (2, 5, "w"),
+        ];
+        let want = vec![(1, 3, "c".to_string()), (2, 5, "x".to_string())];
+        // Every rotation and split of the versions gives the same result (ties: the greater row).
+        for r in 0..versions.len() {
+            let mut v = versions.to_vec();
+            v.rotate_left(r);
+            let (a, b) = v.split_at(r);
+            let parts: Vec<RecordBatch> = [a, b]
+                .iter()
+                .filter(|p| !p.is_empty())
+                .map(|p| rows(p))
+                .collect();
+            let once = l.reduce(&parts).unwrap();
+            assert_eq!(content(&once), want, "rotation {r}");
+            let twice = l.reduce(&[l.reduce(&parts[..1]).unwrap(), once]).unwrap();
+            assert_eq!(content(&twice), want, "idempotent, rotation {r}");
+        }
+    }
+
+    #[test]
+    fn late_versions_and_deletes_merge_into_a_bucket() {
+        let l = Latest::new(&pipeline(Some("op = 'D'")), &schema()).unwrap();
+        let none: Vec<RecordBatch> = Vec::new();
+        // The sink holds k1@5; a late k1@3 changes nothing (the bucket is not rewritten).
+        let m = l
+            .merge_bucket(
+                &[rows(&[(1, 5, "u")])],
+                &none,
+                &rows(&[(1, 3, "u")]),
+                10,
+                None,
+            )
+            .unwrap();
+        assert!(!m.sink_changed && !m.tombstones_changed);
+        assert_eq!(content(&m.live), vec![(1, 5, "u".into())]);
+        // A delete at 7 removes it and leaves a tombstone at the run's sequence.
+        let m = l
+            .merge_bucket(
+                &[rows(&[(1, 5, "u")])],
+                &none,
+                &rows(&[(1, 7, "D")]),
+                11,
+                None,
+            )
+            .unwrap();
+        assert!(m.sink_changed && m.tombstones_changed && m.live.num_rows() == 0);
+        assert_eq!(content(&m.tombstones), vec![(1, 7, "D".into())]);
+        let seq = m
+            .tombstones
+            .column(3)
+            .as_any()
+            .downcast_ref::<Int64Array>()
+            .unwrap()
+            .value(0);
+        assert_eq!(seq, 11);
+        let tombs = vec![m.tombstones];
+        // A late older version after the delete stays deleted; a newer one comes back.
+        let m = l
+            .merge_bucket(&none, &tombs, &rows(&[(1, 6, "u")]), 12, None)
+            .unwrap();
+        assert!(m.live.num_rows() == 0 && !m.sink_changed && !m.tombstones_changed);
+        let m = l
+            .merge_bucket(&none, &tombs, &rows(&[(1, 8, "u")]), 12, None)
+            .unwrap();
+        assert_eq!(content(&m.live), vec![(1, 8, "u".into())]);
+        // The tombstone stays until the sink has committed the newer row.
+        assert!(!m.tombstones_changed);
+        let m = l
+            .merge_bucket(&[m.live], &tombs, &rows(&[(2, 1, "u")]), 13, None)
+            .unwrap();
+        assert!(m.tombstones_changed && m.tombstones.num_rows() == 0);
+        // A run at an earlier source sequence ignores the tombstone (and keeps it).
+        let m = l
+            .merge_bucket(
+                &[rows(&[(1, 5, "u")])],
+                &tombs,
+                &rows(&[(2, 1, "u")]),
+                10,
+                None,
+            )
+            .unwrap();
+        assert_eq!(
+            content(&m.live),
+            vec![(1, 5, "u".into()), (2, 1, "u".into())]
+        );
+        assert!(!m.tombstones_changed);
+    }
+
+    #[test]
+    fn tombstones_past_the_horizon_are_dropped() {
+        let ts = Arc::new(ArrowSchema::new(vec![
+            Field::new("k", DataType::Int64, true),
+            Field::new(
+                "v",
+                DataType::Timestamp(TimeUnit::Microsecond, Some("+00:00".into())),
+                true,
+            ),
+            Field::new("op", DataType::Utf8, true),
+        ]));
+        let l = Latest::new(&pipeline(Some("op = 'D'")), &ts).unwrap();
+        let day = 86_400_000_000i64;
+        let batch = |r: &[(i64, i64, &str)]| {
+            let b = rows(r);
+            let v =
+                arrow::array::TimestampMicrosecondArray::from_iter_values(r.iter().map(|x| x.1))
+                    .with_timezone("+00:00");
+            RecordBatch::try_new(
+                ts.clone(),
+                vec![b.column(0).clone(), Arc::new(v), b.column(2).clone()],
+            )
+            .unwrap()
+        };
+        let m = l
+            .merge_bucket(
+                &[],
+                &[],
+                &batch(&[(1, day, "D"), (2, 10 * day, "D")]),
+                1,
+                None,
+            )
+            .unwrap();
+        assert_eq!(m.tombstones.num_rows(), 2);
+        let delta = batch(&[(3, 12 * day, "u")]);
+        let horizon = l.horizon(&delta);
+        assert_eq!(horizon, Some(5 * day), "7 days by default");
+        let m = l
+            .merge_bucket(&[], &[m.tombstones], &delta, 2, horizon)
+            .unwrap();
+        assert!(
+            m.tombstones_changed && m.tombstones.num_rows() == 1,
+            "the one 11 days back goes"
+        );
+    }
+
+    #[test]
+    fn terms_are_checked_against_the_output() {
+        let mut p = pipeline(None);
+        p.order_by = Some("nope".into());
+        let e = Latest::new(&p, &schema()).err().unwrap().to_string();
+        assert!(
+            e.contains("order_by `nope`") && e.contains("k, v, op"),
+            "{e}"
+        );
+        let e = Latest::new(&pipeline(Some("missing = 1")), &schema())
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("delete_when"), "{e}");
+        let e = Latest::new(&pipeline(Some("v + 1")), &schema())
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("not boolean"), "{e}");
+    }
+}

@@ -1,0 +1,271 @@
+//! A `latest` run's side effects: the delta reduced to its latest version per key, the touched
+//! buckets' sink files and tombstones read and merged one bucket at a time, the new files
+//! written, and the tombstone table committed before the sink (the sink commit carries the
+//! checkpoint, as in every mode).
+//!
+//! Why two commits stay exactly once: a tombstone is a fact of the source (a delete that is
+//! the latest version of its key among rows the run read), and merging is a maximum, so a
+//! tombstone committed by a run whose sink commit then lost (or never happened) changes
+//! nothing once the sink catches up; it carries the source sequence number of its run, and a
+//! run at an earlier source snapshot ignores it ([`latest::SEQ`]). The tombstone commit
+//! replaces the files it read (the commit refuses if they changed: `Stale`, the run re-plans and
+//! re-reads both tables); the sink commit is the usual checkpoint-guarded overwrite.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Instant;
+
+use arrow::array::RecordBatch;
+use arrow_schema::SchemaRef;
+use iceberg::spec::DataFile;
+use iceberg::table::Table;
+
+use super::latest::{self, Bucket, Latest};
+use super::output::Output;
+use super::processor::{Position, RunReport};
+use super::{input, transform, Processor};
+use crate::commit::{Outcome, Plan};
+use crate::config::PipelineConfig;
+use crate::error::{Error, ErrorKind, Result};
+use crate::scan::LiveFile;
+use crate::snapshot::Change;
+use crate::summary;
+
+/// Reduce the accumulated delta again past this many reduced chunks (memory: distinct keys).
+const REDUCE_EVERY: usize = 8;
+
+/// The files a `latest` run commits to the sink (the tombstones are committed already).
+pub(super) struct SinkFiles {
+    pub(super) added: Vec<DataFile>,
+    pub(super) removed: Vec<String>,
+    pub(super) schema: Option<iceberg::spec::Schema>,
+}
+
+impl Processor {
+    /// The SQL's output schema over the source's current schema, and the pipeline's `latest`
+    /// terms checked against it.
+    pub(super) async fn latest_terms(
+        &self,
+        p: &PipelineConfig,
+        source: &Table,
+    ) -> Result<(SchemaRef, Latest)> {
+        let (schema, _) = self.batch_input(p, source, None, true).await?;
+        let context = format!("pipeline `{}` over `{}`", p.name, p.source);
+        let (out, _) = transform::run_sql(&p.sql, schema, Vec::new(), &context).await?;
+        let latest = Latest::new(p, &out)?;
+        Ok((out, latest))
+    }
+
+    /// `latest` mode: the delta's latest version per key merged into the buckets it touches.
+    /// `None`: the tombstone table changed underneath (the run re-plans).
+    pub(super) async fn upsert_latest(
+        &self,
+        p: &PipelineConfig,
+        pos: &Position,
+        files: &[LiveFile],
+        to: i64,
+        report: &mut RunReport,
+        deadline: Instant,
+    ) -> Result<Option<SinkFiles>> {
+        let (_, latest) = self.latest_terms(p, &pos.source).await?;
+        let context = format!("pipeline `{}` over `{}`", p.name, p.source);
+        let mut reduced: Vec<RecordBatch> = Vec::new();
+        for chunk in input::chunks(files) {
+            let (schema, rows, cost) = input::read_rows_costed(&pos.source, chunk).await?;
+            report.delta_files_read += cost.files;
+            report.delta_bytes_read += cost.bytes;
+            let (_, out) = transform::run_sql(&p.sql, schema, rows, &context).await?;
+            if !out.is_empty() {
+                reduced.push(latest.reduce(&out)?);
+            }
+            if reduced.len() >= REDUCE_EVERY {
+                reduced = vec![latest.reduce(&reduced)?];
+            }
+        }
+        let mut done = SinkFiles {
+            added: Vec::new(),
+            removed: Vec::new(),
+            schema: None,
+        };
+        if reduced.is_empty() {
+            return Ok(Some(done));
+        }
+        let delta = latest.reduce(&reduced)?;
+        drop(reduced);
+        report.keys_touched = delta.num_rows() as u64;
+        let horizon = latest.horizon(&delta);
+        let seq = pos
+            .source
+            .metadata()
+            .snapshot_by_id(to)
+            .map(|s| s.sequence_number())
+            .unwrap_or_default();
+        let touched = latest.by_bucket(&delta)?;
+        drop(delta);
+        report.buckets = touched.len();
+        let mut sink_files = by_bucket(&pos.sink).await?;
+        let mut tomb_files = match &pos.tombstones {
+            Some(t) => by_bucket(t).await?,
+            None => BTreeMap::new(),
+        };
+        let writer_id = format!("process-{}", uuid::Uuid::now_v7());
+        let (mut tomb_added, mut tomb_removed, mut tomb_schema) = (Vec::new(), Vec::new(), None);
+        for (bucket, d) in touched {
+            let sf = sink_files.remove(&bucket).unwrap_or_default();
+            let tf = tomb_files.remove(&bucket).unwrap_or_default();
+            let (_, sink_rows, cost) = input::read_rows_costed(&pos.sink, &sf).await?;
+            report.sink_files_read += cost.files;
+            report.sink_bytes_read += cost.bytes;
+            let tomb_rows = match &pos.tombstones {
+                Some(t) if !tf.is_empty() => {
+                    let (_, rows, cost) = input::read_rows_costed(t, &tf).await?;
+                    report.sink_files_read += cost.files;
+                    report.sink_bytes_read += cost.bytes;
+                    rows
+                }
+                _ => Vec::new(),
+            };
+            let merged = latest.merge_bucket(&sink_rows, &tomb_rows, &d, seq, horizon)?;
+            drop((sink_rows, tomb_rows));
+            if merged.sink_changed {
+                let mut out = Output::new(&pos.sink, &writer_id)?;
+                out.write(vec![merged.live]).await?;
+                let (added, schema) = out.close().await?;
+                report.bytes_written += added.iter().map(|f| f.file_size_in_bytes()).sum::<u64>();
+                done.added.extend(added);
+                done.schema = done.schema.or(schema);
+                report.files_replaced += sf.len();
+                report.sink_bytes_replaced +=
+                    sf.iter().map(|f| f.file.file_size_in_bytes()).sum::<u64>();
+                done.removed
+                    .extend(sf.iter().map(|f| f.file.file_path().to_string()));
+            }
+            if let (true, Some(t)) = (merged.tombstones_changed, &pos.tombstones) {
+                report.tombstones += merged.tombstones.num_rows() as u64;
+                let mut out = Output::new(t, &writer_id)?;
+                out.write(vec![merged.tombstones]).await?;
+                let (added, schema) = out.close().await?;
+                report.bytes_written += added.iter().map(|f| f.file_size_in_bytes()).sum::<u64>();
+                tomb_added.extend(added);
+                tomb_schema = tomb_schema.or(schema);
+                tomb_removed.extend(tf.iter().map(|f| f.file.file_path().to_string()));
+            }
+        }
+        if let Some(t) = &pos.tombstones {
+            if !(tomb_added.is_empty() && tomb_removed.is_empty()) {
+                let change = tombstone_change(p, tomb_added.clone(), tomb_removed, tomb_schema);
+                if !self.commit_tombstones(p, t, change, deadline).await? {
+                    crate::write::delete_uncommitted(t, &tomb_added).await;
+                    crate::write::delete_uncommitted(&pos.sink, &done.added).await;
+                    return Ok(None);
+                }
+            }
+        }
+        Ok(Some(done))
+    }
+
+    /// Commits the tombstone table's change; false when the files it replaces changed meanwhile
+    /// (another run, a compaction: the run re-plans on the new state).
+    async fn commit_tombstones(
+        &self,
+        p: &PipelineConfig,
+        table: &Table,
+        change: Change,
+        deadline: Instant,
+    ) -> Result<bool> {
+        let result = self
+            .committer
+            .commit_from(
+                table.identifier(),
+                Some(table.clone()),
+                &self.limits(deadline),
+                move |_: &Table| Ok(Plan::Apply(change.clone())),
+            )
+            .await;
+        match result {
+            Ok(Outcome::Committed { .. }) => Ok(true),
+            Ok(Outcome::Skipped(why)) => {
+                tracing::info!(pipeline = %p.name, ?why, "tombstones skipped; re-planning");
+                Ok(false)
+            }
+            Err(e) if e.kind() == ErrorKind::Stale => {
+                tracing::info!(pipeline = %p.name, error = %e, "tombstones changed underneath; re-planning");
+                Ok(false)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// A refresh of a `latest` pipeline's tombstones: all of them replaced by `deletes` (the
+    /// batch's latest versions that are deletes), at source sequence `seq`. False when the
+    /// table changed since `table` was loaded.
+    pub(super) async fn refresh_tombstones(
+        &self,
+        p: &PipelineConfig,
+        table: &Table,
+        latest: &Latest,
+        deletes: RecordBatch,
+        seq: i64,
+        deadline: Instant,
+    ) -> Result<bool> {
+        let schema = latest.tombstone_schema();
+        let mut cols = transform::conform(&deletes, latest.schema())?
+            .columns()
+            .to_vec();
+        cols.push(std::sync::Arc::new(arrow::array::Int64Array::from(vec![
+            seq;
+            deletes.num_rows()
+        ])));
+        let rows = RecordBatch::try_new(schema, cols)
+            .map_err(|e| Error::new(ErrorKind::Internal, format!("tombstones: {e}")))?;
+        let writer_id = format!("refresh-{}", uuid::Uuid::now_v7());
+        let mut out = Output::new(table, &writer_id)?;
+        out.write(vec![rows]).await?;
+        let (added, schema) = out.close().await?;
+        let removed: Vec<String> = crate::scan::live_files(table)
+            .await?
+            .into_iter()
+            .map(|f| f.file.file_path().to_string())
+            .collect();
+        if added.is_empty() && removed.is_empty() {
+            return Ok(true);
+        }
+        let change = tombstone_change(p, added.clone(), removed, schema);
+        let ok = self.commit_tombstones(p, table, change, deadline).await?;
+        if !ok {
+            crate::write::delete_uncommitted(table, &added).await;
+        }
+        Ok(ok)
+    }
+}
+
+fn tombstone_change(
+    p: &PipelineConfig,
+    added: Vec<DataFile>,
+    removed: Vec<String>,
+    schema: Option<iceberg::spec::Schema>,
+) -> Change {
+    let props: HashMap<String, String> = HashMap::from([
+        (summary::PIPELINE.to_string(), p.name.clone()),
+        (summary::OPERATION.to_string(), "tombstones".to_string()),
+    ]);
+    if removed.is_empty() {
+        Change {
+            schema,
+            ..Change::append(added, props)
+        }
+    } else {
+        Change::overwrite(added, removed, props, schema)
+    }
+}
+
+/// `table`'s live files by key bucket.
+async fn by_bucket(table: &Table) -> Result<BTreeMap<Bucket, Vec<LiveFile>>> {
+    let spec = table.metadata().default_partition_spec_id();
+    let name = table.identifier().to_string();
+    let mut out: BTreeMap<Bucket, Vec<LiveFile>> = BTreeMap::new();
+    for f in crate::scan::live_files(table).await? {
+        let b = latest::file_bucket(&f, spec, &name)?;
+        out.entry(b).or_default().push(f);
+    }
+    Ok(out)
+}

@@ -1,0 +1,501 @@
+//! Latest-state pipelines (`mode = "latest"`): one sink row per key, the latest version by the
+//! ordering column whatever the arrival order, deletes that stay deleted, exactly once under
+//! concurrent runs and crashes, compaction, and two independent readers (PyIceberg, DuckDB).
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use floe::process::Processor;
+
+use crate::faults::{faulty, faulty_on, Fault};
+use crate::harness::TestEnv;
+
+const LATEST: &str = "customer_latest_order";
+const TOMBSTONES: &str = "customer_latest_order_tombstones";
+
+fn soon() -> Instant {
+    Instant::now() + Duration::from_secs(120)
+}
+
+/// The sample latest pipeline with 4 key buckets.
+fn pipeline() -> String {
+    floe::sample::LATEST_PIPELINE_TOML.replace(
+        "order_by = \"event_time\"",
+        "order_by = \"event_time\"\nkey_buckets = 4",
+    )
+}
+
+/// One version of a customer's latest order: `t` seconds after `base`.
+fn version(base: DateTime<Utc>, customer: i64, order: &str, status: &str, t: i64) -> String {
+    let at = base + chrono::Duration::seconds(t);
+    format!(
+        "{{\"order_id\":\"{order}\",\"customer_id\":{customer},\"region\":\"eu-west\",\"amount\":{}.5,\
+         \"currency\":\"EUR\",\"items\":1,\"status\":\"{status}\",\"payment_method\":\"card\",\
+         \"event_time\":\"{}\"}}\n",
+        t,
+        at.format("%Y-%m-%dT%H:%M:%S%.3fZ")
+    )
+}
+
+/// What the sink must hold: per customer the greatest (time, line), unless it is cancelled.
+#[derive(Default)]
+struct Model {
+    latest: BTreeMap<i64, (i64, String, String)>,
+}
+
+impl Model {
+    fn apply(&mut self, customer: i64, order: &str, status: &str, t: i64) {
+        let v = (t, order.to_string(), status.to_string());
+        let e = self.latest.entry(customer).or_insert(v.clone());
+        if (v.0, &v.1, &v.2) > (e.0, &e.1, &e.2) {
+            *e = v;
+        }
+    }
+
+    /// `[customer_id, order_id, status]` of the live rows, sorted.
+    fn live(&self) -> Vec<Vec<String>> {
+        sorted(
+            self.latest
+                .iter()
+                .filter(|(_, (_, _, s))| s != "cancelled")
+                .map(|(c, (_, o, s))| vec![c.to_string(), o.clone(), s.clone()])
+                .collect(),
+        )
+    }
+}
+
+/// Puts and ingests one object of versions, recording them in the model.
+async fn ingest(
+    env: &TestEnv,
+    ingestor: &floe::ingest::Ingestor,
+    key: &str,
+    base: DateTime<Utc>,
+    model: &mut Model,
+    versions: &[(i64, &str, &str, i64)],
+) {
+    let mut body = String::new();
+    for &(c, o, s, t) in versions {
+        body.push_str(&version(base, c, o, s, t));
+        model.apply(c, o, s, t);
+    }
+    env.put(key, body).await;
+    env.ingest(ingestor, key).await.unwrap();
+}
+
+async fn assert_reconciled(p: &Processor, what: &str) {
+    let r = p.reconcile(LATEST).await.expect("reconcile");
+    assert!(
+        r.matches(),
+        "{what}: batch {} rows, sink {} rows, {} differing: {:?}",
+        r.batch_rows,
+        r.sink_rows,
+        r.differing,
+        r.differences
+    );
+    for (column, batch, sink) in &r.totals {
+        assert!(
+            (batch - sink).abs() <= 1e-6 * batch.abs().max(1.0),
+            "{what}: total of {column}: batch {batch}, sink {sink}"
+        );
+    }
+}
+
+/// The sink as PyIceberg reads it: `[customer_id, order_id, status]` per row, sorted.
+fn sink_rows(env: &TestEnv) -> Vec<Vec<String>> {
+    let py = env.pyiceberg_rows(LATEST);
+    let mut rows: Vec<Vec<String>> = py["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            r.as_array().unwrap()[..3]
+                .iter()
+                .map(|v| v.as_str().unwrap_or("NULL").to_string())
+                .collect()
+        })
+        .collect();
+    rows.sort();
+    rows
+}
+
+fn sorted(mut rows: Vec<Vec<String>>) -> Vec<Vec<String>> {
+    rows.sort();
+    rows
+}
+
+#[tokio::test]
+async fn latest_state_keeps_the_newest_version_per_key_through_late_duplicate_and_deleted_versions()
+{
+    let env = TestEnv::with_pipelines("sqlite", &pipeline()).await;
+    let ingestor = env.ingestor().await;
+    let p = env.processor().await;
+    let base = Utc::now() - chrono::Duration::hours(2);
+    let mut m = Model::default();
+    // Two objects before the first run: versions of one key out of order across objects, an
+    // exact duplicate, a delete (c3) of a key whose insert is older.
+    ingest(
+        &env,
+        &ingestor,
+        "orders/a.jsonl",
+        base,
+        &mut m,
+        &[
+            (1, "o1", "placed", 10),
+            (1, "o1", "shipped", 30),
+            (2, "o2", "placed", 20),
+            (2, "o2", "placed", 20),
+            (3, "o3", "placed", 5),
+            (4, "o4", "paid", 10),
+        ],
+    )
+    .await;
+    ingest(
+        &env,
+        &ingestor,
+        "orders/b.jsonl",
+        base,
+        &mut m,
+        &[
+            (1, "o1", "paid", 20),
+            (3, "o3", "cancelled", 15),
+            (5, "o5", "placed", 10),
+        ],
+    )
+    .await;
+    let r = p.run(LATEST, soon()).await.unwrap();
+    assert_eq!((r.keys_touched, r.rows_out), (5, 4), "{r:?}");
+    assert!(r.buckets >= 1 && r.buckets <= 4, "{r:?}");
+    assert_reconciled(&p, "run 1").await;
+    assert_eq!(sink_rows(&env), m.live(), "run 1");
+
+    // Later: a late older version after the delete (c3 stays deleted), a late older one behind a
+    // newer sink row (c4 unchanged), an update (c2), a delete of a key never seen (c6) and of a
+    // live one (c5).
+    ingest(
+        &env,
+        &ingestor,
+        "orders/c.jsonl",
+        base,
+        &mut m,
+        &[
+            (3, "o3", "paid", 10),
+            (4, "o4", "placed", 5),
+            (2, "o2b", "paid", 25),
+            (6, "o6", "cancelled", 1),
+            (5, "o5", "cancelled", 40),
+        ],
+    )
+    .await;
+    p.run(LATEST, soon()).await.unwrap();
+    assert_reconciled(&p, "run 2").await;
+    assert_eq!(sink_rows(&env), m.live(), "run 2");
+    let live: Vec<String> = m.live().iter().map(|r| r[0].clone()).collect();
+    assert_eq!(live, ["1", "2", "4"], "c3, c5, c6 deleted");
+
+    // Versions older than the deletes stay out; one newer than the delete brings c3 back.
+    ingest(
+        &env,
+        &ingestor,
+        "orders/d.jsonl",
+        base,
+        &mut m,
+        &[
+            (5, "o5", "placed", 35),
+            (6, "o6", "placed", 0),
+            (3, "o3c", "placed", 50),
+        ],
+    )
+    .await;
+    // Only late older versions for c5/c6: their buckets' sink rows are not rewritten for them.
+    let r = p.run(LATEST, soon()).await.unwrap();
+    assert_reconciled(&p, "run 3").await;
+    assert_eq!(sink_rows(&env), m.live(), "run 3");
+    assert!(r.sink_snapshot.is_some(), "{r:?}");
+
+    // Nothing new: no commit. A duplicate trigger changes nothing.
+    let again = p.run(LATEST, soon()).await.unwrap();
+    assert_eq!((again.rows_in, again.sink_snapshot), (0, None));
+
+    // The tombstones are their own table: readers of the sink see exactly the live rows.
+    let tomb = env.pyiceberg_rows(TOMBSTONES);
+    assert!(tomb["rows"].as_u64().unwrap() >= 2, "{tomb}");
+    assert!(tomb["columns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|c| c == "_floe_source_sequence"));
+    let py = env.pyiceberg_rows(LATEST);
+    assert_eq!(py["partition_fields"][0], "customer_id_bucket", "{py}");
+    assert!(py["summary"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .any(|k| k.starts_with("floe.checkpoint.")));
+
+    // DuckDB reads the same rows from the sink's metadata.json.
+    let ident = floe::catalog::table_ident(&env.config, LATEST).unwrap();
+    let sink = p.committer().load(&ident).await.unwrap();
+    let duck = env.duckdb_rows(
+        sink.metadata_location().unwrap(),
+        "customer_id, order_id, status",
+    );
+    let duck_rows: Vec<Vec<String>> = duck["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            r.as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_str().unwrap().to_string())
+                .collect()
+        })
+        .collect();
+    assert_eq!(sorted(duck_rows), m.live(), "DuckDB");
+
+    // A refresh rebuilds the same state from the whole source (tombstones included).
+    let r = p.refresh(LATEST, soon()).await.unwrap();
+    assert!(r.refresh && r.sink_snapshot.is_some());
+    assert_reconciled(&p, "after refresh").await;
+    assert_eq!(sink_rows(&env), m.live(), "after refresh");
+    ingest(
+        &env,
+        &ingestor,
+        "orders/e.jsonl",
+        base,
+        &mut m,
+        &[(3, "o3", "placed", 12)],
+    )
+    .await;
+    p.run(LATEST, soon()).await.unwrap();
+    assert_eq!(
+        sink_rows(&env),
+        m.live(),
+        "late older version after a refresh"
+    );
+
+    // Reconcile catches a sink that drifted: drop a live row's file behind the pipeline's back.
+    let t = p.committer().load(&ident).await.unwrap();
+    let victim = floe::scan::live_files(&t).await.unwrap()[0]
+        .file
+        .file_path()
+        .to_string();
+    let mut change = floe::snapshot::Change::append(Vec::new(), Default::default());
+    change.operation = iceberg::spec::Operation::Delete;
+    change.removed = vec![victim];
+    let limits = floe::commit::CommitLimits {
+        max_attempts: 5,
+        deadline: soon(),
+        skew: Duration::from_secs(60),
+    };
+    p.committer()
+        .commit(&ident, &limits, move |_| {
+            Ok(floe::commit::Plan::Apply(change.clone()))
+        })
+        .await
+        .unwrap();
+    let r = p.reconcile(LATEST).await.unwrap();
+    assert!(!r.matches() && r.sink_rows < r.batch_rows, "{r:?}");
+}
+
+#[tokio::test]
+async fn a_latest_pipeline_names_the_key_its_sql_does_not_output() {
+    let bad = pipeline().replace("order_by = \"event_time\"", "order_by = \"updated_at\"");
+    let env = TestEnv::with_pipelines("sqlite", &bad).await;
+    let ingestor = env.ingestor().await;
+    let base = Utc::now();
+    env.put("orders/x.jsonl", version(base, 1, "o", "placed", 0))
+        .await;
+    env.ingest(&ingestor, "orders/x.jsonl").await.unwrap();
+    let e = env.processor().await.run(LATEST, soon()).await.unwrap_err();
+    assert_eq!(e.kind(), floe::ErrorKind::Config, "{e}");
+    assert!(
+        e.to_string().contains("order_by `updated_at`")
+            && e.to_string().contains("customer_id, order_id"),
+        "{e}"
+    );
+}
+
+/// `n` versions over `keys` customers, statuses (a quarter cancelled) and times drawn from
+/// `seed`, times spread over an hour (so later objects hold older versions too).
+fn random_versions(n: usize, keys: u64, seed: u64) -> Vec<(i64, String, String, i64)> {
+    let mut rng = floe::sample::Rng::new(seed);
+    (0..n)
+        .map(|i| {
+            let c = rng.below(keys) as i64;
+            let s = floe::sample::STATUSES[rng.below(4) as usize].to_string();
+            let t = rng.below(3600) as i64;
+            (c, format!("o{seed}-{i}"), s, t)
+        })
+        .collect()
+}
+
+async fn ingest_random(
+    env: &TestEnv,
+    ingestor: &floe::ingest::Ingestor,
+    key: &str,
+    base: DateTime<Utc>,
+    model: &mut Model,
+    versions: &[(i64, String, String, i64)],
+) {
+    let v: Vec<(i64, &str, &str, i64)> = versions
+        .iter()
+        .map(|(c, o, s, t)| (*c, o.as_str(), s.as_str(), *t))
+        .collect();
+    ingest(env, ingestor, key, base, model, &v).await;
+}
+
+#[tokio::test]
+async fn latest_state_is_exactly_once_under_concurrent_runs_and_crashes() {
+    let env = TestEnv::with_pipelines("sqlite", &pipeline()).await;
+    let ingestor = env.ingestor().await;
+    let base = Utc::now() - chrono::Duration::hours(3);
+    let mut m = Model::default();
+    for i in 0..3 {
+        let v = random_versions(150, 60, 100 + i);
+        ingest_random(
+            &env,
+            &ingestor,
+            &format!("orders/r{i}.jsonl"),
+            base,
+            &mut m,
+            &v,
+        )
+        .await;
+    }
+    // A crash before the tombstone commit lands: nothing committed anywhere.
+    let crash = env.processor_with(faulty(Fault::AfterMetadata)).await;
+    let e = crash.run(LATEST, soon()).await.unwrap_err();
+    assert!(e.to_string().contains("injected crash"), "{e}");
+    // A crash after the tombstones landed, before the sink commit: the sink is untouched and
+    // its checkpoint too; the tombstones are facts of the source the next run reads anyway.
+    let crash = env
+        .processor_with(faulty_on(LATEST, Fault::AfterMetadata))
+        .await;
+    let e = crash.run(LATEST, soon()).await.unwrap_err();
+    assert!(e.to_string().contains("injected crash"), "{e}");
+    let p = env.processor().await;
+    let ident = floe::catalog::table_ident(&env.config, LATEST).unwrap();
+    let sink = p.committer().load(&ident).await.unwrap();
+    assert!(
+        sink.metadata().current_snapshot().is_none(),
+        "no sink commit yet"
+    );
+    let tt = floe::catalog::table_ident(&env.config, TOMBSTONES).unwrap();
+    let tt = p.committer().load(&tt).await.unwrap();
+    assert!(
+        tt.metadata().current_snapshot().is_some(),
+        "tombstones committed"
+    );
+
+    // Four processes race on the same delta, twice (with new data in between).
+    for round in 0..2 {
+        if round == 1 {
+            for i in 0..2 {
+                let v = random_versions(120, 60, 200 + i);
+                ingest_random(
+                    &env,
+                    &ingestor,
+                    &format!("orders/s{i}.jsonl"),
+                    base,
+                    &mut m,
+                    &v,
+                )
+                .await;
+            }
+        }
+        let mut tasks = Vec::new();
+        for _ in 0..4 {
+            let config = env.config.clone();
+            tasks.push(tokio::spawn(async move {
+                let p = Processor::new(config).await.unwrap();
+                p.run(LATEST, soon()).await
+            }));
+        }
+        let mut committed = 0;
+        for t in tasks {
+            let r = t.await.unwrap().expect("run");
+            committed += r.sink_snapshot.is_some() as u32;
+        }
+        assert!(committed >= 1, "round {round}: the delta committed");
+        assert_reconciled(&p, &format!("round {round}")).await;
+        let rows = sink_rows(&env);
+        assert_eq!(rows, m.live(), "round {round}: one row per live key");
+        let again = p.run(LATEST, soon()).await.unwrap();
+        assert_eq!(again.source_snapshots, 0, "round {round}");
+    }
+}
+
+#[tokio::test]
+async fn compacting_a_latest_sink_keeps_one_row_per_key() {
+    let env = TestEnv::with_pipelines("sqlite", &pipeline()).await;
+    let ingestor = env.ingestor().await;
+    let p = env.processor().await;
+    let base = Utc::now() - chrono::Duration::hours(3);
+    let mut m = Model::default();
+    for i in 0..2 {
+        let v = random_versions(300, 200, 300 + i);
+        ingest_random(
+            &env,
+            &ingestor,
+            &format!("orders/k{i}.jsonl"),
+            base,
+            &mut m,
+            &v,
+        )
+        .await;
+        p.run(LATEST, soon()).await.unwrap();
+    }
+    let ident = floe::catalog::table_ident(&env.config, LATEST).unwrap();
+    let paths = |t: iceberg::table::Table| async move {
+        let files = floe::scan::live_files(&t).await.unwrap();
+        files
+            .iter()
+            .map(|f| f.file.file_path().to_string())
+            .collect::<std::collections::BTreeSet<_>>()
+    };
+    let before = paths(p.committer().load(&ident).await.unwrap()).await;
+    let maintainer = env.maintainer().await;
+    // A rewritten bucket is one file: compact every file (each bucket on its own), then expire
+    // and clean orphans as a month later.
+    let opts = floe::maintain::Options {
+        min_input_files: 1,
+        ..crate::maintain_opts(true, false, false)
+    };
+    for t in [LATEST, TOMBSTONES] {
+        maintainer.run(t, &opts).await.unwrap();
+    }
+    let compacted = p.committer().load(&ident).await.unwrap();
+    let op = compacted
+        .metadata()
+        .current_snapshot()
+        .unwrap()
+        .summary()
+        .operation
+        .clone();
+    assert_eq!(op, iceberg::spec::Operation::Replace);
+    let after = paths(compacted).await;
+    assert!(
+        before.is_disjoint(&after) && after.len() == before.len(),
+        "every bucket's file rewritten: {before:?} → {after:?}"
+    );
+    let month = floe::maintain::Options {
+        expire_older_than: Some(Duration::ZERO),
+        dedup_window: Duration::ZERO,
+        retain_last: Some(1),
+        now: Utc::now() + chrono::Duration::days(30),
+        ..crate::maintain_opts(false, true, true)
+    };
+    for t in [LATEST, TOMBSTONES] {
+        maintainer.run(t, &month).await.unwrap();
+    }
+    assert_reconciled(&p, "after compaction").await;
+    assert_eq!(sink_rows(&env), m.live(), "after compaction");
+    // The pipeline goes on over the compacted layout.
+    let v = random_versions(200, 200, 400);
+    ingest_random(&env, &ingestor, "orders/k9.jsonl", base, &mut m, &v).await;
+    p.run(LATEST, soon()).await.unwrap();
+    assert_reconciled(&p, "after compaction and a run").await;
+    assert_eq!(sink_rows(&env), m.live(), "after compaction and a run");
+}
