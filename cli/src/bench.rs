@@ -312,6 +312,27 @@ pub async fn run(args: BenchArgs) -> Result<()> {
         return Ok(());
     }
 
+    if args.freshness {
+        let dir = args.dir_or("target/floe-bench-freshness");
+        let defaults = crate::local::Shape::default();
+        let shape = crate::local::Shape {
+            ingest_concurrency: args
+                .ingest_concurrency
+                .map_or(defaults.ingest_concurrency, |n| n.get()),
+            batch_window: args
+                .batch_window_ms
+                .map_or(defaults.batch_window, Duration::from_millis),
+            maintain_every: None,
+            verbose: false,
+            ..defaults
+        };
+        let opts = crate::bench_freshness::Options {
+            rates: args.rate.iter().map(|r| r.get()).collect(),
+            seconds: args.seconds,
+            shape,
+        };
+        return crate::bench_freshness::run(&dir, opts).await;
+    }
     if args.backfill {
         let dir = args.dir_or("target/floe-bench-backfill");
         return crate::bench_backfill::run(&dir, args.backfill_small, args.backfill_big_mb);

@@ -247,7 +247,7 @@ impl Processor {
     }
 
     /// Whether the pipeline's source table exists (a poll may come before the first ingest).
-    async fn source_exists(&self, name: &str) -> Result<bool> {
+    pub async fn source_exists(&self, name: &str) -> Result<bool> {
         let p = self.pipeline(name)?;
         let ident = catalog::table_ident(&self.config, &p.source)?;
         self.committer
