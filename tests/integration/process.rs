@@ -122,8 +122,11 @@ async fn pipelines_follow_appends_late_events_and_duplicate_triggers() {
     // Commit events through a queue: a batch of them wakes each pipeline once.
     let commit = json!({"detail-type": "floe.commit", "source": "floe", "detail": {"table": "orders"}});
     let other = json!({"detail-type": "floe.commit", "source": "floe", "detail": {"table": "other"}});
-    let batch = json!({"Records": [commit, commit, other].iter().map(|e|
-        json!({"eventSource": "aws:sqs", "messageId": "m", "body": e.to_string()})).collect::<Vec<_>>()});
+    let records: Vec<serde_json::Value> = [&commit, &commit, &other]
+        .iter()
+        .map(|e| json!({"eventSource": "aws:sqs", "messageId": "m", "body": e.to_string()}))
+        .collect();
+    let batch = json!({ "Records": records });
     assert_eq!(p.pipelines_for(&batch).len(), 2);
     let strays = json!({"Records": [{"eventSource": "aws:sqs", "messageId": "m", "body": other.to_string()}]});
     assert!(p.pipelines_for(&strays).is_empty());
