@@ -3,7 +3,7 @@
 
 big <file.jsonl.gz> <workdir>     pyarrow JSON read + table.append (SQLite catalog, local warehouse)
 small <dir> <workdir>             one table.append per small object, in name order
-Prints one JSON line: secs (work), rows, rss_mb (peak), and per-object latencies for `small`.
+Prints one JSON line: secs (work), rows, rss_mb (peak), cpu_secs (user + system), and per-object latencies for `small`.
 """
 import gzip
 import json
@@ -64,5 +64,7 @@ else:
         lat.append((time.perf_counter() - s) * 1000)
         rows += data.num_rows
     out = {"secs": time.perf_counter() - t0, "rows": rows, "latencies_ms": lat}
-out["rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+usage = resource.getrusage(resource.RUSAGE_SELF)
+out["rss_mb"] = usage.ru_maxrss / 1024
+out["cpu_secs"] = usage.ru_utime + usage.ru_stime
 print(json.dumps(out))

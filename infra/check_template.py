@@ -10,6 +10,11 @@ Per-table identities (with the deploy config, infra/floe.toml, as the third argu
   * no function may read, write or list the warehouse as a whole: every data-plane resource
     under the warehouse names one table's prefix;
   * every Glue table ARN names a configured table (an ingest table or a pipeline sink), never `*`.
+Freshness (with the deploy config):
+  * every configured table has a FreshnessLagSeconds alarm (dimension Table) whose Threshold is
+    the table's freshness_objective_seconds (its own, else [defaults], else floe's 120 s);
+  * the ingest function's SQS batching window (MaximumBatchingWindowInSeconds) is below the
+    smallest objective: waiting for a batch must not use up the objective by itself.
 Backfill (every AWS::Serverless::StateMachine):
   * a Distributed Map whose ItemReader lists S3 (s3:listObjectsV2) or reads a manifest, with an
     ItemBatcher passing the bucket in BatchInput, MaxConcurrency and ToleratedFailurePercentage
@@ -56,6 +61,45 @@ def deploy_scope(config_path):
     db = cfg["catalog"].get("namespace", "floe")
     tables = {t["name"] for t in cfg.get("tables", [])} | {p["sink"] for p in cfg.get("pipelines", [])}
     return prefix, db, tables
+
+
+# floe's default freshness objective (FRESHNESS_OBJECTIVE_SECONDS in shared/src/config/defaults.rs).
+DEFAULT_FRESHNESS_OBJECTIVE = 120
+
+
+def freshness_objectives(config_path):
+    """{table: freshness objective in seconds} of the deploy config."""
+    with open(config_path, "rb") as f:
+        cfg = tomllib.load(f)
+    default = (cfg.get("defaults") or {}).get("freshness_objective_seconds", DEFAULT_FRESHNESS_OBJECTIVE)
+    return {t["name"]: t.get("freshness_objective_seconds", default) for t in cfg.get("tables", [])}
+
+
+def freshness_errors(resources, functions, objectives):
+    errors = []
+    alarms = [r.get("Properties", {}) for r in resources.values() if r.get("Type") == "AWS::CloudWatch::Alarm"]
+    for table, objective in sorted(objectives.items()):
+        mine = [a for a in alarms if a.get("MetricName") == "FreshnessLagSeconds"
+                and {"Name": "Table", "Value": table} in as_list(a.get("Dimensions") or [])]
+        if not mine:
+            errors.append(f"table {table}: no FreshnessLagSeconds alarm (run `floe template`)")
+        for a in mine:
+            if float(a.get("Threshold", -1)) != float(objective):
+                errors.append(f"table {table}: freshness alarm threshold {a.get('Threshold')} is not its "
+                              f"freshness objective of {objective} s (run `floe template`)")
+    if objectives:
+        tightest = min(objectives.values())
+        for name, fn in functions.items():
+            if (fn.get("Metadata", {}).get("BuildProperties") or {}).get("Binary") != "floe-ingest":
+                continue
+            for ev_name, ev in ((fn.get("Properties") or {}).get("Events") or {}).items():
+                if ev.get("Type") != "SQS":
+                    continue
+                window = (ev.get("Properties") or {}).get("MaximumBatchingWindowInSeconds", 0)
+                if isinstance(window, (int, float)) and window >= tightest:
+                    errors.append(f"{name}: event {ev_name} waits up to {window} s for a batch, not below "
+                                  f"the tightest freshness objective ({tightest} s)")
+    return errors
 
 
 def resource_strings(res):
@@ -215,6 +259,8 @@ def main():
         if "Role" in props:
             errors.append(f"{name}: uses a shared Role; each function needs its own scoped policies")
         errors.extend(policy_errors(name, props.get("Policies"), scope))
+    if len(sys.argv) > 3:
+        errors.extend(freshness_errors(resources, functions, freshness_objectives(sys.argv[3])))
     ingest_names = {k for k, v in functions.items()
                     if (v.get("Metadata", {}).get("BuildProperties") or {}).get("Binary") == "floe-ingest"}
     machines = {k: v for k, v in resources.items() if v.get("Type") == "AWS::Serverless::StateMachine"}

@@ -3,7 +3,7 @@
 //! Every command and flag of the hand-written parser this replaced keeps its spelling, default
 //! and meaning; scripts depend on them.
 
-use std::num::NonZeroUsize;
+use std::num::{NonZeroU32, NonZeroUsize};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -626,8 +626,31 @@ pub struct LocalArgs {
 
 /// `floe bench`.
 #[derive(Debug, Args)]
-#[command(group(clap::ArgGroup::new("mode").args(["maintenance", "planning", "latency", "delta", "latest", "backfill"])))]
+#[command(group(clap::ArgGroup::new("mode").args(["maintenance", "planning", "latency", "delta", "latest", "backfill", "freshness"])))]
 pub struct BenchArgs {
+    /// Freshness benchmark: objects PUT at --rate for --seconds into the local stack (moto S3 →
+    /// SQS → ingest → commit event → SQS → process); PUT → both sinks and each leg,
+    /// p50/p95/p99/max, the rates side by side.
+    #[arg(long)]
+    pub freshness: bool,
+    /// Objects per second (--freshness; several, comma-separated, run one after another).
+    #[arg(
+        long,
+        value_name = "N",
+        value_delimiter = ',',
+        default_value = "10,50",
+        requires = "freshness"
+    )]
+    pub rate: Vec<NonZeroU32>,
+    /// Seconds of load per rate (--freshness).
+    #[arg(long, value_name = "S", default_value = "300", requires = "freshness")]
+    pub seconds: u64,
+    /// Ingest workers (concurrent invocations; --freshness) [default: the deployed shape's].
+    #[arg(long, value_name = "N", requires = "freshness")]
+    pub ingest_concurrency: Option<NonZeroUsize>,
+    /// Ingest batching window in ms (--freshness) [default: the deployed shape's].
+    #[arg(long, value_name = "MS", requires = "freshness")]
+    pub batch_window_ms: Option<u64>,
     /// Maintenance benchmark: commit latency of the 1st vs the Nth append with and without
     /// periodic maintenance, and compaction throughput vs plain arrow-rs.
     #[arg(long)]

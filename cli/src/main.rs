@@ -23,6 +23,9 @@
 //! ```
 //!
 //! `floe --help` and `floe COMMAND --help` describe every flag; [`args`] defines them.
+// The process worker of `floe local` is spawned: proving its processor `Send` goes deep
+// (DataFusion's SQL AST).
+#![recursion_limit = "256"]
 
 use std::process::ExitCode;
 
@@ -38,6 +41,7 @@ mod bench;
 mod bench_backfill;
 mod bench_checks;
 mod bench_delta;
+mod bench_freshness;
 mod bench_latency;
 mod bench_latest;
 mod bench_maintain;
@@ -82,7 +86,13 @@ impl From<Outcome> for ExitCode {
 fn main() -> ExitCode {
     // Usage errors exit 2, --help and --version 0 (clap's codes).
     let cli = args::parse_from(std::env::args_os()).unwrap_or_else(|e| e.exit());
-    init_tracing(matches!(cli.command, Command::Demo(_)));
+    // The demo and the freshness benchmark print their own tables.
+    let quiet = match &cli.command {
+        Command::Demo(_) => true,
+        Command::Bench(b) => b.freshness,
+        _ => false,
+    };
+    init_tracing(quiet);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -523,8 +523,8 @@ fn dashboard(config: &Config) -> String {
             .to_string(),
     );
     widgets.push(
-        r#"{"type": "metric", "width": 12, "height": 6, "properties": {"title": "Ingest queue and DLQ depth", "region": "${AWS::Region}", "stat": "Maximum", "period": 60,
-  "metrics": [["AWS/SQS", "ApproximateNumberOfMessagesVisible", "QueueName", "${IngestQueue.QueueName}"], ["...", "${IngestDLQ.QueueName}"]]}}"#
+        r#"{"type": "metric", "width": 12, "height": 6, "properties": {"title": "Ingest and process queues and the ingest DLQ", "region": "${AWS::Region}", "stat": "Maximum", "period": 60,
+  "metrics": [["AWS/SQS", "ApproximateNumberOfMessagesVisible", "QueueName", "${IngestQueue.QueueName}"], ["...", "${ProcessQueue.QueueName}"], ["...", "${IngestDLQ.QueueName}"]]}}"#
             .to_string(),
     );
     let mut out = String::from(

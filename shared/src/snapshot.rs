@@ -10,7 +10,7 @@ use iceberg::spec::{
     DataContentType, DataFile, ManifestContentType, ManifestFile, ManifestList, ManifestListWriter,
     ManifestWriter, ManifestWriterBuilder, Operation, PartitionSpec, Snapshot, SnapshotReference,
     SnapshotRetention, SnapshotSummaryCollector, Summary, TableMetadata, TableMetadataBuilder,
-    MAIN_BRANCH,
+    MAIN_BRANCH, UNASSIGNED_SEQUENCE_NUMBER,
 };
 use iceberg::table::Table;
 use iceberg::{MetadataLocation, TableRequirement, TableUpdate};
@@ -183,18 +183,75 @@ pub(crate) async fn has_delete_files(table: &Table) -> Result<bool> {
     }))
 }
 
-/// Loads the manifest list of the table's current snapshot (empty for a new table).
+/// Loads the manifest list of the table's current snapshot (empty for a new table): from
+/// [`written_lists`] when this process wrote it, else from storage.
 pub async fn current_manifests(table: &Table) -> Result<Vec<ManifestFile>> {
     let md = table.metadata();
     let Some(snap) = md.current_snapshot() else {
         return Ok(Vec::new());
     };
+    if let Some(cached) = written_lists::get(snap.manifest_list()) {
+        // Debug builds (every test) check the cache against the file it stands for.
+        if cfg!(debug_assertions) {
+            let read = read_manifest_list(table, snap).await?;
+            if read != cached {
+                return Err(Error::new(
+                    ErrorKind::Internal,
+                    format!(
+                        "cached manifest list {} differs from the file",
+                        snap.manifest_list()
+                    ),
+                ));
+            }
+        }
+        return Ok(cached);
+    }
+    read_manifest_list(table, snap).await
+}
+
+async fn read_manifest_list(
+    table: &Table,
+    snap: &iceberg::spec::SnapshotRef,
+) -> Result<Vec<ManifestFile>> {
     let list: ManifestList = table
         .manifest_list_reader(snap)
         .load()
         .await
         .map_err(ice("reading the manifest list"))?;
     Ok(list.consume_entries().into_iter().collect())
+}
+
+/// The entries of the manifest lists this process wrote last, by path. A manifest list is
+/// immutable and its name unique (snapshot id and a fresh uuid), so an entry stands for the file
+/// for good: the next commit on the version just staged carries its manifests over without
+/// reading and decoding the list it wrote itself (what a warm ingest function would do for
+/// every object). Only the newest few are kept.
+mod written_lists {
+    use std::collections::VecDeque;
+    use std::sync::Mutex;
+
+    use iceberg::spec::ManifestFile;
+
+    const KEEP: usize = 16;
+
+    static LISTS: Mutex<VecDeque<(String, Vec<ManifestFile>)>> = Mutex::new(VecDeque::new());
+
+    pub(super) fn get(path: &str) -> Option<Vec<ManifestFile>> {
+        let lists = LISTS.lock().ok()?;
+        lists
+            .iter()
+            .find(|(p, _)| p == path)
+            .map(|(_, entries)| entries.clone())
+    }
+
+    pub(super) fn put(path: String, entries: Vec<ManifestFile>) {
+        if let Ok(mut lists) = LISTS.lock() {
+            if lists.len() >= KEEP {
+                lists.pop_front();
+            }
+            lists.push_back((path, entries));
+        }
+    }
 }
 
 fn new_snapshot_id(md: &TableMetadata) -> i64 {
@@ -578,11 +635,28 @@ impl Manifests<'_> {
             .map_err(ice("manifest list output"))?;
         let writer = out.writer().await.map_err(ice("manifest list output"))?;
         let mut list = ManifestListWriter::v2(writer, snapshot_id, parent, seq);
-        list.add_manifests(std::mem::take(&mut self.manifests).into_iter())
+        let manifests = std::mem::take(&mut self.manifests);
+        // What a reader of the file gets back: the writer assigns the new manifests' sequence
+        // numbers (those still unassigned) as it writes them.
+        let as_written: Vec<ManifestFile> = manifests
+            .iter()
+            .cloned()
+            .map(|mut m| {
+                if m.sequence_number == UNASSIGNED_SEQUENCE_NUMBER {
+                    m.sequence_number = seq;
+                }
+                if m.min_sequence_number == UNASSIGNED_SEQUENCE_NUMBER {
+                    m.min_sequence_number = seq;
+                }
+                m
+            })
+            .collect();
+        list.add_manifests(manifests.into_iter())
             .map_err(ice("manifest list"))?;
         list.close()
             .await
             .map_err(ice("writing the manifest list"))?;
+        written_lists::put(list_path.clone(), as_written);
         self.written.push(list_path.clone());
         Ok(list_path)
     }

@@ -114,6 +114,18 @@ fn template_passes_and_each_violation_is_caught() {
             "allows states:*",
         ),
         (
+            "a freshness alarm off its table's objective",
+            "ExtendedStatistic: p99\n      Period: 300\n      EvaluationPeriods: 2\n      Threshold: 120",
+            "ExtendedStatistic: p99\n      Period: 300\n      EvaluationPeriods: 2\n      Threshold: 900",
+            "not its freshness objective",
+        ),
+        (
+            "an ingest batching window as long as the objective",
+            "MaximumBatchingWindowInSeconds: 0\n            ScalingConfig:\n              MaximumConcurrency: 2\n            FunctionResponseTypes",
+            "MaximumBatchingWindowInSeconds: 120\n            ScalingConfig:\n              MaximumConcurrency: 2\n            FunctionResponseTypes",
+            "tightest freshness objective",
+        ),
+        (
             "plain HTTP allowed",
             "aws:SecureTransport: \"false\"",
             "aws:SecureTransport: \"true\"",

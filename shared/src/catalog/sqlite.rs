@@ -54,6 +54,9 @@ pub(crate) async fn connect(
             .entry("pool.max-connections".into())
             .or_insert_with(|| "1".into());
     }
+    if !uri.contains(":memory:") {
+        write_ahead_log(&uri).await;
+    }
     props.insert("uri".into(), uri);
     props.insert("sql_bind_style".into(), "QMark".into());
     Ok(Arc::new(
@@ -63,6 +66,27 @@ pub(crate) async fn connect(
             .await
             .map_err(err)?,
     ))
+}
+
+/// Puts the database in write-ahead-log mode (a property of the file, kept by every later
+/// connection). A commit then appends to the log and syncs it once, where the rollback journal
+/// syncs the journal twice, the database and its directory (and creates and deletes the journal
+/// file) on every pointer swap; with `synchronous = FULL` (SQLite's and sqlx's default) a commit
+/// is as durable as before, and the swap stays one atomic `UPDATE … WHERE`. Best effort: a
+/// database busy in another process's transaction keeps its mode until a later start.
+async fn write_ahead_log(uri: &str) {
+    use sqlx::Connection;
+    sqlx::any::install_default_drivers();
+    let set = async {
+        let mut c = sqlx::AnyConnection::connect(uri).await?;
+        sqlx::query("PRAGMA journal_mode = WAL")
+            .fetch_optional(&mut c)
+            .await?;
+        c.close().await
+    };
+    if let Err(e) = set.await {
+        tracing::debug!(uri, error = %e, "could not switch the SQLite catalog to WAL mode");
+    }
 }
 
 /// Compare-and-swap on the SQL catalog's `iceberg_tables` row.

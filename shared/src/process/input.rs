@@ -69,6 +69,7 @@ async fn read_tasks(
     let result = table
         .reader_builder()
         .with_batch_size(8192)
+        .with_data_file_concurrency_limit(super::plan::READ_CONCURRENCY)
         .with_metadata_size_hint(FOOTER_HINT)
         .build()
         .read(Box::pin(stream))

@@ -11,6 +11,7 @@
 //!
 //! The processor runs the pipeline's SQL over what this plans.
 
+use futures::{StreamExt, TryStreamExt};
 use iceberg::spec::{DataFile, ManifestContentType, ManifestStatus, Operation, TableMetadata};
 use iceberg::table::Table;
 
@@ -140,27 +141,23 @@ pub async fn plan(
         ));
     }
     chain.reverse();
-    for s in chain {
+    // The appends' manifest lists and new manifests are small GETs whose cost is their latency:
+    // fetched several at once, used in the chain's order.
+    let fetch = |s: iceberg::spec::SnapshotRef| async move {
+        match s.summary().operation {
+            Operation::Append => added_files(source, &s).await.map(Some),
+            _ => Ok(None),
+        }
+    };
+    let added: Vec<Option<Vec<NewFile>>> = futures::stream::iter(chain.iter().cloned().map(fetch))
+        .buffered(READ_CONCURRENCY)
+        .try_collect()
+        .await?;
+    for (s, added) in chain.into_iter().zip(added) {
         match s.summary().operation {
             Operation::Append => {
                 delta.appends.push(s.snapshot_id());
-                let list = source
-                    .manifest_list_reader(&s)
-                    .load()
-                    .await
-                    .map_err(|e| Error::iceberg(format!("reading the manifest list of snapshot {}", s.snapshot_id()), e))?;
-                for mf in list.entries() {
-                    if mf.content != ManifestContentType::Data || mf.added_snapshot_id != s.snapshot_id() || !mf.has_added_files() {
-                        continue;
-                    }
-                    let m = mf.load_manifest(source.file_io()).await.map_err(|e| Error::iceberg("reading a manifest", e))?;
-                    for e in m.entries() {
-                        let added_here = e.status() == ManifestStatus::Added && e.snapshot_id().unwrap_or(s.snapshot_id()) == s.snapshot_id();
-                        if added_here {
-                            delta.files.push(NewFile { file: e.data_file().clone(), spec_id: mf.partition_spec_id, snapshot_id: s.snapshot_id() });
-                        }
-                    }
-                }
+                delta.files.extend(added.unwrap_or_default());
             }
             Operation::Replace => delta.replaces_skipped += 1,
             Operation::Overwrite | Operation::Delete => match policy {
@@ -184,6 +181,45 @@ pub async fn plan(
         }
     }
     Ok(delta)
+}
+
+/// Manifest lists, manifests or data files a run fetches at once. S3 GETs are bound by their
+/// latency, not the CPU (iceberg's reader defaults to one data file per core).
+pub(super) const READ_CONCURRENCY: usize = 16;
+
+/// The data files `s` (an append) added, from its own manifest list.
+async fn added_files(source: &Table, s: &iceberg::spec::SnapshotRef) -> Result<Vec<NewFile>> {
+    let list = source.manifest_list_reader(s).load().await.map_err(|e| {
+        Error::iceberg(
+            format!("reading the manifest list of snapshot {}", s.snapshot_id()),
+            e,
+        )
+    })?;
+    let mut files = Vec::new();
+    for mf in list.entries() {
+        if mf.content != ManifestContentType::Data
+            || mf.added_snapshot_id != s.snapshot_id()
+            || !mf.has_added_files()
+        {
+            continue;
+        }
+        let m = mf
+            .load_manifest(source.file_io())
+            .await
+            .map_err(|e| Error::iceberg("reading a manifest", e))?;
+        for e in m.entries() {
+            let added_here = e.status() == ManifestStatus::Added
+                && e.snapshot_id().unwrap_or(s.snapshot_id()) == s.snapshot_id();
+            if added_here {
+                files.push(NewFile {
+                    file: e.data_file().clone(),
+                    spec_id: mf.partition_spec_id,
+                    snapshot_id: s.snapshot_id(),
+                });
+            }
+        }
+    }
+    Ok(files)
 }
 
 /// Every live data file of the current snapshot, as the delta of a consumer starting from the

@@ -273,7 +273,7 @@ impl Processor {
 
     /// Whether the pipeline's source table (and every table it joins) exists (a poll may come
     /// before the first ingest).
-    async fn source_exists(&self, name: &str) -> Result<bool> {
+    pub async fn source_exists(&self, name: &str) -> Result<bool> {
         let p = self.pipeline(name)?;
         for table in std::iter::once(&p.source).chain(&p.joins) {
             let ident = catalog::table_ident(&self.config, table)?;

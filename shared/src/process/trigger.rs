@@ -36,7 +36,26 @@ impl Processor {
 
     /// The pipelines a trigger concerns: those reading the tables it names; all for a schedule
     /// or a manual call. Notifications only wake pipelines: the work comes from the checkpoints.
+    ///
+    /// An SQS batch (commit events routed through a queue, so one invocation takes every
+    /// event waiting) names the union of its messages' pipelines, each once: one run covers
+    /// every commit since its checkpoint, however many events named it.
     pub fn pipelines_for(&self, payload: &Value) -> Vec<String> {
+        if let Some(records) = sqs_records(payload) {
+            let mut out: Vec<String> = Vec::new();
+            for body in records {
+                let body = body
+                    .as_str()
+                    .and_then(|b| serde_json::from_str::<Value>(b).ok())
+                    .unwrap_or(Value::Null);
+                for name in self.pipelines_for(&body) {
+                    if !out.contains(&name) {
+                        out.push(name);
+                    }
+                }
+            }
+            return out;
+        }
         let all = || {
             self.config
                 .pipelines
@@ -89,4 +108,14 @@ impl Processor {
             .map(|p| p.name.clone())
             .collect()
     }
+}
+
+/// The bodies of an SQS batch payload (`Records` whose `eventSource` is `aws:sqs`), or `None`.
+fn sqs_records(payload: &Value) -> Option<Vec<&Value>> {
+    let records = payload.get("Records")?.as_array()?;
+    let sqs = !records.is_empty()
+        && records
+            .iter()
+            .all(|r| r.get("eventSource").and_then(Value::as_str) == Some("aws:sqs"));
+    sqs.then(|| records.iter().map(|r| &r["body"]).collect())
 }
