@@ -111,7 +111,15 @@ pub(crate) struct Limits {
     pub max_decompressed_bytes: u64,
     /// Largest Parquet object spooled to local disk (the object fails).
     pub max_spool_bytes: u64,
+    /// Most bytes a chunk of text records holds before it is decoded (every buffer of the
+    /// chunk counted: the records, and the envelopes beside their flattened rows), so it stays
+    /// within this plus one record whatever the records' sizes. Not configured:
+    /// [`CHUNK_BYTES`] (the unit tests set less).
+    pub chunk_bytes: u64,
 }
+
+/// The bytes a chunk of text records may hold before it is decoded.
+const CHUNK_BYTES: u64 = 64 << 20;
 
 impl From<&crate::config::IngestConfig> for Limits {
     fn from(c: &crate::config::IngestConfig) -> Self {
@@ -121,6 +129,7 @@ impl From<&crate::config::IngestConfig> for Limits {
             max_nesting_depth: c.max_nesting_depth,
             max_decompressed_bytes: c.max_decompressed_bytes,
             max_spool_bytes: c.max_spool_bytes,
+            chunk_bytes: CHUNK_BYTES,
         }
     }
 }
@@ -449,6 +458,15 @@ impl TextChunk {
             None => String::from_utf8_lossy(&self.buf[s..e]),
         };
         (n, text.trim_end_matches(['\r', '\n']).to_string())
+    }
+    /// Whether the chunk is due for decoding: `records` records, or `bytes` bytes held over all
+    /// its buffers (the envelopes beside flattened rows included, and the spans).
+    fn full(&self, records: usize, bytes: u64) -> bool {
+        let held = self.buf.len()
+            + self.original.len()
+            + self.spans.len() * std::mem::size_of::<(usize, usize, u64)>()
+            + self.original_spans.len() * std::mem::size_of::<(usize, usize)>();
+        self.spans.len() >= records || held as u64 >= bytes
     }
     fn clear(&mut self) {
         self.buf.clear();
@@ -791,7 +809,7 @@ fn decode_jsonl(reader: Box<dyn Read + '_>, ctx: &mut Ctx<'_>) -> Result<(), Dec
                 chunk.spans.push((start, chunk.buf.len(), line_no));
             }
         }
-        let full = chunk.spans.len() >= limit || chunk.buf.len() >= 64 << 20;
+        let full = chunk.full(limit, ctx.limits.chunk_bytes);
         if (full || eof) && !chunk.spans.is_empty() {
             // Fast path: strict decoding succeeds when the chunk has no unknown fields.
             let strict_ok = chunk.spans.first().zip(chunk.spans.last()).map(|(f, l)| {
@@ -1120,7 +1138,8 @@ fn decode_csv(reader: Box<dyn Read + '_>, ctx: &mut Ctx<'_>) -> Result<(), Decod
                 }
             }
         }
-        if (!more || chunk.spans.len() >= ctx.spec.chunk_records) && !chunk.spans.is_empty() {
+        let full = chunk.full(ctx.spec.chunk_records, ctx.limits.chunk_bytes);
+        if (!more || full) && !chunk.spans.is_empty() {
             emit_text_chunk(ctx, &chunk, &decode_one)?;
             chunk.clear();
         }
@@ -1917,6 +1936,7 @@ mod limit_tests {
             max_nesting_depth: 64,
             max_decompressed_bytes: 1 << 40,
             max_spool_bytes: 1 << 40,
+            chunk_bytes: CHUNK_BYTES,
         }
     }
 
@@ -1965,6 +1985,55 @@ mod limit_tests {
         Cursor::new(head.into_bytes())
             .chain(std::io::repeat(b'x').take(len))
             .chain(Cursor::new(tail.into_bytes()))
+    }
+
+    #[test]
+    fn debezium_chunks_are_bounded_by_their_envelopes_too() {
+        // Big envelopes, tiny rows: the chunk's bytes are mostly the envelopes kept beside the
+        // rows. Before, only the rows counted, so a chunk held chunk_records envelopes
+        // (16 Ki × 1 MiB = 16 GiB at the defaults).
+        let mut fields: Vec<Field> = spec(Format::Jsonl)
+            .schema
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone())
+            .collect();
+        fields.push(Field::new("_op", DataType::Utf8, true));
+        fields.push(Field::new(
+            "_cdc_ts",
+            DataType::Timestamp(arrow_schema::TimeUnit::Microsecond, Some("+00:00".into())),
+            true,
+        ));
+        let spec = DecodeSpec {
+            schema: Arc::new(Schema::new(fields)),
+            required: vec!["id".into()],
+            chunk_records: 16 << 10,
+            debezium: true,
+            ..spec(Format::Jsonl)
+        };
+        let pad = "p".repeat(1000);
+        let envelope =
+            format!("{{\"op\":\"c\",\"ts_ms\":1,\"after\":{{\"id\":\"a\"}},\"source\":{{\"pad\":\"{pad}\"}}}}\n");
+        let lines = 20_000;
+        let input = envelope.repeat(lines).into_bytes();
+        let mut l = limits();
+        l.chunk_bytes = 256 << 10;
+        let mut most = 0;
+        let (seen, peak) = peak_during(|| {
+            decode_within(&input[..], &spec, &l, None, &mut |p| {
+                if let Piece::Batch(b) = p {
+                    most = most.max(b.num_rows());
+                }
+                true
+            })
+        });
+        assert_eq!(seen.unwrap(), lines as u64);
+        let per_chunk = (256 << 10) / envelope.len() + 1;
+        assert!(
+            most <= per_chunk,
+            "a chunk held {most} envelopes, more than {per_chunk} fit in chunk_bytes"
+        );
+        assert!(peak < 4 << 20, "peak {peak} bytes");
     }
 
     #[test]

@@ -299,3 +299,67 @@ async fn a_table_whose_route_becomes_debezium_gains_op_and_change_time() {
         .sum();
     assert_eq!(nulls, 1, "the row from before the change has no op");
 }
+
+#[tokio::test]
+async fn debezium_rows_keep_numbers_exactly_as_a_plain_route_does() {
+    let base = TestEnv::new("sqlite").await;
+    let table = |name: &str, cdc: &str| {
+        format!(
+            r#"
+[[tables]]
+name = "{name}"
+event_time = "at"
+columns = [
+  {{ name = "id", type = "string", required = true }},
+  {{ name = "amount", type = "decimal(38,18)" }},
+  {{ name = "big", type = "decimal(38,0)" }},
+  {{ name = "at", type = "timestamptz", required = true }},
+]
+
+[[routes]]
+bucket = "{bucket}"
+prefix = "{name}/"
+table = "{name}"
+format = "jsonl"
+{cdc}
+"#,
+            bucket = base.bucket
+        )
+    };
+    let toml = format!(
+        "{}{}",
+        table("payments_plain", ""),
+        table("payments_cdc", "cdc = \"debezium\"")
+    );
+    let env = extended(&base, &toml);
+    let ingestor = env.ingestor().await;
+    let row = r#"{"id":"p1","amount":1.123456789012345678,"big":12345678901234567890123,"at":"2026-11-30T10:00:00Z"}"#;
+    env.put("payments_plain/0001.jsonl", row).await;
+    env.put(
+        "payments_cdc/0001.jsonl",
+        format!(r#"{{"op":"c","ts_ms":1,"before":null,"after":{row}}}"#),
+    )
+    .await;
+    for key in ["payments_plain/0001.jsonl", "payments_cdc/0001.jsonl"] {
+        let r = env.ingest(&ingestor, key).await.unwrap();
+        assert_eq!(r.records_committed, 1, "{key}: {r:?}");
+    }
+    let values = |batches: Vec<RecordBatch>| {
+        let b = &batches[0];
+        let text = |n: &str| {
+            let c = b.column_by_name(n).unwrap();
+            arrow::util::display::array_value_to_string(c, 0).unwrap()
+        };
+        (text("amount"), text("big"))
+    };
+    let plain = values(rows(&env, "payments_plain").await);
+    let cdc = values(rows(&env, "payments_cdc").await);
+    assert_eq!(
+        plain,
+        (
+            "1.123456789012345678".to_string(),
+            "12345678901234567890123".to_string()
+        )
+    );
+    assert_eq!(cdc, plain, "a Debezium row is the row as it came");
+}
