@@ -414,3 +414,49 @@ async fn a_refresh_whose_target_expired_or_transform_changed_starts_over_and_say
     );
     assert_reconciled(&changed, AGG).await;
 }
+
+/// A transform change that adds an output column, refreshed in chunks whose bounds fall inside
+/// a sink file (incremental runs wrote the day's windows into one file, so each chunk keeps
+/// rows of it outside its span, in the old schema): every chunk lands, the sink gains the
+/// column, and the result is the one-shot refresh's.
+#[tokio::test]
+async fn a_chunked_refresh_adding_an_output_column_finishes() {
+    let env = env().await;
+    load(&env, 12, 60, "col").await;
+    let p = env.processor().await;
+    p.run(AGG, soon()).await.unwrap();
+    assert_eq!(
+        floe::scan::live_files(&sink(&p, &env, AGG).await)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    let mut config = env.config.clone();
+    config.pipelines[1].sql = config.pipelines[1].sql.replace(
+        "count(*) AS orders",
+        "count(*) AS orders, max(amount) AS largest",
+    );
+    let changed = Processor::new(config.clone()).await.unwrap();
+    let r = changed.refresh(AGG, soon()).await.unwrap();
+    let g = progress(&r);
+    assert!(g.done && g.chunks > 2, "{g:?}");
+    let t = sink(&changed, &env, AGG).await;
+    assert!(
+        t.metadata()
+            .current_schema()
+            .field_by_name("largest")
+            .is_some(),
+        "the sink gained the column"
+    );
+    let chunked = sink_rows(&changed, &env, AGG).await;
+    assert!(
+        chunked.iter().all(|r| !r.contains("NULL")),
+        "every window recomputed with the new column: {chunked:?}"
+    );
+    assert_reconciled(&changed, AGG).await;
+    config.process.refresh_chunk_rows = 1_000_000;
+    let one = Processor::new(config).await.unwrap();
+    one.refresh(AGG, soon()).await.unwrap();
+    assert_eq!(sink_rows(&one, &env, AGG).await, chunked);
+}

@@ -476,11 +476,13 @@ impl Processor {
         report.rows_recomputed = recomputed.iter().map(|b| b.num_rows() as u64).sum();
         (report.recompute_files_read, report.recompute_bytes_read) = (cost.files, cost.bytes);
         let context = format!("pipeline `{}` over `{}`", p.name, p.source);
-        let (_, batches) = transform::run_sql(&p.sql, schema, recomputed, &context).await?;
+        let (output, batches) = transform::run_sql(&p.sql, schema, recomputed, &context).await?;
         windows::require_window_column(&batches, p)?;
         let sink = windows::sink_rows_outside(&pos.sink, &touched).await?;
         report.files_replaced = sink.paths.len();
         report.sink_bytes_replaced = sink.bytes;
+        // The SQL's columns first (a widened source column): kept rows are in the old schema.
+        out.settle(&output).await?;
         out.write(sink.kept).await?;
         out.write(batches).await?;
         Ok(sink.paths)

@@ -448,10 +448,12 @@ impl Processor {
                 if built.rows_read > budget.saturating_mul(2) {
                     tracing::warn!(pipeline = %p.name, rows = built.rows_read, budget, ?span, "a refresh chunk read more rows than its budget (rows are uneven within files' time ranges, or one window holds more)");
                 }
-                let (_, batches) = transform::run_sql(&p.sql, schema, rows, &context).await?;
+                let (output, batches) = transform::run_sql(&p.sql, schema, rows, &context).await?;
                 windows::require_window_column(&batches, p)?;
                 let sink = windows::sink_rows_outside_span(&pos.sink, *span).await?;
                 built.files_replaced = sink.paths.len();
+                // The SQL's columns first: the kept rows (old schema) must not fix the files'.
+                out.settle(&output).await?;
                 out.write(sink.kept).await?;
                 out.write(batches).await?;
                 sink.paths
