@@ -11,7 +11,7 @@ use floe::snapshot::Change;
 use floe::ErrorKind;
 use iceberg::spec::Operation;
 
-use crate::faults::{faulty, Fault};
+use crate::faults::{faulty, race_before_swap, Fault, Race};
 use crate::harness::TestEnv;
 
 const APPEND: &str = "suspicious_orders";
@@ -459,4 +459,80 @@ async fn a_chunked_refresh_adding_an_output_column_finishes() {
     let one = Processor::new(config).await.unwrap();
     one.refresh(AGG, soon()).await.unwrap();
     assert_eq!(sink_rows(&one, &env, AGG).await, chunked);
+}
+
+/// The ids of the refreshes recorded on the sink's snapshots, each once, oldest first.
+async fn refresh_ids(p: &Processor, env: &TestEnv, name: &str) -> Vec<String> {
+    let t = sink(p, env, name).await;
+    let mut snapshots: Vec<_> = t.metadata().snapshots().collect();
+    snapshots.sort_by_key(|s| s.sequence_number());
+    let mut ids: Vec<String> = Vec::new();
+    for s in snapshots {
+        if let Some(id) = s.summary().additional_properties.get("floe.refresh.id") {
+            if !ids.contains(id) {
+                ids.push(id.clone());
+            }
+        }
+    }
+    ids
+}
+
+/// Chunk by chunk until one chunk of the refresh remains; returns its id.
+async fn to_the_last_chunk(p: &Processor, name: &str) -> String {
+    let mut r = p.refresh_chunk(name, soon()).await.unwrap();
+    while progress(&r).remaining > 1 {
+        r = p.continue_refresh_chunk(name, soon()).await.unwrap();
+    }
+    assert!(!progress(&r).done, "{r:?}");
+    progress(&r).id.clone()
+}
+
+/// Two callers of one refresh: another caller's last chunk lands while this one builds its
+/// own (the race runs just before this one's swap). This one's chunk is skipped, and it then
+/// reports the refresh done instead of starting a new one — as `floe process refresh` and as
+/// an incremental run continuing the refresh; so does a caller continuing a finished refresh.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn whoever_loses_the_race_for_the_last_chunk_does_not_start_a_new_refresh() {
+    let env = env().await;
+    load(&env, 12, 60, "race").await;
+    let p = env.processor().await;
+    let winner = |run: bool| -> Race {
+        let config = env.config.clone();
+        Box::new(move || {
+            Box::pin(async move {
+                let other = Processor::new(config).await.unwrap();
+                let r = if run {
+                    other.run(AGG, soon()).await.unwrap()
+                } else {
+                    other.refresh(AGG, soon()).await.unwrap()
+                };
+                assert!(progress(&r).done && progress(&r).chunks == 1, "{r:?}");
+            })
+        })
+    };
+
+    let id = to_the_last_chunk(&p, AGG).await;
+    let loser = env.processor_with(race_before_swap(winner(false))).await;
+    let r = loser.refresh(AGG, soon()).await.unwrap();
+    let g = progress(&r);
+    assert!(g.done && g.chunks == 0 && g.id == id, "{r:?}");
+    assert!(r.replans >= 1, "{r:?}");
+    assert_eq!(refresh_ids(&p, &env, AGG).await, [id.clone()]);
+    // Continuing a refresh that is over: done, nothing started.
+    let r = p.continue_refresh_chunk(AGG, soon()).await.unwrap();
+    assert!(progress(&r).done && progress(&r).chunks == 0, "{r:?}");
+    assert_eq!(refresh_ids(&p, &env, AGG).await, [id.clone()]);
+    assert_reconciled(&p, AGG).await;
+
+    // An incremental run continuing a refresh loses the race the same way.
+    let second = to_the_last_chunk(&p, AGG).await;
+    let loser = env.processor_with(race_before_swap(winner(true))).await;
+    let r = loser.run(AGG, soon()).await.unwrap();
+    let g = progress(&r);
+    assert!(
+        r.refresh && g.done && g.chunks == 0 && g.id == second,
+        "{r:?}"
+    );
+    assert_eq!(refresh_ids(&p, &env, AGG).await, [id, second]);
+    assert_reconciled(&p, AGG).await;
 }

@@ -219,14 +219,26 @@ impl Processor {
     /// `deadline` (the report's `refresh_progress` says what remains: call again).
     pub async fn refresh(&self, name: &str, deadline: Instant) -> Result<RunReport> {
         let p = self.pipeline(name)?;
-        self.refresh_chunks(p, deadline, None, &self.meter()).await
+        self.refresh_chunks(p, deadline, None, Start::Allowed, &self.meter())
+            .await
     }
 
     /// [`Processor::refresh`], one chunk only (starting a refresh if none is in progress): for
-    /// callers that show progress chunk by chunk.
+    /// callers that show progress chunk by chunk (the first call; then
+    /// [`Processor::continue_refresh_chunk`]).
     pub async fn refresh_chunk(&self, name: &str, deadline: Instant) -> Result<RunReport> {
         let p = self.pipeline(name)?;
-        self.refresh_chunks(p, deadline, Some(1), &self.meter())
+        self.refresh_chunks(p, deadline, Some(1), Start::Allowed, &self.meter())
+            .await
+    }
+
+    /// One chunk of the refresh in progress, never starting one: with none in progress (it
+    /// finished, by this caller or another: a Lambda's run, a second `floe process refresh`)
+    /// the report says done. What a caller that saw a refresh in progress calls next, so that
+    /// a refresh another caller finished is not started over.
+    pub async fn continue_refresh_chunk(&self, name: &str, deadline: Instant) -> Result<RunReport> {
+        let p = self.pipeline(name)?;
+        self.refresh_chunks(p, deadline, Some(1), Start::Never, &self.meter())
             .await
     }
 
@@ -243,18 +255,25 @@ impl Processor {
             return Ok(None);
         };
         tracing::info!(pipeline = %p.name, refresh = %r.id, chunks_done = r.chunks, "a refresh is in progress: continuing it instead of an incremental run");
-        self.refresh_chunks(p, deadline, None, meter)
+        // A run only ever continues: a refresh that another caller finishes meanwhile ends it.
+        self.refresh_chunks(p, deadline, None, Start::Never, meter)
             .await
             .map(Some)
     }
 
-    /// Commits chunks of the refresh in progress (or a new one) until it is finished, the next
-    /// chunk would likely run past `deadline`, or `max_chunks` are done.
+    /// Commits chunks of the refresh in progress (or a new one, when `start` allows) until it
+    /// is finished, the next chunk would likely run past `deadline`, or `max_chunks` are done.
+    ///
+    /// A refresh another caller finishes while this one runs (it won the race for the last
+    /// chunk) ends this call as done: once a refresh was seen in progress, or one finished on
+    /// the sink since this call first read it, finding none in progress means it is over — not
+    /// that a new one should start (that would recompute the whole sink again).
     async fn refresh_chunks(
         &self,
         p: &PipelineConfig,
         deadline: Instant,
         max_chunks: Option<u64>,
+        start: Start,
         meter: &Meter,
     ) -> Result<RunReport> {
         let started = Instant::now();
@@ -270,14 +289,35 @@ impl Processor {
         let mut planned: Option<(Option<i64>, ChunkPlan)> = None;
         let mut slowest = Duration::ZERO;
         let mut replans = 0;
-        let mut first = true;
+        // The sink's sequence number at this call's first read, and the refresh last seen in
+        // progress (or started) by this call.
+        let mut first_seq: Option<i64> = None;
+        let mut seen: Option<String> = None;
         loop {
             let pos = self.position(p).await?;
-            if first {
+            let seq = pos
+                .sink
+                .metadata()
+                .current_snapshot()
+                .map_or(0, |s| s.sequence_number());
+            let first_seq = *first_seq.get_or_insert_with(|| {
                 report.from_snapshot = pos.checkpoint.as_ref().map(|c| c.snapshot_id);
-                first = false;
+                seq
+            });
+            let recorded = summary::read_refresh(pos.sink.metadata(), &pos.source_uuid);
+            if let Some(r) = &recorded {
+                seen = Some(r.id.clone());
+            } else if let Some(finished) = finished_meanwhile(&pos, start, &seen, first_seq) {
+                tracing::info!(pipeline = %p.name, refresh = %finished.0, chunks = progress.chunks, "the refresh finished (its last chunk was committed by another caller): nothing to start");
+                progress.id = finished.0;
+                progress.chunks_done = finished.1.max(progress.chunks_done);
+                progress.target_snapshot = pos.checkpoint.as_ref().map(|c| c.snapshot_id);
+                progress.done = true;
+                progress.remaining = 0;
+                report.to_snapshot = progress.target_snapshot;
+                break;
             }
-            let refresh = resume_or_start(p, &pos, &mut progress);
+            let refresh = resume_or_start(p, &pos, recorded, &mut progress);
             progress.id = refresh.id.clone();
             progress.target_snapshot = refresh.target;
             progress.chunks_done = refresh.chunks_done;
@@ -331,6 +371,7 @@ impl Processor {
                 .await;
             match result {
                 Ok(Outcome::Committed { snapshot_id, .. }) => {
+                    seen = Some(refresh.id.clone());
                     since_commit.mark();
                     progress.chunks += 1;
                     progress.chunks_done = refresh.chunks_done + 1;
@@ -550,6 +591,45 @@ pub(super) fn refuse_during_refresh(p: &PipelineConfig, pos: &Position) -> Resul
     }
 }
 
+/// Whether a call may start a refresh when the sink records none in progress.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Start {
+    /// `floe process refresh`'s first call: yes, unless one finished during this call.
+    Allowed,
+    /// An incremental run continuing a refresh, or a caller continuing one it saw: never (none
+    /// in progress means it finished).
+    Never,
+}
+
+/// With no refresh in progress on the sink: the refresh (id, chunks) that finished during this
+/// call, when this call must end as done rather than start one — it saw a refresh in
+/// progress, or one finished since its first read (sequence number `first_seq`) and the sink
+/// is checkpointed with the configured transform, or it may never start one. None: start.
+fn finished_meanwhile(
+    pos: &Position,
+    start: Start,
+    seen: &Option<String>,
+    first_seq: i64,
+) -> Option<(String, u64)> {
+    let md = pos.sink.metadata();
+    let current = pos
+        .checkpoint
+        .as_ref()
+        .is_some_and(|c| c.transform.as_deref() == Some(pos.hash.as_str()));
+    let since = summary::finished_refresh(md, first_seq);
+    let over = match start {
+        Start::Never => true,
+        Start::Allowed => current && (seen.is_some() || since.is_some()),
+    };
+    if !over {
+        return None;
+    }
+    since
+        .or_else(|| summary::finished_refresh(md, 0))
+        .or_else(|| seen.clone().map(|id| (id, 0)))
+        .or_else(|| Some((String::new(), 0)))
+}
+
 /// What building a chunk produced.
 #[derive(Debug)]
 struct Built {
@@ -563,8 +643,13 @@ struct Built {
 
 /// The refresh recorded on the sink, when it still applies; else a new one at the source's
 /// current snapshot (the reason an old one was dropped goes to `progress.restarted`).
-fn resume_or_start(p: &PipelineConfig, pos: &Position, progress: &mut RefreshProgress) -> Refresh {
-    if let Some(r) = summary::read_refresh(pos.sink.metadata(), &pos.source_uuid) {
+fn resume_or_start(
+    p: &PipelineConfig,
+    pos: &Position,
+    recorded: Option<RefreshPosition>,
+    progress: &mut RefreshProgress,
+) -> Refresh {
+    if let Some(r) = recorded {
         let why = if r.source != pos.source_uuid {
             Some(format!(
                 "the source table was replaced (uuid {} → {})",
