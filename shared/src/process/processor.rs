@@ -118,6 +118,8 @@ pub struct Processor {
     pub(super) alerts: Alerts,
     /// Source schema id each pipeline's SQL was last checked against.
     checked: std::sync::Mutex<HashMap<String, i32>>,
+    /// Each pipeline's latest aggregate refresh plan, refined by counting (see `refresh.rs`).
+    pub(super) refresh_plans: std::sync::Mutex<HashMap<String, super::refresh::CachedPlan>>,
 }
 
 /// One run's starting point.
@@ -159,6 +161,7 @@ impl Processor {
             committer,
             alerts: Alerts::default(),
             checked: Default::default(),
+            refresh_plans: Default::default(),
         }
     }
 

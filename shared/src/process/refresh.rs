@@ -7,7 +7,10 @@
 //! from the manifests of S (record counts, time-column bounds) without reading data:
 //!
 //! * `aggregate`: chunks are spans of windows `[lo, hi)` covering the whole time axis (the
-//!   first is open below and takes rows without a time, the last open above). A chunk reads
+//!   first is open below and takes rows without a time, the last open above). The statistics
+//!   only estimate a span's rows, so each chunk's rows are first counted from the time column
+//!   alone and the chunk cut to the budget (`split`; a window is never split, so one window
+//!   over the budget is a chunk of its own). A chunk reads
 //!   only the source files whose time range meets its span (iceberg prunes by the bounds), runs
 //!   the SQL and replaces exactly the sink windows of its span — sink windows of the span with
 //!   no new output are removed, the sink's other windows are kept.
@@ -32,7 +35,7 @@
 //! remains; the next call (the process Lambda's next event, `floe process refresh` again)
 //! continues from the position.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 use iceberg::table::Table;
@@ -87,9 +90,15 @@ struct Refresh {
 
 /// The chunks of a refresh at its target, planned from the target's manifests.
 #[derive(Debug, Clone)]
-enum ChunkPlan {
-    /// Aggregate: window starts (µs, ascending) where one chunk ends and the next begins.
-    Windows(Vec<i64>),
+pub(super) enum ChunkPlan {
+    /// Aggregate: window starts (µs, ascending) where one chunk ends and the next begins —
+    /// estimated from the files' statistics, then refined chunk by chunk from the rows the
+    /// time column counts ([`ChunkPlan::refine`]).
+    Windows {
+        bounds: Vec<i64>,
+        /// Starts of chunks whose rows were counted and fit the budget (None: the first).
+        fitted: BTreeSet<Option<i64>>,
+    },
     /// Append: the target's data files in path order; a chunk is a run of them.
     Files { files: Vec<LiveFile>, budget: u64 },
     /// Nothing to read (the source has no snapshot): one chunk, the batch result as a whole.
@@ -108,11 +117,39 @@ enum Chunk {
 }
 
 impl ChunkPlan {
+    /// An aggregate plan of chunks ending at `bounds`, none counted yet.
+    fn windows(bounds: Vec<i64>) -> Self {
+        ChunkPlan::Windows {
+            bounds,
+            fitted: BTreeSet::new(),
+        }
+    }
+
+    /// Whether the chunk starting at `next` needs its rows counted before it is read: an
+    /// aggregate chunk not yet counted (its size is the statistics' estimate).
+    fn needs_count(&self, next: Option<i64>) -> bool {
+        matches!(self, ChunkPlan::Windows { fitted, .. } if !fitted.contains(&next))
+    }
+
+    /// The chunk starting at `span.lo`, counted: it ends at `cuts` too (window starts inside
+    /// it where the rows counted exceed the budget, see [`split`]), and it and its parts fit.
+    fn refine(&mut self, span: Span, cuts: &[i64]) {
+        if let ChunkPlan::Windows { bounds, fitted } = self {
+            fitted.insert(span.lo);
+            for &c in cuts {
+                fitted.insert(Some(c));
+            }
+            bounds.extend_from_slice(cuts);
+            bounds.sort_unstable();
+            bounds.dedup();
+        }
+    }
+
     /// The chunk starting at `next` (None: the first), where the chunk after it starts (None:
     /// it is the last) and how many chunks follow it.
     fn chunk_from(&self, next: Option<i64>) -> (Chunk, Option<i64>, u64) {
         match self {
-            ChunkPlan::Windows(bounds) => {
+            ChunkPlan::Windows { bounds, .. } => {
                 let after: Vec<i64> = bounds
                     .iter()
                     .copied()
@@ -157,6 +194,25 @@ fn group_end(files: &[LiveFile], start: usize, budget: u64) -> usize {
         end += 1;
     }
     end
+}
+
+/// Where a chunk whose rows were counted per window (`counts`, by window start; None: rows
+/// without a time, which come first) is cut into parts of at most `budget` rows: the window
+/// starts where a part after the first begins. A window is never split, so a window holding
+/// more than the budget is a part of its own (the one case a chunk exceeds its budget).
+fn split(counts: &BTreeMap<Option<i64>, u64>, budget: u64) -> Vec<i64> {
+    let mut cuts = Vec::new();
+    let mut acc = 0u64;
+    for (&w, &n) in counts {
+        if acc > 0 && acc.saturating_add(n) > budget {
+            if let Some(w) = w {
+                cuts.push(w);
+                acc = 0;
+            }
+        }
+        acc = acc.saturating_add(n);
+    }
+    cuts
 }
 
 /// Where chunks of at most `budget` rows end, in window indices, given `spans` of windows
@@ -293,6 +349,7 @@ impl Processor {
         // progress (or started) by this call.
         let mut first_seq: Option<i64> = None;
         let mut seen: Option<String> = None;
+        let mut warned_unpartitioned = false;
         loop {
             let pos = self.position(p).await?;
             let seq = pos
@@ -322,15 +379,17 @@ impl Processor {
             progress.target_snapshot = refresh.target;
             progress.chunks_done = refresh.chunks_done;
             report.to_snapshot = refresh.target;
-            let plan = match &planned {
-                Some((target, plan)) if *target == refresh.target => plan.clone(),
-                _ => {
-                    let plan = self.plan_chunks(p, &pos, refresh.target, budget).await?;
-                    planned = Some((refresh.target, plan.clone()));
-                    plan
-                }
+            if planned.as_ref().is_none_or(|(t, _)| *t != refresh.target) {
+                let plan = match self.cached_plan(p, &pos.hash, refresh.target, budget) {
+                    Some(plan) => plan,
+                    None => self.plan_chunks(p, &pos, refresh.target, budget).await?,
+                };
+                planned = Some((refresh.target, plan));
+            }
+            let Some((_, plan)) = planned.as_mut() else {
+                return Err(Error::new(ErrorKind::Internal, "refresh: no chunk plan"));
             };
-            let (chunk, next, after) = plan.chunk_from(refresh.next);
+            let (mut chunk, mut next, mut after) = plan.chunk_from(refresh.next);
             // The first chunk of a call always runs (else a short invocation never progresses).
             if progress.chunks > 0 {
                 let capped = max_chunks.is_some_and(|m| progress.chunks >= m);
@@ -342,6 +401,28 @@ impl Processor {
                 }
             }
             let t0 = Instant::now();
+            // The statistics only estimate a chunk's rows (a file's rows may bunch anywhere
+            // between its time bounds): count them from the time column and cut the chunk to
+            // the budget before reading rows whole. Counted chunks are remembered (by this
+            // processor, across calls), so each is counted once.
+            if let (Chunk::Span(span), Some(target)) = (&chunk, refresh.target) {
+                if plan.needs_count(span.lo) {
+                    let window = p.window_micros().unwrap_or(60_000_000);
+                    let time_column = p.time_column(&self.config);
+                    let (counts, cost) =
+                        windows::count_span(&pos.source, target, time_column, window, *span)
+                            .await?;
+                    report.recompute_bytes_read += cost.bytes;
+                    let cuts = split(&counts, budget);
+                    if !cuts.is_empty() {
+                        let rows: u64 = counts.values().sum();
+                        tracing::info!(pipeline = %p.name, refresh = %refresh.id, rows, budget, parts = cuts.len() + 1, "a refresh chunk holds more rows than its files' statistics suggest: cut to the budget");
+                    }
+                    plan.refine(*span, &cuts);
+                    self.cache_plan(p, &pos.hash, refresh.target, budget, plan);
+                    (chunk, next, after) = plan.chunk_from(refresh.next);
+                }
+            }
             let built = self
                 .build_chunk(p, &pos, &refresh, &chunk, next, budget)
                 .await?;
@@ -383,6 +464,10 @@ impl Processor {
                     report.files_replaced += built.files_replaced;
                     report.recompute_bytes_read += built.bytes_read;
                     slowest = slowest.max(t0.elapsed());
+                    if built.rewrote_unpartitioned && !warned_unpartitioned {
+                        warned_unpartitioned = true;
+                        tracing::warn!(pipeline = %p.name, sink = %p.sink, "the sink is unpartitioned (made before aggregate sinks were partitioned by window period): each refresh chunk rewrites every sink file holding windows outside its span, about the whole sink; drop the sink and refresh to get the partitioned layout");
+                    }
                     tracing::info!(pipeline = %p.name, refresh = %refresh.id, chunk = refresh.chunks_done, rows = built.rows_read, remaining = after, "refresh chunk committed");
                     if next.is_none() {
                         progress.done = true;
@@ -413,6 +498,47 @@ impl Processor {
         report.usage = Some(meter.usage());
         report.refresh_progress = Some(progress);
         Ok(report)
+    }
+
+    /// The aggregate chunk plan this processor made (and refined) for `p` at `target` with
+    /// `budget` under transform `hash`, if it has one: a later call of the same refresh (the
+    /// CLI's chunk by chunk, a warm Lambda's next invocation) does not count chunks again.
+    fn cached_plan(
+        &self,
+        p: &PipelineConfig,
+        hash: &str,
+        target: Option<i64>,
+        budget: u64,
+    ) -> Option<ChunkPlan> {
+        let plans = self.refresh_plans.lock().ok()?;
+        let c = plans.get(&p.name)?;
+        (c.hash == hash && c.target == target && c.budget == budget).then(|| c.plan.clone())
+    }
+
+    /// Remembers an aggregate chunk plan (one per pipeline; append plans hold the target's
+    /// file list and are not kept).
+    fn cache_plan(
+        &self,
+        p: &PipelineConfig,
+        hash: &str,
+        target: Option<i64>,
+        budget: u64,
+        plan: &ChunkPlan,
+    ) {
+        if !matches!(plan, ChunkPlan::Windows { .. }) {
+            return;
+        }
+        if let Ok(mut plans) = self.refresh_plans.lock() {
+            plans.insert(
+                p.name.clone(),
+                CachedPlan {
+                    hash: hash.to_string(),
+                    target,
+                    budget,
+                    plan: plan.clone(),
+                },
+            );
+        }
     }
 
     /// The chunks of a refresh at `target`, from the target's manifests alone.
@@ -451,7 +577,7 @@ impl Processor {
                     .into_iter()
                     .map(|w| w.saturating_mul(window))
                     .collect();
-                Ok(ChunkPlan::Windows(bounds))
+                Ok(ChunkPlan::windows(bounds))
             }
         }
     }
@@ -477,6 +603,7 @@ impl Processor {
             files_read: 0,
             bytes_read: 0,
             files_replaced: 0,
+            rewrote_unpartitioned: false,
         };
         let removed: Vec<String> = match (chunk, refresh.target) {
             (Chunk::Span(span), Some(target)) => {
@@ -487,12 +614,18 @@ impl Processor {
                 built.rows_read = rows.iter().map(|b| b.num_rows() as u64).sum();
                 (built.files_read, built.bytes_read) = (cost.files, cost.bytes);
                 if built.rows_read > budget.saturating_mul(2) {
-                    tracing::warn!(pipeline = %p.name, rows = built.rows_read, budget, ?span, "a refresh chunk read more rows than its budget (rows are uneven within files' time ranges, or one window holds more)");
+                    tracing::warn!(pipeline = %p.name, rows = built.rows_read, budget, ?span, "a refresh chunk read more rows than twice its budget: one window holds more (a window is never split)");
                 }
                 let (output, batches) = transform::run_sql(&p.sql, schema, rows, &context).await?;
                 windows::require_window_column(&batches, p)?;
                 let sink = windows::sink_rows_outside_span(&pos.sink, *span).await?;
                 built.files_replaced = sink.paths.len();
+                built.rewrote_unpartitioned = !sink.kept.is_empty()
+                    && pos
+                        .sink
+                        .metadata()
+                        .default_partition_spec()
+                        .is_unpartitioned();
                 // The SQL's columns first: the kept rows (old schema) must not fix the files'.
                 out.settle(&output).await?;
                 out.write(sink.kept).await?;
@@ -591,6 +724,15 @@ pub(super) fn refuse_during_refresh(p: &PipelineConfig, pos: &Position) -> Resul
     }
 }
 
+/// An aggregate chunk plan a processor keeps between calls of one refresh.
+#[derive(Debug, Clone)]
+pub(super) struct CachedPlan {
+    hash: String,
+    target: Option<i64>,
+    budget: u64,
+    plan: ChunkPlan,
+}
+
 /// Whether a call may start a refresh when the sink records none in progress.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Start {
@@ -639,6 +781,8 @@ struct Built {
     files_read: usize,
     bytes_read: u64,
     files_replaced: usize,
+    /// The sink is unpartitioned and the chunk rewrote rows outside its span.
+    rewrote_unpartitioned: bool,
 }
 
 /// The refresh recorded on the sink, when it still applies; else a new one at the source's
@@ -789,6 +933,42 @@ mod tests {
         assert_eq!(bounds, vec![250_000, 500_000, 750_000]);
     }
 
+    #[test]
+    fn a_counted_chunk_is_cut_to_the_budget_and_remembered() {
+        // Rows without a time, then windows of 60, 60, 500 (over the budget alone), 30, 30.
+        let counts: BTreeMap<Option<i64>, u64> = [
+            (None, 10),
+            (Some(100), 50),
+            (Some(200), 60),
+            (Some(300), 500),
+            (Some(400), 30),
+            (Some(500), 30),
+        ]
+        .into_iter()
+        .collect();
+        assert_eq!(split(&counts, 100), vec![200, 300, 400]);
+        assert!(split(&counts, 10_000).is_empty());
+        assert!(split(&BTreeMap::new(), 1).is_empty());
+        // Only rows without a time, over the budget: nothing to cut at.
+        assert!(split(&[(None, 500)].into_iter().collect(), 100).is_empty());
+
+        let mut plan = ChunkPlan::windows(vec![1000]);
+        assert!(plan.needs_count(None));
+        let (c, next, after) = plan.chunk_from(None);
+        let Chunk::Span(span) = c else {
+            panic!("{c:?}")
+        };
+        assert_eq!((next, after), (Some(1000), 1));
+        plan.refine(span, &split(&counts, 100));
+        let (_, next, after) = plan.chunk_from(None);
+        assert_eq!((next, after), (Some(200), 4));
+        for lo in [None, Some(200), Some(300), Some(400)] {
+            assert!(!plan.needs_count(lo), "{lo:?}");
+        }
+        // The chunk after the counted span was not counted yet.
+        assert!(plan.needs_count(Some(1000)));
+    }
+
     fn file(path: &str, rows: u64) -> LiveFile {
         use iceberg::spec::{DataContentType, DataFileBuilder, DataFileFormat, Struct};
         LiveFile {
@@ -819,7 +999,7 @@ mod tests {
         let (c, next, after) = plan.chunk_from(Some(6));
         assert_eq!(paths(&c), ["f6"]);
         assert_eq!((next, after), (None, 0));
-        let windows = ChunkPlan::Windows(vec![10, 20, 30]);
+        let windows = ChunkPlan::windows(vec![10, 20, 30]);
         let (c, next, after) = windows.chunk_from(None);
         assert!(
             matches!(
