@@ -4,6 +4,7 @@
 //! with its answer lost is neither re-applied nor skipped; a refresh whose target snapshot was
 //! expired (or whose transform changed) starts over and says why.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use floe::process::{Processor, RefreshProgress, RunReport};
@@ -11,7 +12,7 @@ use floe::snapshot::Change;
 use floe::ErrorKind;
 use iceberg::spec::Operation;
 
-use crate::faults::{faulty, race_before_swap, Fault, Race};
+use crate::faults::{faulty, race_before_each_commit, race_before_swap, EachRace, Fault, Race};
 use crate::harness::TestEnv;
 
 const APPEND: &str = "suspicious_orders";
@@ -579,4 +580,69 @@ async fn skewed_file_statistics_do_not_make_a_chunk_over_its_budget() {
     let one = with_budget(&env, 1_000_000).await;
     one.refresh(AGG, soon()).await.unwrap();
     assert_eq!(sink_rows(&one, &env, AGG).await, chunked);
+}
+
+/// Sink maintenance beside a refresh: before every chunk commit lands, the sink is compacted
+/// and its manifests rewritten (`replace` snapshots: no row changed). A chunk planned before
+/// them still applies (its position and removals are unchanged), so the refresh neither
+/// rebuilds chunks nor runs out of attempts — at most the append refresh's first chunk, whose
+/// removals the compaction took, is rebuilt — and the sink is the one-shot refresh's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sink_compactions_during_a_refresh_do_not_make_chunks_rebuild() {
+    let env = env().await;
+    for i in 0..3 {
+        load(&env, 4, 60, &format!("maint-{i}")).await;
+        let p = env.processor().await;
+        p.run(APPEND, soon()).await.unwrap();
+        p.run(AGG, soon()).await.unwrap();
+    }
+    for (name, rebuilt) in [(AGG, 0), (APPEND, 1)] {
+        let config = env.config.clone();
+        let sink_name = name.to_string();
+        let race: EachRace = Arc::new(move || {
+            let (config, sink_name) = (config.clone(), sink_name.clone());
+            Box::pin(async move {
+                let m = floe::maintain::Maintainer::new(config).await.unwrap();
+                let opts = floe::maintain::Options {
+                    rewrite_manifests: true,
+                    manifest_threshold: 0,
+                    min_input_files: 2,
+                    ..crate::maintain_opts(true, false, false)
+                };
+                m.run(&sink_name, &opts).await.unwrap();
+            })
+        });
+        let p = env.processor_with(race_before_each_commit(race)).await;
+        let r = p.refresh(name, soon()).await.unwrap();
+        let g = progress(&r);
+        assert!(g.done && g.chunks > 2, "{name}: {r:?}");
+        assert!(
+            r.replans <= rebuilt,
+            "{name}: {} chunks rebuilt: {r:?}",
+            r.replans
+        );
+        let ops: Vec<String> = sink(&p, &env, name)
+            .await
+            .metadata()
+            .snapshots()
+            .filter_map(|s| {
+                s.summary()
+                    .additional_properties
+                    .get("floe.operation")
+                    .cloned()
+            })
+            .collect();
+        assert!(
+            ops.iter().any(|o| o == "rewrite-manifests"),
+            "{name}: {ops:?}"
+        );
+        if name == APPEND {
+            assert!(ops.iter().any(|o| o == "compaction"), "{name}: {ops:?}");
+        }
+        let chunked = sink_rows(&p, &env, name).await;
+        assert_reconciled(&p, name).await;
+        let one = with_budget(&env, 1_000_000).await;
+        one.refresh(name, soon()).await.unwrap();
+        assert_eq!(sink_rows(&one, &env, name).await, chunked, "{name}");
+    }
 }

@@ -345,6 +345,9 @@ impl Processor {
         let mut planned: Option<(Option<i64>, ChunkPlan)> = None;
         let mut slowest = Duration::ZERO;
         let mut replans = 0;
+        // Re-plans of the chunk at hand: the limit is per chunk, not per call (a long call
+        // meets the odd concurrent commit many times over and still progresses).
+        let mut rounds = 0;
         // The sink's sequence number at this call's first read, and the refresh last seen in
         // progress (or started) by this call.
         let mut first_seq: Option<i64> = None;
@@ -430,6 +433,8 @@ impl Processor {
             let base = pos.sink.metadata().current_snapshot_id();
             let ident = pos.sink.identifier().clone();
             let change = built.change;
+            let uuid = pos.source_uuid.clone();
+            let planned_on = sink_state(pos.sink.metadata(), &uuid);
             let result = self
                 .committer
                 .commit_from(
@@ -437,22 +442,32 @@ impl Processor {
                     Some(pos.sink.clone()),
                     &self.limits(deadline),
                     metered(since_commit.clone(), move |t: &Table| {
-                        // Exactly the version the chunk was planned on: its removals and its
-                        // position are right only there (a chunk of this refresh that landed
-                        // meanwhile, a concurrent run or a compaction make it re-plan).
-                        Ok(if t.metadata().current_snapshot_id() != base {
-                            Plan::Skip(Skipped::Obsolete(
-                                "the sink changed during the refresh".into(),
-                            ))
-                        } else {
-                            Plan::Apply(change.clone())
-                        })
+                        // The version the chunk was planned on, or one that differs from it
+                        // only by `replace` snapshots (compactions, manifest rewrites: no row
+                        // changed) carrying the same position: its output and position are
+                        // right only there. A chunk of this refresh that landed meanwhile or
+                        // a concurrent run make it re-plan; a compaction that took a file it
+                        // removes makes staging `Stale` (re-planned too).
+                        let md = t.metadata();
+                        Ok(
+                            if md.current_snapshot_id() == base
+                                || (only_replaced_since(md, base)
+                                    && sink_state(md, &uuid) == planned_on)
+                            {
+                                Plan::Apply(change.clone())
+                            } else {
+                                Plan::Skip(Skipped::Obsolete(
+                                    "the sink changed during the refresh".into(),
+                                ))
+                            },
+                        )
                     }),
                 )
                 .await;
             match result {
                 Ok(Outcome::Committed { snapshot_id, .. }) => {
                     seen = Some(refresh.id.clone());
+                    rounds = 0;
                     since_commit.mark();
                     progress.chunks += 1;
                     progress.chunks_done = refresh.chunks_done + 1;
@@ -482,11 +497,12 @@ impl Processor {
             }
             crate::write::delete_uncommitted(&pos.sink, &added).await;
             replans += 1;
-            if replans >= MAX_ROUNDS || Instant::now() >= deadline {
+            rounds += 1;
+            if rounds >= MAX_ROUNDS || Instant::now() >= deadline {
                 return Err(Error::new(
                     ErrorKind::DeadlineExceeded,
                     format!(
-                        "refresh of `{}`: the sink kept changing; {replans} attempts",
+                        "refresh of `{}`: the sink kept changing; {rounds} attempts at one chunk",
                         p.name
                     ),
                 )
@@ -722,6 +738,38 @@ pub(super) fn refuse_during_refresh(p: &PipelineConfig, pos: &Position) -> Resul
         )
         .with_retryable(true)),
     }
+}
+
+/// What a chunk's commit requires of the sink besides its version: the refresh position and
+/// the checkpoint on the source recorded there.
+fn sink_state(
+    md: &iceberg::spec::TableMetadata,
+    source_uuid: &str,
+) -> (Option<RefreshPosition>, Option<i64>) {
+    (
+        summary::read_refresh(md, source_uuid),
+        summary::read_checkpoint(md, source_uuid).map(|c| c.snapshot_id),
+    )
+}
+
+/// Whether every snapshot of the sink after `base` (the version a chunk was planned on) is a
+/// `replace` — a compaction or manifest rewrite, which moves rows between files but changes
+/// none. False when `base` is not an ancestor of the current snapshot.
+fn only_replaced_since(md: &iceberg::spec::TableMetadata, base: Option<i64>) -> bool {
+    let Some(base) = base else {
+        return md.current_snapshot_id().is_none();
+    };
+    let mut cur = md.current_snapshot();
+    while let Some(s) = cur {
+        if s.snapshot_id() == base {
+            return true;
+        }
+        if s.summary().operation != iceberg::spec::Operation::Replace {
+            return false;
+        }
+        cur = s.parent_snapshot_id().and_then(|p| md.snapshot_by_id(p));
+    }
+    false
 }
 
 /// An aggregate chunk plan a processor keeps between calls of one refresh.
