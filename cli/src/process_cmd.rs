@@ -77,10 +77,13 @@ async fn refresh_to_the_end(processor: &Processor, name: &str) -> Result<RunRepo
     let bar = progress::bar(1, format!("refresh {name}"));
     let mut total: Option<RunReport> = None;
     loop {
-        // Each chunk has the whole commit window of a Lambda invocation.
-        let r = processor
-            .refresh_chunk(name, Instant::now() + Duration::from_secs(900))
-            .await?;
+        // Each chunk has the whole commit window of a Lambda invocation. After the first call
+        // only continue: a refresh another caller finished meanwhile is done, not restarted.
+        let deadline = Instant::now() + Duration::from_secs(900);
+        let r = match total {
+            None => processor.refresh_chunk(name, deadline).await?,
+            Some(_) => processor.continue_refresh_chunk(name, deadline).await?,
+        };
         let done = r.refresh_progress.as_ref().is_none_or(|g| g.done);
         if let Some(g) = &r.refresh_progress {
             bar.set_length(g.chunks_done + g.remaining);

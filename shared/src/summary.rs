@@ -502,6 +502,26 @@ pub(crate) fn read_joins(summary: &Summary) -> HashMap<String, Option<i64>> {
         .collect()
 }
 
+/// The newest refresh that finished on the sink in a snapshot whose sequence number is above
+/// `after_seq` (the sink's at some earlier read; 0: the whole history): its id and chunk count,
+/// from its last chunk (a snapshot recording [`REFRESH_ID`] but no [`REFRESH_TARGET`]) among
+/// the current snapshot's ancestors.
+pub fn finished_refresh(sink: &TableMetadata, after_seq: i64) -> Option<(String, u64)> {
+    let mut cur = sink.current_snapshot();
+    while let Some(s) = cur.filter(|s| s.sequence_number() > after_seq) {
+        let p = &s.summary().additional_properties;
+        if let (Some(id), None) = (p.get(REFRESH_ID), p.get(REFRESH_TARGET)) {
+            let chunks = p
+                .get(REFRESH_CHUNKS)
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0);
+            return Some((id.clone(), chunks));
+        }
+        cur = s.parent_snapshot_id().and_then(|p| sink.snapshot_by_id(p));
+    }
+    None
+}
+
 /// A count from a snapshot summary (0 when there is none, or it is absent or unparsable).
 pub(crate) fn value(summary: Option<&Summary>, key: &str) -> i64 {
     summary

@@ -340,3 +340,55 @@ impl floe::catalog::UpdateHook for BlackoutLoads {
         inner.load_table(ident).await
     }
 }
+
+/// Something another writer does before the first swap of each commit (a swap that follows a
+/// successful one): it lands once per commit, so the commit's first attempt meets a real
+/// conflict and its retry none.
+pub(crate) type EachRace = Arc<dyn Fn() -> futures::future::BoxFuture<'static, ()> + Send + Sync>;
+
+struct RaceBeforeEachCommit {
+    race: EachRace,
+    armed: std::sync::atomic::AtomicBool,
+    inner: Arc<dyn PointerSwap>,
+}
+
+impl std::fmt::Debug for RaceBeforeEachCommit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RaceBeforeEachCommit")
+    }
+}
+
+#[async_trait::async_trait]
+impl PointerSwap for RaceBeforeEachCommit {
+    async fn current(&self, ident: &TableIdent) -> floe::Result<Option<String>> {
+        self.inner.current(ident).await
+    }
+
+    fn writes_metadata(&self) -> bool {
+        self.inner.writes_metadata()
+    }
+
+    async fn swap(&self, ident: &TableIdent, staged: &Staged) -> floe::Result<()> {
+        if self.armed.swap(false, Ordering::SeqCst) {
+            (self.race)().await;
+        }
+        let result = self.inner.swap(ident, staged).await;
+        if result.is_ok() {
+            self.armed.store(true, Ordering::SeqCst);
+        }
+        result
+    }
+}
+
+/// Wraps a pointer swap so that `race` runs before the first swap of every commit.
+pub(crate) fn race_before_each_commit(
+    race: EachRace,
+) -> impl FnOnce(Arc<dyn PointerSwap>) -> Arc<dyn PointerSwap> {
+    move |inner| {
+        Arc::new(RaceBeforeEachCommit {
+            race,
+            armed: std::sync::atomic::AtomicBool::new(true),
+            inner,
+        })
+    }
+}

@@ -4,6 +4,7 @@
 //! with its answer lost is neither re-applied nor skipped; a refresh whose target snapshot was
 //! expired (or whose transform changed) starts over and says why.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use floe::process::{Processor, RefreshProgress, RunReport};
@@ -11,7 +12,7 @@ use floe::snapshot::Change;
 use floe::ErrorKind;
 use iceberg::spec::Operation;
 
-use crate::faults::{faulty, Fault};
+use crate::faults::{faulty, race_before_each_commit, race_before_swap, EachRace, Fault, Race};
 use crate::harness::TestEnv;
 
 const APPEND: &str = "suspicious_orders";
@@ -413,4 +414,235 @@ async fn a_refresh_whose_target_expired_or_transform_changed_starts_over_and_say
         "{g:?}"
     );
     assert_reconciled(&changed, AGG).await;
+}
+
+/// A transform change that adds an output column, refreshed in chunks whose bounds fall inside
+/// a sink file (incremental runs wrote the day's windows into one file, so each chunk keeps
+/// rows of it outside its span, in the old schema): every chunk lands, the sink gains the
+/// column, and the result is the one-shot refresh's.
+#[tokio::test]
+async fn a_chunked_refresh_adding_an_output_column_finishes() {
+    let env = env().await;
+    load(&env, 12, 60, "col").await;
+    let p = env.processor().await;
+    p.run(AGG, soon()).await.unwrap();
+    assert_eq!(
+        floe::scan::live_files(&sink(&p, &env, AGG).await)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    let mut config = env.config.clone();
+    config.pipelines[1].sql = config.pipelines[1].sql.replace(
+        "count(*) AS orders",
+        "count(*) AS orders, max(amount) AS largest",
+    );
+    let changed = Processor::new(config.clone()).await.unwrap();
+    let r = changed.refresh(AGG, soon()).await.unwrap();
+    let g = progress(&r);
+    assert!(g.done && g.chunks > 2, "{g:?}");
+    let t = sink(&changed, &env, AGG).await;
+    assert!(
+        t.metadata()
+            .current_schema()
+            .field_by_name("largest")
+            .is_some(),
+        "the sink gained the column"
+    );
+    let chunked = sink_rows(&changed, &env, AGG).await;
+    assert!(
+        chunked.iter().all(|r| !r.contains("NULL")),
+        "every window recomputed with the new column: {chunked:?}"
+    );
+    assert_reconciled(&changed, AGG).await;
+    config.process.refresh_chunk_rows = 1_000_000;
+    let one = Processor::new(config).await.unwrap();
+    one.refresh(AGG, soon()).await.unwrap();
+    assert_eq!(sink_rows(&one, &env, AGG).await, chunked);
+}
+
+/// The ids of the refreshes recorded on the sink's snapshots, each once, oldest first.
+async fn refresh_ids(p: &Processor, env: &TestEnv, name: &str) -> Vec<String> {
+    let t = sink(p, env, name).await;
+    let mut snapshots: Vec<_> = t.metadata().snapshots().collect();
+    snapshots.sort_by_key(|s| s.sequence_number());
+    let mut ids: Vec<String> = Vec::new();
+    for s in snapshots {
+        if let Some(id) = s.summary().additional_properties.get("floe.refresh.id") {
+            if !ids.contains(id) {
+                ids.push(id.clone());
+            }
+        }
+    }
+    ids
+}
+
+/// Chunk by chunk until one chunk of the refresh remains; returns its id.
+async fn to_the_last_chunk(p: &Processor, name: &str) -> String {
+    let mut r = p.refresh_chunk(name, soon()).await.unwrap();
+    while progress(&r).remaining > 1 {
+        r = p.continue_refresh_chunk(name, soon()).await.unwrap();
+    }
+    assert!(!progress(&r).done, "{r:?}");
+    progress(&r).id.clone()
+}
+
+/// Two callers of one refresh: another caller's last chunk lands while this one builds its
+/// own (the race runs just before this one's swap). This one's chunk is skipped, and it then
+/// reports the refresh done instead of starting a new one — as `floe process refresh` and as
+/// an incremental run continuing the refresh; so does a caller continuing a finished refresh.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn whoever_loses_the_race_for_the_last_chunk_does_not_start_a_new_refresh() {
+    let env = env().await;
+    load(&env, 12, 60, "race").await;
+    let p = env.processor().await;
+    let winner = |run: bool| -> Race {
+        let config = env.config.clone();
+        Box::new(move || {
+            Box::pin(async move {
+                let other = Processor::new(config).await.unwrap();
+                let r = if run {
+                    other.run(AGG, soon()).await.unwrap()
+                } else {
+                    other.refresh(AGG, soon()).await.unwrap()
+                };
+                assert!(progress(&r).done && progress(&r).chunks >= 1, "{r:?}");
+            })
+        })
+    };
+
+    let id = to_the_last_chunk(&p, AGG).await;
+    let loser = env.processor_with(race_before_swap(winner(false))).await;
+    let r = loser.refresh(AGG, soon()).await.unwrap();
+    let g = progress(&r);
+    assert!(g.done && g.chunks == 0 && g.id == id, "{r:?}");
+    assert!(r.replans >= 1, "{r:?}");
+    assert_eq!(refresh_ids(&p, &env, AGG).await, [id.clone()]);
+    // Continuing a refresh that is over: done, nothing started.
+    let r = p.continue_refresh_chunk(AGG, soon()).await.unwrap();
+    assert!(progress(&r).done && progress(&r).chunks == 0, "{r:?}");
+    assert_eq!(refresh_ids(&p, &env, AGG).await, [id.clone()]);
+    assert_reconciled(&p, AGG).await;
+
+    // An incremental run continuing a refresh loses the race the same way.
+    let second = to_the_last_chunk(&p, AGG).await;
+    let loser = env.processor_with(race_before_swap(winner(true))).await;
+    let r = loser.run(AGG, soon()).await.unwrap();
+    let g = progress(&r);
+    assert!(
+        r.refresh && g.done && g.chunks == 0 && g.id == second,
+        "{r:?}"
+    );
+    assert_eq!(refresh_ids(&p, &env, AGG).await, [id, second]);
+    assert_reconciled(&p, AGG).await;
+}
+
+/// Files whose time bounds mislead the plan: each file's rows lie in the last 100 minutes of a
+/// day but one row at its first minute, so the even-spread estimate puts every row in one or
+/// two chunks. Each chunk counts its rows from the time column before reading them, and splits
+/// to fit: no chunk holds more than twice the budget, every row is read once, and the sink is
+/// the one-shot refresh's.
+#[tokio::test]
+async fn skewed_file_statistics_do_not_make_a_chunk_over_its_budget() {
+    use chrono::{Duration as Days, TimeZone};
+    let env = env().await;
+    let ingestor = env.ingestor().await;
+    let yesterday = (chrono::Utc::now() - Days::days(1)).date_naive();
+    let day = chrono::Utc.from_utc_datetime(&yesterday.and_hms_opt(0, 0, 0).unwrap());
+    let end = day + Days::days(1) - Days::seconds(1);
+    let mut rng = floe::sample::Rng::new(77);
+    let (objects, rows) = (20u64, 500u64);
+    for i in 0..objects {
+        let mut text = String::new();
+        floe::sample::order_line(&mut text, &mut rng, day + Days::seconds(61), 0);
+        for r in 0..rows {
+            floe::sample::order_line(&mut text, &mut rng, end, ((r * 7 + i) % 100) as i64 * 60);
+        }
+        let key = format!("orders/skew-{i}.jsonl");
+        env.put(&key, text).await;
+        env.ingest(&ingestor, &key).await.unwrap();
+    }
+    let table_rows = objects * (rows + 1);
+    let budget = 1000;
+    let p = with_budget(&env, budget).await;
+    let r = p.refresh(AGG, soon()).await.unwrap();
+    let g = progress(&r);
+    assert!(g.done, "{g:?}");
+    assert!(
+        g.max_chunk_rows <= 2 * budget,
+        "one chunk held {} rows of {table_rows}: {g:?}",
+        g.max_chunk_rows
+    );
+    assert_eq!(r.rows_recomputed, table_rows, "each source row read once");
+    let chunked = sink_rows(&p, &env, AGG).await;
+    assert_reconciled(&p, AGG).await;
+    let one = with_budget(&env, 1_000_000).await;
+    one.refresh(AGG, soon()).await.unwrap();
+    assert_eq!(sink_rows(&one, &env, AGG).await, chunked);
+}
+
+/// Sink maintenance beside a refresh: before every chunk commit lands, the sink is compacted
+/// and its manifests rewritten (`replace` snapshots: no row changed). A chunk planned before
+/// them still applies (its position and removals are unchanged), so the refresh neither
+/// rebuilds chunks nor runs out of attempts — at most the append refresh's first chunk, whose
+/// removals the compaction took, is rebuilt — and the sink is the one-shot refresh's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sink_compactions_during_a_refresh_do_not_make_chunks_rebuild() {
+    let env = env().await;
+    for i in 0..3 {
+        load(&env, 4, 60, &format!("maint-{i}")).await;
+        let p = env.processor().await;
+        p.run(APPEND, soon()).await.unwrap();
+        p.run(AGG, soon()).await.unwrap();
+    }
+    for (name, rebuilt) in [(AGG, 0), (APPEND, 1)] {
+        let config = env.config.clone();
+        let sink_name = name.to_string();
+        let race: EachRace = Arc::new(move || {
+            let (config, sink_name) = (config.clone(), sink_name.clone());
+            Box::pin(async move {
+                let m = floe::maintain::Maintainer::new(config).await.unwrap();
+                let opts = floe::maintain::Options {
+                    rewrite_manifests: true,
+                    manifest_threshold: 0,
+                    min_input_files: 2,
+                    ..crate::maintain_opts(true, false, false)
+                };
+                m.run(&sink_name, &opts).await.unwrap();
+            })
+        });
+        let p = env.processor_with(race_before_each_commit(race)).await;
+        let r = p.refresh(name, soon()).await.unwrap();
+        let g = progress(&r);
+        assert!(g.done && g.chunks > 2, "{name}: {r:?}");
+        assert!(
+            r.replans <= rebuilt,
+            "{name}: {} chunks rebuilt: {r:?}",
+            r.replans
+        );
+        let ops: Vec<String> = sink(&p, &env, name)
+            .await
+            .metadata()
+            .snapshots()
+            .filter_map(|s| {
+                s.summary()
+                    .additional_properties
+                    .get("floe.operation")
+                    .cloned()
+            })
+            .collect();
+        assert!(
+            ops.iter().any(|o| o == "rewrite-manifests"),
+            "{name}: {ops:?}"
+        );
+        if name == APPEND {
+            assert!(ops.iter().any(|o| o == "compaction"), "{name}: {ops:?}");
+        }
+        let chunked = sink_rows(&p, &env, name).await;
+        assert_reconciled(&p, name).await;
+        let one = with_budget(&env, 1_000_000).await;
+        one.refresh(name, soon()).await.unwrap();
+        assert_eq!(sink_rows(&one, &env, name).await, chunked, "{name}");
+    }
 }

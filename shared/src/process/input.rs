@@ -140,6 +140,54 @@ pub(super) async fn read_column(
     Ok((batches, cost))
 }
 
+/// The column `column` of `table`'s rows at `snapshot` matching `filter`, handed to `each` one
+/// batch at a time as it is read (never all in memory), and what the read cost. iceberg plans
+/// and prunes the files and row groups as for [`scan_rows`]; only that column is fetched.
+pub(super) async fn scan_column(
+    table: &Table,
+    snapshot: i64,
+    filter: Option<Predicate>,
+    column: &str,
+    mut each: impl FnMut(&RecordBatch) -> Result<()>,
+) -> Result<ReadCost> {
+    let mut scan = table.scan().select([column]).snapshot_id(snapshot);
+    if let Some(f) = filter {
+        scan = scan.with_filter(f);
+    }
+    let failed = |e| Error::iceberg(format!("scanning {}", table.identifier()), e);
+    let tasks: Vec<FileScanTask> = scan
+        .build()
+        .map_err(failed)?
+        .plan_files()
+        .await
+        .map_err(failed)?
+        .try_collect()
+        .await
+        .map_err(|e| failed(e).with_retryable(true))?;
+    let files = tasks.len();
+    if files == 0 {
+        return Ok(ReadCost::default());
+    }
+    let result = table
+        .reader_builder()
+        .with_batch_size(8192)
+        .with_metadata_size_hint(FOOTER_HINT)
+        .build()
+        .read(Box::pin(futures::stream::iter(tasks.into_iter().map(Ok))))
+        .map_err(|e| Error::iceberg(format!("reading {}", table.identifier()), e))?;
+    let metrics = result.metrics().clone();
+    let mut stream = result.stream();
+    while let Some(b) = stream.try_next().await.map_err(|e| {
+        Error::iceberg(format!("reading {}", table.identifier()), e).with_retryable(true)
+    })? {
+        each(&b)?;
+    }
+    Ok(ReadCost {
+        files,
+        bytes: metrics.bytes_read(),
+    })
+}
+
 /// All rows of `table`'s current snapshot.
 pub(super) async fn scan_table(table: &Table) -> Result<Vec<RecordBatch>> {
     let files = live_files(table).await?;

@@ -41,7 +41,7 @@ impl Output {
             if b.num_rows() == 0 {
                 continue;
             }
-            self.fit(&b).await?;
+            self.fit(&b.schema()).await?;
             let b = transform::conform(&b, &self.arrow)?;
             if self.writer.is_none() {
                 let table = match &self.evolved {
@@ -69,16 +69,25 @@ impl Output {
         Ok(())
     }
 
+    /// Settles the sink schema from the SQL's output schema before any row is written: a run
+    /// that writes the sink's kept rows (old schema) before its new output must not open the
+    /// writer with the old schema and then meet the new columns. Kept rows get the new columns
+    /// as nulls (a refresh recomputes their windows in a later chunk; an incremental run keeps
+    /// them as they were, under the column added after them).
+    pub(super) async fn settle(&mut self, output: &SchemaRef) -> Result<()> {
+        self.fit(output).await
+    }
+
     /// Adds output columns the sink lacks (before the first file is opened); a changed type is
     /// an error asking for a refresh.
-    async fn fit(&mut self, b: &RecordBatch) -> Result<()> {
+    async fn fit(&mut self, schema: &SchemaRef) -> Result<()> {
         let current = self
             .evolved
             .clone()
             .unwrap_or_else(|| self.sink.metadata().current_schema().as_ref().clone());
         let mut unknown = BTreeMap::new();
         let mut widen = BTreeMap::new();
-        for f in b.schema().fields() {
+        for f in schema.fields() {
             let ty = arrow_type_to_type(f.data_type()).ok();
             match (current.field_by_name(f.name()), ty) {
                 (Some(existing), Some(ty)) if *existing.field_type != ty => {

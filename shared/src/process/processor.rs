@@ -135,6 +135,8 @@ pub struct Processor {
     pub(super) notifier: Option<crate::notify::Notifier>,
     /// Source schema id each pipeline's SQL was last checked against.
     checked: std::sync::Mutex<HashMap<String, i32>>,
+    /// Each pipeline's latest aggregate refresh plan, refined by counting (see `refresh.rs`).
+    pub(super) refresh_plans: std::sync::Mutex<HashMap<String, super::refresh::CachedPlan>>,
 }
 
 /// One run's starting point.
@@ -181,6 +183,7 @@ impl Processor {
             alerts: Alerts::default(),
             notifier: None,
             checked: Default::default(),
+            refresh_plans: Default::default(),
         }
     }
 
@@ -543,13 +546,15 @@ impl Processor {
         report.rows_recomputed = recomputed.iter().map(|b| b.num_rows() as u64).sum();
         (report.recompute_files_read, report.recompute_bytes_read) = (cost.files, cost.bytes);
         let context = format!("pipeline `{}` over `{}`", p.name, p.source);
-        let (_, batches) =
+        let (output, batches) =
             transform::run_sql_joined(&p.sql, schema, recomputed, &joined.relations, &context)
                 .await?;
         windows::require_window_column(&batches, p)?;
         let sink = windows::sink_rows_outside(&pos.sink, &touched).await?;
         report.files_replaced = sink.paths.len();
         report.sink_bytes_replaced = sink.bytes;
+        // The SQL's columns first (a widened source column): kept rows are in the old schema.
+        out.settle(&output).await?;
         out.write(sink.kept).await?;
         out.write(batches).await?;
         Ok(sink.paths)

@@ -7,7 +7,10 @@
 //! from the manifests of S (record counts, time-column bounds) without reading data:
 //!
 //! * `aggregate`: chunks are spans of windows `[lo, hi)` covering the whole time axis (the
-//!   first is open below and takes rows without a time, the last open above). A chunk reads
+//!   first is open below and takes rows without a time, the last open above). The statistics
+//!   only estimate a span's rows, so each chunk's rows are first counted from the time column
+//!   alone and the chunk cut to the budget (`split`; a window is never split, so one window
+//!   over the budget is a chunk of its own). A chunk reads
 //!   only the source files whose time range meets its span (iceberg prunes by the bounds), runs
 //!   the SQL and replaces exactly the sink windows of its span — sink windows of the span with
 //!   no new output are removed, the sink's other windows are kept.
@@ -32,7 +35,7 @@
 //! remains; the next call (the process Lambda's next event, `floe process refresh` again)
 //! continues from the position.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 use iceberg::table::Table;
@@ -88,9 +91,15 @@ struct Refresh {
 
 /// The chunks of a refresh at its target, planned from the target's manifests.
 #[derive(Debug, Clone)]
-enum ChunkPlan {
-    /// Aggregate: window starts (µs, ascending) where one chunk ends and the next begins.
-    Windows(Vec<i64>),
+pub(super) enum ChunkPlan {
+    /// Aggregate: window starts (µs, ascending) where one chunk ends and the next begins —
+    /// estimated from the files' statistics, then refined chunk by chunk from the rows the
+    /// time column counts ([`ChunkPlan::refine`]).
+    Windows {
+        bounds: Vec<i64>,
+        /// Starts of chunks whose rows were counted and fit the budget (None: the first).
+        fitted: BTreeSet<Option<i64>>,
+    },
     /// Append: the target's data files in path order; a chunk is a run of them.
     Files { files: Vec<LiveFile>, budget: u64 },
     /// Nothing to read (the source has no snapshot): one chunk, the batch result as a whole.
@@ -109,11 +118,39 @@ enum Chunk {
 }
 
 impl ChunkPlan {
+    /// An aggregate plan of chunks ending at `bounds`, none counted yet.
+    fn windows(bounds: Vec<i64>) -> Self {
+        ChunkPlan::Windows {
+            bounds,
+            fitted: BTreeSet::new(),
+        }
+    }
+
+    /// Whether the chunk starting at `next` needs its rows counted before it is read: an
+    /// aggregate chunk not yet counted (its size is the statistics' estimate).
+    fn needs_count(&self, next: Option<i64>) -> bool {
+        matches!(self, ChunkPlan::Windows { fitted, .. } if !fitted.contains(&next))
+    }
+
+    /// The chunk starting at `span.lo`, counted: it ends at `cuts` too (window starts inside
+    /// it where the rows counted exceed the budget, see [`split`]), and it and its parts fit.
+    fn refine(&mut self, span: Span, cuts: &[i64]) {
+        if let ChunkPlan::Windows { bounds, fitted } = self {
+            fitted.insert(span.lo);
+            for &c in cuts {
+                fitted.insert(Some(c));
+            }
+            bounds.extend_from_slice(cuts);
+            bounds.sort_unstable();
+            bounds.dedup();
+        }
+    }
+
     /// The chunk starting at `next` (None: the first), where the chunk after it starts (None:
     /// it is the last) and how many chunks follow it.
     fn chunk_from(&self, next: Option<i64>) -> (Chunk, Option<i64>, u64) {
         match self {
-            ChunkPlan::Windows(bounds) => {
+            ChunkPlan::Windows { bounds, .. } => {
                 let after: Vec<i64> = bounds
                     .iter()
                     .copied()
@@ -158,6 +195,25 @@ fn group_end(files: &[LiveFile], start: usize, budget: u64) -> usize {
         end += 1;
     }
     end
+}
+
+/// Where a chunk whose rows were counted per window (`counts`, by window start; None: rows
+/// without a time, which come first) is cut into parts of at most `budget` rows: the window
+/// starts where a part after the first begins. A window is never split, so a window holding
+/// more than the budget is a part of its own (the one case a chunk exceeds its budget).
+fn split(counts: &BTreeMap<Option<i64>, u64>, budget: u64) -> Vec<i64> {
+    let mut cuts = Vec::new();
+    let mut acc = 0u64;
+    for (&w, &n) in counts {
+        if acc > 0 && acc.saturating_add(n) > budget {
+            if let Some(w) = w {
+                cuts.push(w);
+                acc = 0;
+            }
+        }
+        acc = acc.saturating_add(n);
+    }
+    cuts
 }
 
 /// Where chunks of at most `budget` rows end, in window indices, given `spans` of windows
@@ -223,7 +279,8 @@ impl Processor {
         if p.mode == PipelineMode::Latest {
             return self.refresh_latest_whole(p, deadline).await;
         }
-        self.refresh_chunks(p, deadline, None, &self.meter()).await
+        self.refresh_chunks(p, deadline, None, Start::Allowed, &self.meter())
+            .await
     }
 
     /// A `latest` pipeline's refresh, in one piece: the batch's deletes replace the tombstones
@@ -339,13 +396,32 @@ impl Processor {
     }
 
     /// [`Processor::refresh`], one chunk only (starting a refresh if none is in progress): for
-    /// callers that show progress chunk by chunk.
+    /// callers that show progress chunk by chunk (the first call; then
+    /// [`Processor::continue_refresh_chunk`]).
     pub async fn refresh_chunk(&self, name: &str, deadline: Instant) -> Result<RunReport> {
         let p = self.pipeline(name)?;
         if p.mode == PipelineMode::Latest {
             return self.refresh_latest_whole(p, deadline).await;
         }
-        self.refresh_chunks(p, deadline, Some(1), &self.meter())
+        self.refresh_chunks(p, deadline, Some(1), Start::Allowed, &self.meter())
+            .await
+    }
+
+    /// One chunk of the refresh in progress, never starting one: with none in progress (it
+    /// finished, by this caller or another: a Lambda's run, a second `floe process refresh`)
+    /// the report says done. What a caller that saw a refresh in progress calls next, so that
+    /// a refresh another caller finished is not started over.
+    pub async fn continue_refresh_chunk(&self, name: &str, deadline: Instant) -> Result<RunReport> {
+        let p = self.pipeline(name)?;
+        // A latest refresh is one piece: there is never one in progress to continue.
+        if p.mode == PipelineMode::Latest {
+            return Ok(RunReport {
+                pipeline: p.name.clone(),
+                refresh: true,
+                ..Default::default()
+            });
+        }
+        self.refresh_chunks(p, deadline, Some(1), Start::Never, &self.meter())
             .await
     }
 
@@ -362,18 +438,25 @@ impl Processor {
             return Ok(None);
         };
         tracing::info!(pipeline = %p.name, refresh = %r.id, chunks_done = r.chunks, "a refresh is in progress: continuing it instead of an incremental run");
-        self.refresh_chunks(p, deadline, None, meter)
+        // A run only ever continues: a refresh that another caller finishes meanwhile ends it.
+        self.refresh_chunks(p, deadline, None, Start::Never, meter)
             .await
             .map(Some)
     }
 
-    /// Commits chunks of the refresh in progress (or a new one) until it is finished, the next
-    /// chunk would likely run past `deadline`, or `max_chunks` are done.
+    /// Commits chunks of the refresh in progress (or a new one, when `start` allows) until it
+    /// is finished, the next chunk would likely run past `deadline`, or `max_chunks` are done.
+    ///
+    /// A refresh another caller finishes while this one runs (it won the race for the last
+    /// chunk) ends this call as done: once a refresh was seen in progress, or one finished on
+    /// the sink since this call first read it, finding none in progress means it is over — not
+    /// that a new one should start (that would recompute the whole sink again).
     async fn refresh_chunks(
         &self,
         p: &PipelineConfig,
         deadline: Instant,
         max_chunks: Option<u64>,
+        start: Start,
         meter: &Meter,
     ) -> Result<RunReport> {
         let started = Instant::now();
@@ -389,27 +472,54 @@ impl Processor {
         let mut planned: Option<(Option<i64>, ChunkPlan)> = None;
         let mut slowest = Duration::ZERO;
         let mut replans = 0;
-        let mut first = true;
+        // Re-plans of the chunk at hand: the limit is per chunk, not per call (a long call
+        // meets the odd concurrent commit many times over and still progresses).
+        let mut rounds = 0;
+        // The sink's sequence number at this call's first read, and the refresh last seen in
+        // progress (or started) by this call.
+        let mut first_seq: Option<i64> = None;
+        let mut seen: Option<String> = None;
+        let mut warned_unpartitioned = false;
         loop {
             let pos = self.position(p).await?;
-            if first {
+            let seq = pos
+                .sink
+                .metadata()
+                .current_snapshot()
+                .map_or(0, |s| s.sequence_number());
+            let first_seq = *first_seq.get_or_insert_with(|| {
                 report.from_snapshot = pos.checkpoint.as_ref().map(|c| c.snapshot_id);
-                first = false;
+                seq
+            });
+            let recorded = summary::read_refresh(pos.sink.metadata(), &pos.source_uuid);
+            if let Some(r) = &recorded {
+                seen = Some(r.id.clone());
+            } else if let Some(finished) = finished_meanwhile(&pos, start, &seen, first_seq) {
+                tracing::info!(pipeline = %p.name, refresh = %finished.0, chunks = progress.chunks, "the refresh finished (its last chunk was committed by another caller): nothing to start");
+                progress.id = finished.0;
+                progress.chunks_done = finished.1.max(progress.chunks_done);
+                progress.target_snapshot = pos.checkpoint.as_ref().map(|c| c.snapshot_id);
+                progress.done = true;
+                progress.remaining = 0;
+                report.to_snapshot = progress.target_snapshot;
+                break;
             }
-            let refresh = resume_or_start(p, &pos, &mut progress);
+            let refresh = resume_or_start(p, &pos, recorded, &mut progress);
             progress.id = refresh.id.clone();
             progress.target_snapshot = refresh.target;
             progress.chunks_done = refresh.chunks_done;
             report.to_snapshot = refresh.target;
-            let plan = match &planned {
-                Some((target, plan)) if *target == refresh.target => plan.clone(),
-                _ => {
-                    let plan = self.plan_chunks(p, &pos, refresh.target, budget).await?;
-                    planned = Some((refresh.target, plan.clone()));
-                    plan
-                }
+            if planned.as_ref().is_none_or(|(t, _)| *t != refresh.target) {
+                let plan = match self.cached_plan(p, &pos.hash, refresh.target, budget) {
+                    Some(plan) => plan,
+                    None => self.plan_chunks(p, &pos, refresh.target, budget).await?,
+                };
+                planned = Some((refresh.target, plan));
+            }
+            let Some((_, plan)) = planned.as_mut() else {
+                return Err(Error::new(ErrorKind::Internal, "refresh: no chunk plan"));
             };
-            let (chunk, next, after) = plan.chunk_from(refresh.next);
+            let (mut chunk, mut next, mut after) = plan.chunk_from(refresh.next);
             // The first chunk of a call always runs (else a short invocation never progresses).
             if progress.chunks > 0 {
                 let capped = max_chunks.is_some_and(|m| progress.chunks >= m);
@@ -421,6 +531,28 @@ impl Processor {
                 }
             }
             let t0 = Instant::now();
+            // The statistics only estimate a chunk's rows (a file's rows may bunch anywhere
+            // between its time bounds): count them from the time column and cut the chunk to
+            // the budget before reading rows whole. Counted chunks are remembered (by this
+            // processor, across calls), so each is counted once.
+            if let (Chunk::Span(span), Some(target)) = (&chunk, refresh.target) {
+                if plan.needs_count(span.lo) {
+                    let window = p.window_micros().unwrap_or(60_000_000);
+                    let time_column = p.time_column(&self.config);
+                    let (counts, cost) =
+                        windows::count_span(&pos.source, target, time_column, window, *span)
+                            .await?;
+                    report.recompute_bytes_read += cost.bytes;
+                    let cuts = split(&counts, budget);
+                    if !cuts.is_empty() {
+                        let rows: u64 = counts.values().sum();
+                        tracing::info!(pipeline = %p.name, refresh = %refresh.id, rows, budget, parts = cuts.len() + 1, "a refresh chunk holds more rows than its files' statistics suggest: cut to the budget");
+                    }
+                    plan.refine(*span, &cuts);
+                    self.cache_plan(p, &pos.hash, refresh.target, budget, plan);
+                    (chunk, next, after) = plan.chunk_from(refresh.next);
+                }
+            }
             let built = self
                 .build_chunk(p, &pos, &refresh, &chunk, next, budget)
                 .await?;
@@ -428,6 +560,8 @@ impl Processor {
             let base = pos.sink.metadata().current_snapshot_id();
             let ident = pos.sink.identifier().clone();
             let change = built.change;
+            let uuid = pos.source_uuid.clone();
+            let planned_on = sink_state(pos.sink.metadata(), &uuid);
             let result = self
                 .committer
                 .commit_from(
@@ -435,21 +569,32 @@ impl Processor {
                     Some(pos.sink.clone()),
                     &self.limits(deadline),
                     metered(since_commit.clone(), move |t: &Table| {
-                        // Exactly the version the chunk was planned on: its removals and its
-                        // position are right only there (a chunk of this refresh that landed
-                        // meanwhile, a concurrent run or a compaction make it re-plan).
-                        Ok(if t.metadata().current_snapshot_id() != base {
-                            Plan::Skip(Skipped::Obsolete(
-                                "the sink changed during the refresh".into(),
-                            ))
-                        } else {
-                            Plan::Apply(change.clone())
-                        })
+                        // The version the chunk was planned on, or one that differs from it
+                        // only by `replace` snapshots (compactions, manifest rewrites: no row
+                        // changed) carrying the same position: its output and position are
+                        // right only there. A chunk of this refresh that landed meanwhile or
+                        // a concurrent run make it re-plan; a compaction that took a file it
+                        // removes makes staging `Stale` (re-planned too).
+                        let md = t.metadata();
+                        Ok(
+                            if md.current_snapshot_id() == base
+                                || (only_replaced_since(md, base)
+                                    && sink_state(md, &uuid) == planned_on)
+                            {
+                                Plan::Apply(change.clone())
+                            } else {
+                                Plan::Skip(Skipped::Obsolete(
+                                    "the sink changed during the refresh".into(),
+                                ))
+                            },
+                        )
                     }),
                 )
                 .await;
             match result {
                 Ok(Outcome::Committed { snapshot_id, .. }) => {
+                    seen = Some(refresh.id.clone());
+                    rounds = 0;
                     since_commit.mark();
                     progress.chunks += 1;
                     progress.chunks_done = refresh.chunks_done + 1;
@@ -461,6 +606,10 @@ impl Processor {
                     report.files_replaced += built.files_replaced;
                     report.recompute_bytes_read += built.bytes_read;
                     slowest = slowest.max(t0.elapsed());
+                    if built.rewrote_unpartitioned && !warned_unpartitioned {
+                        warned_unpartitioned = true;
+                        tracing::warn!(pipeline = %p.name, sink = %p.sink, "the sink is unpartitioned (made before aggregate sinks were partitioned by window period): each refresh chunk rewrites every sink file holding windows outside its span, about the whole sink; drop the sink and refresh to get the partitioned layout");
+                    }
                     tracing::info!(pipeline = %p.name, refresh = %refresh.id, chunk = refresh.chunks_done, rows = built.rows_read, remaining = after, "refresh chunk committed");
                     if next.is_none() {
                         progress.done = true;
@@ -475,11 +624,12 @@ impl Processor {
             }
             crate::write::delete_uncommitted(&pos.sink, &added).await;
             replans += 1;
-            if replans >= MAX_ROUNDS || Instant::now() >= deadline {
+            rounds += 1;
+            if rounds >= MAX_ROUNDS || Instant::now() >= deadline {
                 return Err(Error::new(
                     ErrorKind::DeadlineExceeded,
                     format!(
-                        "refresh of `{}`: the sink kept changing; {replans} attempts",
+                        "refresh of `{}`: the sink kept changing; {rounds} attempts at one chunk",
                         p.name
                     ),
                 )
@@ -491,6 +641,47 @@ impl Processor {
         report.usage = Some(meter.usage());
         report.refresh_progress = Some(progress);
         Ok(report)
+    }
+
+    /// The aggregate chunk plan this processor made (and refined) for `p` at `target` with
+    /// `budget` under transform `hash`, if it has one: a later call of the same refresh (the
+    /// CLI's chunk by chunk, a warm Lambda's next invocation) does not count chunks again.
+    fn cached_plan(
+        &self,
+        p: &PipelineConfig,
+        hash: &str,
+        target: Option<i64>,
+        budget: u64,
+    ) -> Option<ChunkPlan> {
+        let plans = self.refresh_plans.lock().ok()?;
+        let c = plans.get(&p.name)?;
+        (c.hash == hash && c.target == target && c.budget == budget).then(|| c.plan.clone())
+    }
+
+    /// Remembers an aggregate chunk plan (one per pipeline; append plans hold the target's
+    /// file list and are not kept).
+    fn cache_plan(
+        &self,
+        p: &PipelineConfig,
+        hash: &str,
+        target: Option<i64>,
+        budget: u64,
+        plan: &ChunkPlan,
+    ) {
+        if !matches!(plan, ChunkPlan::Windows { .. }) {
+            return;
+        }
+        if let Ok(mut plans) = self.refresh_plans.lock() {
+            plans.insert(
+                p.name.clone(),
+                CachedPlan {
+                    hash: hash.to_string(),
+                    target,
+                    budget,
+                    plan: plan.clone(),
+                },
+            );
+        }
     }
 
     /// The chunks of a refresh at `target`, from the target's manifests alone.
@@ -531,7 +722,7 @@ impl Processor {
                     .into_iter()
                     .map(|w| w.saturating_mul(window))
                     .collect();
-                Ok(ChunkPlan::Windows(bounds))
+                Ok(ChunkPlan::windows(bounds))
             }
         }
     }
@@ -557,6 +748,7 @@ impl Processor {
             files_read: 0,
             bytes_read: 0,
             files_replaced: 0,
+            rewrote_unpartitioned: false,
         };
         // Every chunk of a refresh joins the same snapshots: the first reads the joined tables'
         // current ones and records them with its commit; the next ones read what the sink's
@@ -576,14 +768,22 @@ impl Processor {
                 built.rows_read = rows.iter().map(|b| b.num_rows() as u64).sum();
                 (built.files_read, built.bytes_read) = (cost.files, cost.bytes);
                 if built.rows_read > budget.saturating_mul(2) {
-                    tracing::warn!(pipeline = %p.name, rows = built.rows_read, budget, ?span, "a refresh chunk read more rows than its budget (rows are uneven within files' time ranges, or one window holds more)");
+                    tracing::warn!(pipeline = %p.name, rows = built.rows_read, budget, ?span, "a refresh chunk read more rows than twice its budget: one window holds more (a window is never split)");
                 }
-                let (_, batches) =
+                let (output, batches) =
                     transform::run_sql_joined(&p.sql, schema, rows, &joined.relations, &context)
                         .await?;
                 windows::require_window_column(&batches, p)?;
                 let sink = windows::sink_rows_outside_span(&pos.sink, *span).await?;
                 built.files_replaced = sink.paths.len();
+                built.rewrote_unpartitioned = !sink.kept.is_empty()
+                    && pos
+                        .sink
+                        .metadata()
+                        .default_partition_spec()
+                        .is_unpartitioned();
+                // The SQL's columns first: the kept rows (old schema) must not fix the files'.
+                out.settle(&output).await?;
                 out.write(sink.kept).await?;
                 out.write(batches).await?;
                 sink.paths
@@ -685,6 +885,86 @@ pub(super) fn refuse_during_refresh(p: &PipelineConfig, pos: &Position) -> Resul
     }
 }
 
+/// What a chunk's commit requires of the sink besides its version: the refresh position and
+/// the checkpoint on the source recorded there.
+fn sink_state(
+    md: &iceberg::spec::TableMetadata,
+    source_uuid: &str,
+) -> (Option<RefreshPosition>, Option<i64>) {
+    (
+        summary::read_refresh(md, source_uuid),
+        summary::read_checkpoint(md, source_uuid).map(|c| c.snapshot_id),
+    )
+}
+
+/// Whether every snapshot of the sink after `base` (the version a chunk was planned on) is a
+/// `replace` — a compaction or manifest rewrite, which moves rows between files but changes
+/// none. False when `base` is not an ancestor of the current snapshot.
+fn only_replaced_since(md: &iceberg::spec::TableMetadata, base: Option<i64>) -> bool {
+    let Some(base) = base else {
+        return md.current_snapshot_id().is_none();
+    };
+    let mut cur = md.current_snapshot();
+    while let Some(s) = cur {
+        if s.snapshot_id() == base {
+            return true;
+        }
+        if s.summary().operation != iceberg::spec::Operation::Replace {
+            return false;
+        }
+        cur = s.parent_snapshot_id().and_then(|p| md.snapshot_by_id(p));
+    }
+    false
+}
+
+/// An aggregate chunk plan a processor keeps between calls of one refresh.
+#[derive(Debug, Clone)]
+pub(super) struct CachedPlan {
+    hash: String,
+    target: Option<i64>,
+    budget: u64,
+    plan: ChunkPlan,
+}
+
+/// Whether a call may start a refresh when the sink records none in progress.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Start {
+    /// `floe process refresh`'s first call: yes, unless one finished during this call.
+    Allowed,
+    /// An incremental run continuing a refresh, or a caller continuing one it saw: never (none
+    /// in progress means it finished).
+    Never,
+}
+
+/// With no refresh in progress on the sink: the refresh (id, chunks) that finished during this
+/// call, when this call must end as done rather than start one — it saw a refresh in
+/// progress, or one finished since its first read (sequence number `first_seq`) and the sink
+/// is checkpointed with the configured transform, or it may never start one. None: start.
+fn finished_meanwhile(
+    pos: &Position,
+    start: Start,
+    seen: &Option<String>,
+    first_seq: i64,
+) -> Option<(String, u64)> {
+    let md = pos.sink.metadata();
+    let current = pos
+        .checkpoint
+        .as_ref()
+        .is_some_and(|c| c.transform.as_deref() == Some(pos.hash.as_str()));
+    let since = summary::finished_refresh(md, first_seq);
+    let over = match start {
+        Start::Never => true,
+        Start::Allowed => current && (seen.is_some() || since.is_some()),
+    };
+    if !over {
+        return None;
+    }
+    since
+        .or_else(|| summary::finished_refresh(md, 0))
+        .or_else(|| seen.clone().map(|id| (id, 0)))
+        .or_else(|| Some((String::new(), 0)))
+}
+
 /// What building a chunk produced.
 #[derive(Debug)]
 struct Built {
@@ -694,12 +974,19 @@ struct Built {
     files_read: usize,
     bytes_read: u64,
     files_replaced: usize,
+    /// The sink is unpartitioned and the chunk rewrote rows outside its span.
+    rewrote_unpartitioned: bool,
 }
 
 /// The refresh recorded on the sink, when it still applies; else a new one at the source's
 /// current snapshot (the reason an old one was dropped goes to `progress.restarted`).
-fn resume_or_start(p: &PipelineConfig, pos: &Position, progress: &mut RefreshProgress) -> Refresh {
-    if let Some(r) = summary::read_refresh(pos.sink.metadata(), &pos.source_uuid) {
+fn resume_or_start(
+    p: &PipelineConfig,
+    pos: &Position,
+    recorded: Option<RefreshPosition>,
+    progress: &mut RefreshProgress,
+) -> Refresh {
+    if let Some(r) = recorded {
         let why = if r.source != pos.source_uuid {
             Some(format!(
                 "the source table was replaced (uuid {} → {})",
@@ -839,6 +1126,42 @@ mod tests {
         assert_eq!(bounds, vec![250_000, 500_000, 750_000]);
     }
 
+    #[test]
+    fn a_counted_chunk_is_cut_to_the_budget_and_remembered() {
+        // Rows without a time, then windows of 60, 60, 500 (over the budget alone), 30, 30.
+        let counts: BTreeMap<Option<i64>, u64> = [
+            (None, 10),
+            (Some(100), 50),
+            (Some(200), 60),
+            (Some(300), 500),
+            (Some(400), 30),
+            (Some(500), 30),
+        ]
+        .into_iter()
+        .collect();
+        assert_eq!(split(&counts, 100), vec![200, 300, 400]);
+        assert!(split(&counts, 10_000).is_empty());
+        assert!(split(&BTreeMap::new(), 1).is_empty());
+        // Only rows without a time, over the budget: nothing to cut at.
+        assert!(split(&[(None, 500)].into_iter().collect(), 100).is_empty());
+
+        let mut plan = ChunkPlan::windows(vec![1000]);
+        assert!(plan.needs_count(None));
+        let (c, next, after) = plan.chunk_from(None);
+        let Chunk::Span(span) = c else {
+            panic!("{c:?}")
+        };
+        assert_eq!((next, after), (Some(1000), 1));
+        plan.refine(span, &split(&counts, 100));
+        let (_, next, after) = plan.chunk_from(None);
+        assert_eq!((next, after), (Some(200), 4));
+        for lo in [None, Some(200), Some(300), Some(400)] {
+            assert!(!plan.needs_count(lo), "{lo:?}");
+        }
+        // The chunk after the counted span was not counted yet.
+        assert!(plan.needs_count(Some(1000)));
+    }
+
     fn file(path: &str, rows: u64) -> LiveFile {
         use iceberg::spec::{DataContentType, DataFileBuilder, DataFileFormat, Struct};
         LiveFile {
@@ -869,7 +1192,7 @@ mod tests {
         let (c, next, after) = plan.chunk_from(Some(6));
         assert_eq!(paths(&c), ["f6"]);
         assert_eq!((next, after), (None, 0));
-        let windows = ChunkPlan::Windows(vec![10, 20, 30]);
+        let windows = ChunkPlan::windows(vec![10, 20, 30]);
         let (c, next, after) = windows.chunk_from(None);
         assert!(
             matches!(

@@ -1,7 +1,7 @@
 //! Aggregate windows: which windows new rows touch, the source rows of those windows, and the
 //! sink rows outside them that the replaced files still hold.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use arrow::array::{Array, BooleanArray, RecordBatch};
 use arrow_schema::SchemaRef;
@@ -175,6 +175,15 @@ pub(super) async fn read_span(
     window: i64,
     span: Span,
 ) -> Result<(SchemaRef, Vec<RecordBatch>, ReadCost)> {
+    let predicate = span_predicate(source, time_column, span);
+    read_source(source, at, time_column, window, predicate, |w| {
+        span.contains(w)
+    })
+    .await
+}
+
+/// The scan predicate of the rows of `span` (None: every row).
+fn span_predicate(source: &Table, time_column: &str, span: Span) -> Option<Predicate> {
     let datum = time_datum(source, time_column);
     let lo = span
         .lo
@@ -182,16 +191,42 @@ pub(super) async fn read_span(
     let hi = span
         .hi
         .map(|hi| Reference::new(time_column).less_than(datum(hi)));
-    let predicate = match (lo, hi) {
+    match (lo, hi) {
         (Some(lo), Some(hi)) => Some(lo.and(hi)),
         (Some(lo), None) => Some(lo),
         (None, Some(hi)) => Some(hi.or(Reference::new(time_column).is_null())),
         (None, None) => None,
-    };
-    read_source(source, at, time_column, window, predicate, |w| {
-        span.contains(w)
+    }
+}
+
+/// How many source rows at snapshot `at` each window of `span` holds (key: its start; None:
+/// rows without a time), from the time column alone: a projected scan with the span's
+/// predicate (the same files and row groups [`read_span`] would read), streamed, so memory
+/// holds one batch of one column and the counts. What a refresh chunk really holds, before
+/// it reads its rows whole.
+pub(super) async fn count_span(
+    source: &Table,
+    at: i64,
+    time_column: &str,
+    window: i64,
+    span: Span,
+) -> Result<(BTreeMap<Option<i64>, u64>, ReadCost)> {
+    let predicate = span_predicate(source, time_column, span);
+    let mut counts: BTreeMap<Option<i64>, u64> = BTreeMap::new();
+    let cost = input::scan_column(source, at, predicate, time_column, |b| {
+        let b = transform::with_window_start(b, time_column, window)?;
+        let starts = transform::window_starts(&b);
+        let nulls = b.num_rows().saturating_sub(starts.len()) as u64;
+        if nulls > 0 && span.contains(None) {
+            *counts.entry(None).or_default() += nulls;
+        }
+        for w in starts.into_iter().filter(|w| span.contains(Some(*w))) {
+            *counts.entry(Some(w)).or_default() += 1;
+        }
+        Ok(())
     })
-    .await
+    .await?;
+    Ok((counts, cost))
 }
 
 /// `Datum`s of the time column's type (`timestamptz` or `timestamp`).
@@ -293,6 +328,7 @@ pub(super) async fn sink_rows_outside(
     sink_rewrite(
         sink,
         |min, max, _| touched.range(min..=max).next().is_some(),
+        |_, _, _| false,
         |w| w.is_some_and(|w| touched.contains(&w)),
         false,
     )
@@ -301,11 +337,16 @@ pub(super) async fn sink_rows_outside(
 
 /// Sink files that may hold rows of windows in `span` (by their `window_start` min/max, and
 /// their null counts for the span open below), and their rows outside it. A sink without
-/// `window_start` (another transform's) is all in the span open below.
+/// `window_start` (another transform's) is all in the span open below. Files wholly inside
+/// the span are replaced without being read: what a chunk reads of the sink is the files
+/// across its two ends (a partitioned sink: those periods' files).
 pub(super) async fn sink_rows_outside_span(sink: &Table, span: Span) -> Result<SinkRewrite> {
     sink_rewrite(
         sink,
         |min, max, nulls| span.meets(min, max) || (span.lo.is_none() && nulls),
+        |min, max, nulls| {
+            span.contains(Some(min)) && span.contains(Some(max)) && (!nulls || span.lo.is_none())
+        },
         |w| span.contains(w),
         span.lo.is_none(),
     )
@@ -314,10 +355,12 @@ pub(super) async fn sink_rows_outside_span(sink: &Table, span: Span) -> Result<S
 
 /// The sink files `affects` says may hold rows to replace (given their `window_start` min, max
 /// and whether they may hold nulls; files without bounds always), and their rows whose window
-/// `replaced` does not take (rows without `window_start` are replaced when `missing`).
+/// `replaced` does not take (rows without `window_start` are replaced when `missing`). Files
+/// `covered` says hold only rows to replace are removed without being read.
 async fn sink_rewrite(
     sink: &Table,
     affects: impl Fn(i64, i64, bool) -> bool,
+    covered: impl Fn(i64, i64, bool) -> bool,
     replaced: impl Fn(Option<i64>) -> bool,
     missing: bool,
 ) -> Result<SinkRewrite> {
@@ -333,26 +376,41 @@ async fn sink_rewrite(
         )) => Some(*v),
         _ => None,
     };
-    let affected: Vec<LiveFile> = crate::scan::live_files(sink)
+    // (file, whether it holds only rows to replace)
+    let affected: Vec<(LiveFile, bool)> = crate::scan::live_files(sink)
         .await?
         .into_iter()
-        .filter(|f| {
-            let Some(id) = field else { return true };
+        .filter_map(|f| {
+            let Some(id) = field else {
+                return Some((f, false));
+            };
             let min = bound(f.file.lower_bounds().get(&id));
             let max = bound(f.file.upper_bounds().get(&id));
             let nulls = f.file.null_value_counts().get(&id).is_none_or(|n| *n > 0);
             match (min, max) {
-                (Some(min), Some(max)) => affects(min, max, nulls),
-                _ => true,
+                (Some(min), Some(max)) if affects(min, max, nulls) => {
+                    let all = covered(min, max, nulls);
+                    Some((f, all))
+                }
+                (Some(_), Some(_)) => None,
+                _ => Some((f, false)),
             }
         })
         .collect();
     let paths = affected
         .iter()
-        .map(|f| f.file.file_path().to_string())
+        .map(|(f, _)| f.file.file_path().to_string())
         .collect();
-    let bytes = affected.iter().map(|f| f.file.file_size_in_bytes()).sum();
-    let (_, rows) = input::read_rows(sink, &affected).await?;
+    let bytes = affected
+        .iter()
+        .map(|(f, _)| f.file.file_size_in_bytes())
+        .sum();
+    let to_read: Vec<LiveFile> = affected
+        .into_iter()
+        .filter(|(_, all)| !all)
+        .map(|(f, _)| f)
+        .collect();
+    let (_, rows) = input::read_rows(sink, &to_read).await?;
     let keep_row = |w: Option<i64>| !replaced(w);
     let mut kept = Vec::new();
     for b in rows {
