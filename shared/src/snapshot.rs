@@ -10,7 +10,7 @@ use iceberg::spec::{
     DataContentType, DataFile, ManifestContentType, ManifestFile, ManifestList, ManifestListWriter,
     ManifestWriter, ManifestWriterBuilder, Operation, PartitionSpec, Snapshot, SnapshotReference,
     SnapshotRetention, SnapshotSummaryCollector, Summary, TableMetadata, TableMetadataBuilder,
-    MAIN_BRANCH,
+    UnboundPartitionSpec, MAIN_BRANCH,
 };
 use iceberg::table::Table;
 use iceberg::{MetadataLocation, TableRequirement, TableUpdate};
@@ -40,6 +40,11 @@ pub struct Change {
     /// With `schema`: it replaces the base's current schema, which must have this id (a column
     /// drop: the new schema lacks fields, so it cannot "extend" the base); another id → `Stale`.
     pub replaces_schema: Option<i32>,
+    /// A partition spec to make the default, in a change of nothing else (no files, no
+    /// snapshot): an existing spec with the same fields (source column and transform) is made
+    /// the default again, else this one is added. New files are then written with it; the live
+    /// files keep theirs.
+    pub partition_spec: Option<UnboundPartitionSpec>,
     /// Meters the work this change commits: its usage when the snapshot is staged (manifests
     /// and manifest list written, the metadata.json write counted ahead) goes into the
     /// snapshot's summary ([`crate::summary::Usage`]).
@@ -58,6 +63,7 @@ impl Change {
             expire: Vec::new(),
             schema: None,
             replaces_schema: None,
+            partition_spec: None,
             meter: None,
         }
     }
@@ -73,6 +79,7 @@ impl Change {
             expire: snapshot_ids,
             schema: None,
             replaces_schema: None,
+            partition_spec: None,
             meter: None,
         }
     }
@@ -88,6 +95,7 @@ impl Change {
             expire: Vec::new(),
             schema: None,
             replaces_schema: None,
+            partition_spec: None,
             meter: None,
         }
     }
@@ -107,12 +115,22 @@ impl Change {
             expire: Vec::new(),
             schema: None,
             replaces_schema: None,
+            partition_spec: None,
             meter: None,
         }
     }
 }
 
 impl Change {
+    /// Makes `spec` the table's default partition spec (metadata only: no snapshot, no file
+    /// changes; see [`Change::partition_spec`]).
+    pub fn set_partition_spec(spec: UnboundPartitionSpec) -> Self {
+        Self {
+            partition_spec: Some(spec),
+            ..Self::replace(Vec::new(), Vec::new(), HashMap::new())
+        }
+    }
+
     /// Installs `schema` (the current one without some columns) in place of the current schema
     /// `base_schema_id`, in a snapshot that changes no data (`replace` without files: pipelines
     /// skip it, old files keep their values under the dropped ids).
@@ -265,6 +283,9 @@ pub(crate) async fn stage(table: &Table, change: &Change, write: bool) -> Result
     if !change.expire.is_empty() {
         return stage_expiration(table, change, write).await;
     }
+    if let Some(spec) = &change.partition_spec {
+        return stage_partition_spec(table, change, spec, write).await;
+    }
     let md = table.metadata();
     let builder = base_builder(table)?;
     let snapshot_id = new_snapshot_id(md);
@@ -355,6 +376,52 @@ async fn stage_expiration(table: &Table, change: &Change, write: bool) -> Result
     }
     let builder = base_builder(table)?.remove_snapshots(&change.expire);
     write_metadata(table, builder, write).await
+}
+
+/// A new default partition spec (no new snapshot). The REST requirements also pin the base's
+/// default spec and last partition id, so another engine's spec change conflicts.
+async fn stage_partition_spec(
+    table: &Table,
+    change: &Change,
+    spec: &UnboundPartitionSpec,
+    write: bool,
+) -> Result<Staged> {
+    if !(change.added.is_empty() && change.removed.is_empty() && !change.rewrite_manifests) {
+        return Err(Error::new(
+            ErrorKind::Internal,
+            "a partition spec change carries no file changes",
+        ));
+    }
+    let md = table.metadata();
+    let fields = |f: &[iceberg::spec::UnboundPartitionField]| {
+        f.iter()
+            .map(|f| (f.source_id, f.transform))
+            .collect::<Vec<_>>()
+    };
+    let wanted = fields(spec.fields());
+    let existing = md.partition_specs_iter().find(|s| {
+        s.fields()
+            .iter()
+            .map(|f| (f.source_id, f.transform))
+            .collect::<Vec<_>>()
+            == wanted
+    });
+    let builder = base_builder(table)?;
+    let builder = match existing {
+        Some(s) => builder.set_default_partition_spec(s.spec_id()),
+        None => builder.add_default_partition_spec(spec.clone()),
+    }
+    .map_err(ice("setting the partition spec"))?;
+    let mut staged = write_metadata(table, builder, write).await?;
+    staged.requirements.extend([
+        TableRequirement::DefaultSpecIdMatch {
+            default_spec_id: md.default_partition_spec_id(),
+        },
+        TableRequirement::LastAssignedPartitionIdMatch {
+            last_assigned_partition_id: md.last_partition_id(),
+        },
+    ]);
+    Ok(staged)
 }
 
 /// The evolved schema the added files were written with, to add unless the base already has

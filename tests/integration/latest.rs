@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use floe::process::Processor;
+use iceberg::spec::TableMetadataBuilder;
 
 use crate::faults::{faulty, faulty_on, Fault};
 use crate::harness::TestEnv;
@@ -498,4 +499,164 @@ async fn compacting_a_latest_sink_keeps_one_row_per_key() {
     p.run(LATEST, soon()).await.unwrap();
     assert_reconciled(&p, "after compaction and a run").await;
     assert_eq!(sink_rows(&env), m.live(), "after compaction and a run");
+}
+
+/// Installs `builder`'s metadata (built on `table`) as another engine would: no snapshot of
+/// floe's, straight through the catalog's pointer swap.
+async fn install(env: &TestEnv, table: &iceberg::table::Table, builder: TableMetadataBuilder) {
+    let staged = floe::snapshot::write_metadata(table, builder, true)
+        .await
+        .unwrap();
+    let swap = floe::catalog::pointer_swap(&env.config).await.unwrap();
+    swap.swap(table.identifier(), &staged).await.unwrap();
+}
+
+/// The bucket counts of the default spec of `table` and of its live files' specs.
+async fn bucket_layout(p: &Processor, env: &TestEnv, table: &str) -> (u32, Vec<u32>) {
+    let ident = floe::catalog::table_ident(&env.config, table).unwrap();
+    let t = p.committer().load(&ident).await.unwrap();
+    let md = t.metadata();
+    let n = |spec: &iceberg::spec::PartitionSpec| match spec.fields()[0].transform {
+        iceberg::spec::Transform::Bucket(n) => n,
+        ref other => panic!("{table}: {other:?}"),
+    };
+    let files = floe::scan::live_files(&t).await.unwrap();
+    let mut per_file: Vec<u32> = files
+        .iter()
+        .map(|f| n(md.partition_spec_by_id(f.spec_id).unwrap()))
+        .collect();
+    per_file.dedup();
+    (n(md.default_partition_spec()), per_file)
+}
+
+/// 100 customers, every tenth cancelled.
+fn hundred(t: i64) -> Vec<(i64, String, String, i64)> {
+    (1..=100)
+        .map(|c| {
+            let s = if c % 10 == 0 { "cancelled" } else { "placed" };
+            (c, format!("o{c}-{t}"), s.to_string(), t)
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn changing_key_buckets_refreshes_both_tables_into_the_new_layout() {
+    // REST: the server applies the spec change itself (add-spec, set-default-spec).
+    for kind in ["sqlite", "glue", "rest"] {
+        rebucket(kind).await;
+    }
+}
+
+async fn rebucket(kind: &'static str) {
+    let env = TestEnv::with_pipelines(kind, &pipeline()).await;
+    let ingestor = env.ingestor().await;
+    let base = Utc::now() - chrono::Duration::hours(2);
+    let mut m = Model::default();
+    ingest_random(
+        &env,
+        &ingestor,
+        "orders/b1.jsonl",
+        base,
+        &mut m,
+        &hundred(10),
+    )
+    .await;
+    let p4 = env.processor().await;
+    p4.run(LATEST, soon()).await.unwrap();
+    assert_eq!(bucket_layout(&p4, &env, LATEST).await, (4, vec![4]));
+
+    // 4 → 8 buckets: runs refuse until a refresh, which moves both tables to bucket(8).
+    let mut config = env.config.clone();
+    for p in config.pipelines.iter_mut().filter(|p| p.name == LATEST) {
+        p.key_buckets = Some(8);
+    }
+    let p8 = Processor::new(config).await.unwrap();
+    let e = p8.run(LATEST, soon()).await.unwrap_err();
+    assert!(e.to_string().contains("refresh"), "{e}");
+    p8.refresh(LATEST, soon()).await.unwrap();
+    for t in [LATEST, TOMBSTONES] {
+        assert_eq!(bucket_layout(&p8, &env, t).await, (8, vec![8]), "{t}");
+    }
+    assert_reconciled(&p8, "after the refresh").await;
+
+    // A newer version of every key, and a late older one of each cancelled key.
+    let mut newer = hundred(20);
+    newer.retain(|v| v.0 % 10 != 0);
+    newer.extend((1..=10).map(|i| (i * 10, format!("late{i}"), "placed".to_string(), 5)));
+    ingest_random(&env, &ingestor, "orders/b2.jsonl", base, &mut m, &newer).await;
+    p8.run(LATEST, soon()).await.unwrap();
+    let rows = sink_rows(&env);
+    assert_eq!(rows.len(), 90, "one row per live key");
+    assert_eq!(rows, m.live());
+    assert_reconciled(&p8, "after a run on 8 buckets").await;
+    assert_eq!(bucket_layout(&p8, &env, LATEST).await, (8, vec![8]));
+}
+
+#[tokio::test]
+async fn a_latest_sink_whose_bucket_spec_another_engine_changed_is_stale() {
+    let env = TestEnv::with_pipelines("sqlite", &pipeline()).await;
+    let ingestor = env.ingestor().await;
+    let base = Utc::now() - chrono::Duration::hours(2);
+    let mut m = Model::default();
+    ingest_random(
+        &env,
+        &ingestor,
+        "orders/b1.jsonl",
+        base,
+        &mut m,
+        &hundred(10),
+    )
+    .await;
+    let p = env.processor().await;
+    p.run(LATEST, soon()).await.unwrap();
+    // Another engine moves the sink to bucket(8), and compaction rewrites its files into it:
+    // every file is of the default spec, with an int partition value — of the wrong transform.
+    let ident = floe::catalog::table_ident(&env.config, LATEST).unwrap();
+    let t = p.committer().load(&ident).await.unwrap();
+    let key = t
+        .metadata()
+        .current_schema()
+        .field_by_name("customer_id")
+        .unwrap()
+        .id;
+    let spec = iceberg::spec::UnboundPartitionSpec::builder()
+        .add_partition_field(key, "customer_id_b8", iceberg::spec::Transform::Bucket(8))
+        .unwrap()
+        .build();
+    let builder = TableMetadataBuilder::new_from_metadata(
+        t.metadata().clone(),
+        t.metadata_location().map(str::to_string),
+    )
+    .add_default_partition_spec(spec)
+    .unwrap();
+    install(&env, &t, builder).await;
+    let opts = floe::maintain::Options {
+        min_input_files: 1,
+        ..crate::maintain_opts(true, false, false)
+    };
+    env.maintainer().await.run(LATEST, &opts).await.unwrap();
+    assert_eq!(bucket_layout(&p, &env, LATEST).await, (8, vec![8]));
+
+    ingest_random(
+        &env,
+        &ingestor,
+        "orders/b2.jsonl",
+        base,
+        &mut m,
+        &hundred(20),
+    )
+    .await;
+    let e = p.run(LATEST, soon()).await.unwrap_err();
+    assert_eq!(e.kind(), floe::ErrorKind::Stale, "{e}");
+    assert!(
+        e.to_string().contains("bucket(8, customer_id)")
+            && e.to_string().contains("bucket(4, customer_id)")
+            && e.to_string().contains("refresh"),
+        "{e}"
+    );
+    // A refresh moves it back to the configured layout; runs go on.
+    p.refresh(LATEST, soon()).await.unwrap();
+    assert_eq!(bucket_layout(&p, &env, LATEST).await, (4, vec![4]));
+    assert_reconciled(&p, "after the refresh").await;
+    assert_eq!(sink_rows(&env), m.live());
 }

@@ -23,7 +23,7 @@ use super::latest::{self, Bucket, Latest};
 use super::output::Output;
 use super::processor::{Position, RunReport};
 use super::{input, transform, Processor};
-use crate::commit::{Outcome, Plan};
+use crate::commit::{Outcome, Plan, Skipped};
 use crate::config::PipelineConfig;
 use crate::error::{Error, ErrorKind, Result};
 use crate::scan::LiveFile;
@@ -66,6 +66,10 @@ impl Processor {
         report: &mut RunReport,
         deadline: Instant,
     ) -> Result<Option<SinkFiles>> {
+        let layout = latest::Layout::of(p)?;
+        for t in std::iter::once(&pos.sink).chain(pos.tombstones.as_ref()) {
+            layout.check(t)?;
+        }
         let (_, latest) = self.latest_terms(p, &pos.source).await?;
         let context = format!("pipeline `{}` over `{}`", p.name, p.source);
         let mut reduced: Vec<RecordBatch> = Vec::new();
@@ -193,6 +197,40 @@ impl Processor {
             }
             Err(e) => Err(e),
         }
+    }
+
+    /// Gives `table` (the sink or the tombstone table) the pipeline's key-bucket layout as its
+    /// default partition spec, a metadata-only commit (its live files keep their spec; the
+    /// refresh then replaces them all). True when the table's spec changed (by this call or by
+    /// a concurrent refresh): the caller reloads it.
+    pub(super) async fn set_layout(
+        &self,
+        p: &PipelineConfig,
+        table: &Table,
+        deadline: Instant,
+    ) -> Result<bool> {
+        let layout = latest::Layout::of(p)?;
+        let Some(was) = layout.mismatch(table) else {
+            return Ok(false);
+        };
+        let result = self
+            .committer
+            .commit_from(
+                table.identifier(),
+                Some(table.clone()),
+                &self.limits(deadline),
+                |t: &Table| {
+                    Ok(match layout.mismatch(t) {
+                        None => Plan::Skip(Skipped::Obsolete("the layout is in place".into())),
+                        Some(_) => Plan::Apply(Change::set_partition_spec(layout.spec(t)?)),
+                    })
+                },
+            )
+            .await?;
+        tracing::info!(pipeline = %p.name, table = %table.identifier(), was = %was,
+            buckets = p.key_buckets(), committed = matches!(result, Outcome::Committed { .. }),
+            "partition spec moved to the key-bucket layout");
+        Ok(true)
     }
 
     /// A refresh of a `latest` pipeline's tombstones: all of them replaced by `deletes` (the
