@@ -310,6 +310,7 @@ pub(crate) async fn stage(table: &Table, change: &Change, write: bool) -> Result
         manifests: Vec::new(),
         written: Vec::new(),
         collector: SnapshotSummaryCollector::default(),
+        dropped_deletes: false,
     };
     m.carry_existing(change).await?;
     m.add_files(&change.added, seq).await?;
@@ -319,6 +320,7 @@ pub(crate) async fn stage(table: &Table, change: &Change, write: bool) -> Result
         parent.map(|p| p.summary()),
         &m.collector,
         new_schema.is_none(),
+        m.dropped_deletes,
     );
     if let Some(meter) = &change.meter {
         let mut usage = meter.usage();
@@ -471,6 +473,8 @@ struct Manifests<'a> {
     /// Every file written (for cleanup when the version is not installed).
     written: Vec<String>,
     collector: SnapshotSummaryCollector,
+    /// The base's delete files were left out: every data file they could apply to is removed.
+    dropped_deletes: bool,
 }
 
 impl Manifests<'_> {
@@ -478,6 +482,11 @@ impl Manifests<'_> {
     /// the removed files as deleted entries) where one is; merged into one per spec when
     /// rewriting manifests, or when an append would leave too many (like Java's merge append,
     /// so manifest lists stay short). `Stale` if a file to remove is no longer live.
+    ///
+    /// Delete manifests (another engine's row-level deletes) are carried unchanged, unless the
+    /// change removes every live data file of the base (a refresh): they can then apply to no
+    /// file (position deletes name removed files; equality deletes apply to data of earlier
+    /// sequence numbers only) and are left out.
     async fn carry_existing(&mut self, change: &Change) -> Result<()> {
         let table = self.files.table;
         let md = table.metadata();
@@ -502,7 +511,14 @@ impl Manifests<'_> {
             || (merge_enabled
                 && change.operation == Operation::Append
                 && data_manifests >= min_merge);
+        let mut deletes: Vec<ManifestFile> = Vec::new();
+        // Whether a live data file of the base stays live.
+        let mut kept_live = false;
         for mf in existing {
+            if mf.content == ManifestContentType::Deletes {
+                deletes.push(mf);
+                continue;
+            }
             // A manifest of only DELETED entries (an earlier overwrite's or replace's
             // tombstones) lists no live file: it belongs to the snapshot that wrote it, not to
             // later ones (Java's snapshot producer drops it too). Carried on, one would pile up
@@ -518,6 +534,7 @@ impl Manifests<'_> {
                     && mf.content == ManifestContentType::Data
                     && (mf.has_added_files() || mf.has_existing_files()));
             if !touches {
+                kept_live |= mf.has_added_files() || mf.has_existing_files();
                 self.manifests.push(mf);
                 continue;
             }
@@ -530,6 +547,7 @@ impl Manifests<'_> {
                 .iter()
                 .any(|e| e.is_alive() && removed.contains(e.data_file().file_path()));
             if !hit && !rewrite_manifests {
+                kept_live = true;
                 self.manifests.push(mf);
                 continue;
             }
@@ -550,12 +568,14 @@ impl Manifests<'_> {
                     w.add_delete_file(df, data_seq, file_seq)
                         .map_err(ice("manifest entry"))?;
                 } else if rewrite_manifests {
+                    kept_live = true;
                     merged
                         .entry(mf.partition_spec_id)
                         .or_default()
                         .push(e.as_ref().clone());
                     continue;
                 } else {
+                    kept_live = true;
                     let sid = e.snapshot_id().unwrap_or(mf.added_snapshot_id);
                     w.add_existing_file(df, sid, data_seq, file_seq)
                         .map_err(ice("manifest entry"))?;
@@ -579,6 +599,14 @@ impl Manifests<'_> {
                     table.identifier()
                 ),
             ));
+        }
+        let live_deletes = deletes
+            .iter()
+            .any(|m| m.has_added_files() || m.has_existing_files());
+        if kept_live {
+            self.manifests.append(&mut deletes);
+        } else {
+            self.dropped_deletes = live_deletes;
         }
         for (spec_id, entries) in merged {
             let (path, mut w) = self.files.open(spec_by_id(md, spec_id)?)?;
@@ -662,6 +690,7 @@ fn snapshot_summary(
     parent: Option<&Summary>,
     collector: &SnapshotSummaryCollector,
     schema_already_there: bool,
+    dropped_deletes: bool,
 ) -> HashMap<String, String> {
     let mut props = change.properties.clone();
     summary::carry_checkpoint(&mut props, parent);
@@ -690,7 +719,12 @@ fn snapshot_summary(
         "total-position-deletes",
         "total-equality-deletes",
     ] {
-        props.insert(key.into(), summary::value(parent, key).to_string());
+        let carried = if dropped_deletes {
+            0
+        } else {
+            summary::value(parent, key)
+        };
+        props.insert(key.into(), carried.to_string());
     }
     props
 }

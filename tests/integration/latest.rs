@@ -660,3 +660,213 @@ async fn a_latest_sink_whose_bucket_spec_another_engine_changed_is_stale() {
     assert_reconciled(&p, "after the refresh").await;
     assert_eq!(sink_rows(&env), m.live());
 }
+
+/// Another engine's merge-on-read delete of row 0 of `table`'s first live data file: a position
+/// delete file, a delete manifest and a `delete` snapshot on top of the current one.
+async fn delete_first_row(env: &TestEnv, p: &Processor, table: &str) {
+    use arrow::array::{Int64Array, RecordBatch, StringArray};
+    use arrow::datatypes::{DataType, Field, Schema};
+    use iceberg::spec::{
+        DataContentType, DataFileBuilder, DataFileFormat, ManifestListWriter,
+        ManifestWriterBuilder, Operation, Snapshot, SnapshotReference, SnapshotRetention, Summary,
+        MAIN_BRANCH,
+    };
+    use std::sync::Arc;
+    let ident = floe::catalog::table_ident(&env.config, table).unwrap();
+    let t = p.committer().load(&ident).await.unwrap();
+    let md = t.metadata();
+    let victim = floe::scan::live_files(&t).await.unwrap().remove(0);
+    let id =
+        |n: i32| std::collections::HashMap::from([("PARQUET:field_id".to_string(), n.to_string())]);
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("file_path", DataType::Utf8, false).with_metadata(id(2147483546)),
+        Field::new("pos", DataType::Int64, false).with_metadata(id(2147483545)),
+    ]));
+    let batch = RecordBatch::try_new(
+        schema.clone(),
+        vec![
+            Arc::new(StringArray::from(vec![victim.file.file_path()])),
+            Arc::new(Int64Array::from(vec![0i64])),
+        ],
+    )
+    .unwrap();
+    let mut buf = Vec::new();
+    let mut w = parquet::arrow::ArrowWriter::try_new(&mut buf, schema, None).unwrap();
+    w.write(&batch).unwrap();
+    w.close().unwrap();
+    let dir = md.location().trim_end_matches('/').to_string();
+    let tag = uuid::Uuid::new_v4();
+    let path = format!("{dir}/data/pos-deletes-{tag}.parquet");
+    let size = buf.len() as u64;
+    t.file_io()
+        .new_output(&path)
+        .unwrap()
+        .write(buf.into())
+        .await
+        .unwrap();
+    let delete = DataFileBuilder::default()
+        .content(DataContentType::PositionDeletes)
+        .file_path(path)
+        .file_format(DataFileFormat::Parquet)
+        .partition(victim.file.partition().clone())
+        .partition_spec_id(victim.spec_id)
+        .record_count(1)
+        .file_size_in_bytes(size)
+        .referenced_data_file(Some(victim.file.file_path().to_string()))
+        .build()
+        .unwrap();
+    let seq = md.next_sequence_number();
+    let snapshot_id = (uuid::Uuid::new_v4().as_u64_pair().0 >> 1) as i64;
+    let manifest_path = format!("{dir}/metadata/{tag}-deletes-m0.avro");
+    let spec = md
+        .partition_spec_by_id(victim.spec_id)
+        .unwrap()
+        .as_ref()
+        .clone();
+    let mut mw = ManifestWriterBuilder::new(
+        t.file_io().new_output(&manifest_path).unwrap(),
+        Some(snapshot_id),
+        md.current_schema().clone(),
+        spec,
+    )
+    .build_v2_deletes();
+    mw.add_file(delete, seq).unwrap();
+    let mut manifests = floe::snapshot::current_manifests(&t).await.unwrap();
+    manifests.push(mw.write_manifest_file().await.unwrap());
+    let list_path = format!("{dir}/metadata/snap-{snapshot_id}-0-{tag}.avro");
+    let out = t.file_io().new_output(&list_path).unwrap();
+    let mut list = ManifestListWriter::v2(
+        out.writer().await.unwrap(),
+        snapshot_id,
+        md.current_snapshot_id(),
+        seq,
+    );
+    list.add_manifests(manifests.into_iter()).unwrap();
+    list.close().await.unwrap();
+    let parent = md.current_snapshot().unwrap().summary();
+    let mut props = std::collections::HashMap::new();
+    for k in ["total-records", "total-data-files", "total-files-size"] {
+        if let Some(v) = parent.additional_properties.get(k) {
+            props.insert(k.to_string(), v.clone());
+        }
+    }
+    props.insert("added-delete-files".into(), "1".into());
+    props.insert("added-position-deletes".into(), "1".into());
+    props.insert("total-delete-files".into(), "1".into());
+    props.insert("total-position-deletes".into(), "1".into());
+    let snapshot = Snapshot::builder()
+        .with_snapshot_id(snapshot_id)
+        .with_parent_snapshot_id(md.current_snapshot_id())
+        .with_sequence_number(seq)
+        .with_timestamp_ms(Utc::now().timestamp_millis().max(md.last_updated_ms() + 1))
+        .with_manifest_list(list_path)
+        .with_schema_id(md.current_schema_id())
+        .with_summary(Summary {
+            operation: Operation::Delete,
+            additional_properties: props,
+        })
+        .build();
+    let builder = TableMetadataBuilder::new_from_metadata(
+        md.clone(),
+        t.metadata_location().map(str::to_string),
+    )
+    .add_snapshot(snapshot)
+    .unwrap()
+    .set_ref(
+        MAIN_BRANCH,
+        SnapshotReference::new(snapshot_id, SnapshotRetention::branch(None, None, None)),
+    )
+    .unwrap();
+    install(env, &t, builder).await;
+}
+
+/// Whether `table`'s current snapshot lists delete files.
+async fn lists_delete_files(env: &TestEnv, p: &Processor, table: &str) -> bool {
+    let ident = floe::catalog::table_ident(&env.config, table).unwrap();
+    let t = p.committer().load(&ident).await.unwrap();
+    floe::snapshot::current_manifests(&t)
+        .await
+        .unwrap()
+        .iter()
+        .any(|m| m.content == iceberg::spec::ManifestContentType::Deletes)
+}
+
+#[tokio::test]
+async fn another_engines_delete_files_stop_a_latest_run_until_a_refresh() {
+    let env = TestEnv::with_pipelines("sqlite", &pipeline()).await;
+    let ingestor = env.ingestor().await;
+    let base = Utc::now() - chrono::Duration::hours(2);
+    let mut m = Model::default();
+    ingest_random(
+        &env,
+        &ingestor,
+        "orders/d1.jsonl",
+        base,
+        &mut m,
+        &hundred(10),
+    )
+    .await;
+    let p = env.processor().await;
+    p.run(LATEST, soon()).await.unwrap();
+    assert_eq!(sink_rows(&env), m.live());
+
+    // Another engine deletes one sink row with a position delete (PyIceberg applies it).
+    delete_first_row(&env, &p, LATEST).await;
+    let after: Vec<Vec<String>> = sink_rows(&env);
+    assert_eq!(after.len(), 89, "the reader applies the delete");
+    let gone: Vec<Vec<String>> = m
+        .live()
+        .into_iter()
+        .filter(|r| !after.contains(r))
+        .collect();
+    let gone: i64 = gone[0][0].parse().unwrap();
+    // Newer versions of every other key: every bucket touched, the deleted key's too.
+    let mut newer = hundred(20);
+    newer.retain(|v| v.0 != gone);
+    ingest_random(&env, &ingestor, "orders/d2.jsonl", base, &mut m, &newer).await;
+    let e = p.run(LATEST, soon()).await.unwrap_err();
+    assert_eq!(e.kind(), floe::ErrorKind::Stale, "{e}");
+    assert!(
+        e.to_string().contains("delete file")
+            && e.to_string().contains("pos-deletes-")
+            && e.to_string().contains("floe process refresh"),
+        "{e}"
+    );
+    assert_eq!(sink_rows(&env), after, "the deleted row did not come back");
+
+    // A refresh rebuilds the sink from the source (its delete files go with the data files
+    // they applied to); runs go on.
+    p.refresh(LATEST, soon()).await.unwrap();
+    assert!(!lists_delete_files(&env, &p, LATEST).await);
+    assert_reconciled(&p, "after the refresh").await;
+    assert_eq!(sink_rows(&env), m.live());
+
+    // The same for the tombstone table.
+    delete_first_row(&env, &p, TOMBSTONES).await;
+    ingest_random(
+        &env,
+        &ingestor,
+        "orders/d3.jsonl",
+        base,
+        &mut m,
+        &hundred(30),
+    )
+    .await;
+    let e = p.run(LATEST, soon()).await.unwrap_err();
+    assert_eq!(e.kind(), floe::ErrorKind::Stale, "{e}");
+    assert!(e.to_string().contains(TOMBSTONES), "{e}");
+    p.refresh(LATEST, soon()).await.unwrap();
+    assert!(!lists_delete_files(&env, &p, TOMBSTONES).await);
+    ingest_random(
+        &env,
+        &ingestor,
+        "orders/d4.jsonl",
+        base,
+        &mut m,
+        &hundred(40),
+    )
+    .await;
+    p.run(LATEST, soon()).await.unwrap();
+    assert_reconciled(&p, "after the second refresh and a run").await;
+    assert_eq!(sink_rows(&env), m.live());
+}
