@@ -870,3 +870,70 @@ async fn another_engines_delete_files_stop_a_latest_run_until_a_refresh() {
     assert_reconciled(&p, "after the second refresh and a run").await;
     assert_eq!(sink_rows(&env), m.live());
 }
+
+#[tokio::test]
+async fn a_far_future_order_value_does_not_move_the_tombstone_horizon() {
+    let env = TestEnv::with_pipelines("sqlite", &pipeline()).await;
+    let ingestor = env.ingestor().await;
+    let p = env.processor().await;
+    let now = Utc::now();
+    let day = 86_400;
+    let mut m = Model::default();
+    // Customers 1..10 placed 11 days ago, customer d cancelled d days ago.
+    let mut v: Vec<(i64, String, String, i64)> = Vec::new();
+    for c in 1..=10 {
+        v.push((c, format!("o{c}"), "placed".into(), -11 * day));
+        v.push((c, format!("o{c}"), "cancelled".into(), -c * day));
+    }
+    ingest_random(&env, &ingestor, "orders/h1.jsonl", now, &mut m, &v).await;
+    p.run(LATEST, soon()).await.unwrap();
+    let tombstoned = |env: &TestEnv| -> Vec<i64> {
+        let rows = env.pyiceberg_rows(TOMBSTONES);
+        let mut c: Vec<i64> = rows["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r[0].as_str().unwrap().parse().unwrap())
+            .collect();
+        c.sort();
+        c
+    };
+    let kept = tombstoned(&env);
+    assert!((1..=6).all(|c| kept.contains(&c)), "{kept:?}");
+
+    // One row stamped 2099 among updates touching every bucket: the horizon stays at now − 7d.
+    let far = (chrono::DateTime::parse_from_rfc3339("2099-01-01T00:00:00Z")
+        .unwrap()
+        .with_timezone(&Utc)
+        - now)
+        .num_seconds();
+    let mut v: Vec<(i64, String, String, i64)> = (11..=40)
+        .map(|c| (c, format!("o{c}"), "placed".to_string(), -day))
+        .collect();
+    v.push((50, "o50".into(), "placed".into(), far));
+    ingest_random(&env, &ingestor, "orders/h2.jsonl", now, &mut m, &v).await;
+    let r = p.run(LATEST, soon()).await.unwrap();
+    assert_eq!(r.buckets, 4, "{r:?}");
+    let kept = tombstoned(&env);
+    assert!(
+        (1..=6).all(|c| kept.contains(&c)),
+        "tombstones kept: {kept:?}"
+    );
+
+    // Late older versions of the deleted customers 1..6 stay deleted.
+    let v: Vec<(i64, String, String, i64)> = (1..=6)
+        .map(|c| (c, format!("late{c}"), "paid".to_string(), -c * day - 3600))
+        .collect();
+    ingest_random(&env, &ingestor, "orders/h3.jsonl", now, &mut m, &v).await;
+    p.run(LATEST, soon()).await.unwrap();
+    let live: Vec<i64> = sink_rows(&env)
+        .iter()
+        .map(|r| r[0].parse().unwrap())
+        .collect();
+    assert!(
+        live.iter().all(|c| *c > 10),
+        "deleted customers came back: {live:?}"
+    );
+    assert_eq!(sink_rows(&env), m.live());
+    assert_reconciled(&p, "after the late versions").await;
+}

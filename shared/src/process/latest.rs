@@ -40,6 +40,10 @@ use crate::scan::LiveFile;
 /// run further ahead) never makes a sink run ahead of its checkpoint.
 pub(crate) const SEQ: &str = "_floe_source_sequence";
 
+/// How far past the commit time of the source snapshot a run reads up to an `order_by` value
+/// may lie and still move the tombstone horizon ([`Latest::horizon`]).
+pub(super) const CLOCK_SKEW_MICROS: i64 = 3_600_000_000;
+
 /// A `latest` pipeline's keys, ordering, delete marker and buckets, checked against the SQL's
 /// output schema.
 pub(super) struct Latest {
@@ -275,14 +279,16 @@ impl Latest {
     /// The tombstone horizon of a run whose delta winners are `delta`: tombstones ordered
     /// before the newest version in it minus the retention may be dropped (None: keep all).
     /// Only a timestamp `order_by` has one; taking the delta's newest (not the table's) only
-    /// ever keeps more.
-    pub(super) fn horizon(&self, delta: &RecordBatch) -> Option<i64> {
+    /// ever keeps more. The newest counts at most `latest_micros` (the commit time of the
+    /// source snapshot the run reads up to, plus [`CLOCK_SKEW_MICROS`]): a far-future value
+    /// (a producer's clock, a typo) never drops tombstones younger than the retention.
+    pub(super) fn horizon(&self, delta: &RecordBatch, latest_micros: i64) -> Option<i64> {
         let retention = self.retention?;
         let max = micros(delta.column(self.order_idx))?
             .iter()
             .flatten()
             .max()?;
-        Some(max.saturating_sub(retention))
+        Some(max.min(latest_micros).saturating_sub(retention))
     }
 
     /// Merges one bucket: its committed sink rows, its tombstones (tombstone schema) and the
@@ -844,8 +850,11 @@ mod tests {
             .unwrap();
         assert_eq!(m.tombstones.num_rows(), 2);
         let delta = batch(&[(3, 12 * day, "u")]);
-        let horizon = l.horizon(&delta);
+        let horizon = l.horizon(&delta, i64::MAX);
         assert_eq!(horizon, Some(5 * day), "7 days by default");
+        // A far-future value counts as the cap (the source commit time plus the skew).
+        let far = batch(&[(3, 40_000 * day, "u")]);
+        assert_eq!(l.horizon(&far, 12 * day), Some(5 * day));
         let m = l
             .merge_bucket(&[], &[m.tombstones], &delta, 2, horizon)
             .unwrap();

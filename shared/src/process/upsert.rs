@@ -97,13 +97,17 @@ impl Processor {
         let delta = latest.reduce(&reduced)?;
         drop(reduced);
         report.keys_touched = delta.num_rows() as u64;
-        let horizon = latest.horizon(&delta);
-        let seq = pos
-            .source
-            .metadata()
-            .snapshot_by_id(to)
-            .map(|s| s.sequence_number())
-            .unwrap_or_default();
+        let to_snapshot = pos.source.metadata().snapshot_by_id(to);
+        // The newest order value that moves the horizon: the source commit time plus a skew
+        // (the run's clock if the snapshot is unknown).
+        let committed_ms = to_snapshot
+            .map(|s| s.timestamp_ms())
+            .unwrap_or_else(|| chrono::Utc::now().timestamp_millis());
+        let latest_micros = committed_ms
+            .saturating_mul(1000)
+            .saturating_add(latest::CLOCK_SKEW_MICROS);
+        let horizon = latest.horizon(&delta, latest_micros);
+        let seq = to_snapshot.map(|s| s.sequence_number()).unwrap_or_default();
         let touched = latest.by_bucket(&delta)?;
         drop(delta);
         report.buckets = touched.len();
