@@ -10,7 +10,7 @@ use iceberg::spec::{
     DataContentType, DataFile, ManifestContentType, ManifestFile, ManifestList, ManifestListWriter,
     ManifestWriter, ManifestWriterBuilder, Operation, PartitionSpec, Snapshot, SnapshotReference,
     SnapshotRetention, SnapshotSummaryCollector, Summary, TableMetadata, TableMetadataBuilder,
-    MAIN_BRANCH, UNASSIGNED_SEQUENCE_NUMBER,
+    UnboundPartitionSpec, MAIN_BRANCH, UNASSIGNED_SEQUENCE_NUMBER,
 };
 use iceberg::table::Table;
 use iceberg::{MetadataLocation, TableRequirement, TableUpdate};
@@ -40,6 +40,11 @@ pub struct Change {
     /// With `schema`: it replaces the base's current schema, which must have this id (a column
     /// drop: the new schema lacks fields, so it cannot "extend" the base); another id → `Stale`.
     pub replaces_schema: Option<i32>,
+    /// A partition spec to make the default, in a change of nothing else (no files, no
+    /// snapshot): an existing spec with the same fields (source column and transform) is made
+    /// the default again, else this one is added. New files are then written with it; the live
+    /// files keep theirs.
+    pub partition_spec: Option<UnboundPartitionSpec>,
     /// Meters the work this change commits: its usage when the snapshot is staged (manifests
     /// and manifest list written, the metadata.json write counted ahead) goes into the
     /// snapshot's summary ([`crate::summary::Usage`]).
@@ -58,6 +63,7 @@ impl Change {
             expire: Vec::new(),
             schema: None,
             replaces_schema: None,
+            partition_spec: None,
             meter: None,
         }
     }
@@ -73,6 +79,7 @@ impl Change {
             expire: snapshot_ids,
             schema: None,
             replaces_schema: None,
+            partition_spec: None,
             meter: None,
         }
     }
@@ -88,6 +95,7 @@ impl Change {
             expire: Vec::new(),
             schema: None,
             replaces_schema: None,
+            partition_spec: None,
             meter: None,
         }
     }
@@ -107,12 +115,22 @@ impl Change {
             expire: Vec::new(),
             schema: None,
             replaces_schema: None,
+            partition_spec: None,
             meter: None,
         }
     }
 }
 
 impl Change {
+    /// Makes `spec` the table's default partition spec (metadata only: no snapshot, no file
+    /// changes; see [`Change::partition_spec`]).
+    pub fn set_partition_spec(spec: UnboundPartitionSpec) -> Self {
+        Self {
+            partition_spec: Some(spec),
+            ..Self::replace(Vec::new(), Vec::new(), HashMap::new())
+        }
+    }
+
     /// Installs `schema` (the current one without some columns) in place of the current schema
     /// `base_schema_id`, in a snapshot that changes no data (`replace` without files: pipelines
     /// skip it, old files keep their values under the dropped ids).
@@ -322,6 +340,9 @@ pub(crate) async fn stage(table: &Table, change: &Change, write: bool) -> Result
     if !change.expire.is_empty() {
         return stage_expiration(table, change, write).await;
     }
+    if let Some(spec) = &change.partition_spec {
+        return stage_partition_spec(table, change, spec, write).await;
+    }
     let md = table.metadata();
     let builder = base_builder(table)?;
     let snapshot_id = new_snapshot_id(md);
@@ -346,6 +367,7 @@ pub(crate) async fn stage(table: &Table, change: &Change, write: bool) -> Result
         manifests: Vec::new(),
         written: Vec::new(),
         collector: SnapshotSummaryCollector::default(),
+        dropped_deletes: false,
     };
     m.carry_existing(change).await?;
     m.add_files(&change.added, seq).await?;
@@ -355,6 +377,7 @@ pub(crate) async fn stage(table: &Table, change: &Change, write: bool) -> Result
         parent.map(|p| p.summary()),
         &m.collector,
         new_schema.is_none(),
+        m.dropped_deletes,
     );
     if let Some(meter) = &change.meter {
         let mut usage = meter.usage();
@@ -414,6 +437,52 @@ async fn stage_expiration(table: &Table, change: &Change, write: bool) -> Result
     write_metadata(table, builder, write).await
 }
 
+/// A new default partition spec (no new snapshot). The REST requirements also pin the base's
+/// default spec and last partition id, so another engine's spec change conflicts.
+async fn stage_partition_spec(
+    table: &Table,
+    change: &Change,
+    spec: &UnboundPartitionSpec,
+    write: bool,
+) -> Result<Staged> {
+    if !(change.added.is_empty() && change.removed.is_empty() && !change.rewrite_manifests) {
+        return Err(Error::new(
+            ErrorKind::Internal,
+            "a partition spec change carries no file changes",
+        ));
+    }
+    let md = table.metadata();
+    let fields = |f: &[iceberg::spec::UnboundPartitionField]| {
+        f.iter()
+            .map(|f| (f.source_id, f.transform))
+            .collect::<Vec<_>>()
+    };
+    let wanted = fields(spec.fields());
+    let existing = md.partition_specs_iter().find(|s| {
+        s.fields()
+            .iter()
+            .map(|f| (f.source_id, f.transform))
+            .collect::<Vec<_>>()
+            == wanted
+    });
+    let builder = base_builder(table)?;
+    let builder = match existing {
+        Some(s) => builder.set_default_partition_spec(s.spec_id()),
+        None => builder.add_default_partition_spec(spec.clone()),
+    }
+    .map_err(ice("setting the partition spec"))?;
+    let mut staged = write_metadata(table, builder, write).await?;
+    staged.requirements.extend([
+        TableRequirement::DefaultSpecIdMatch {
+            default_spec_id: md.default_partition_spec_id(),
+        },
+        TableRequirement::LastAssignedPartitionIdMatch {
+            last_assigned_partition_id: md.last_partition_id(),
+        },
+    ]);
+    Ok(staged)
+}
+
 /// The evolved schema the added files were written with, to add unless the base already has
 /// it, and the schema id of the new snapshot. `Stale` if the base's schema moved differently.
 fn schema_for(table: &Table, change: &Change) -> Result<(Option<iceberg::spec::Schema>, i32)> {
@@ -461,6 +530,8 @@ struct Manifests<'a> {
     /// Every file written (for cleanup when the version is not installed).
     written: Vec<String>,
     collector: SnapshotSummaryCollector,
+    /// The base's delete files were left out: every data file they could apply to is removed.
+    dropped_deletes: bool,
 }
 
 impl Manifests<'_> {
@@ -468,6 +539,11 @@ impl Manifests<'_> {
     /// the removed files as deleted entries) where one is; merged into one per spec when
     /// rewriting manifests, or when an append would leave too many (like Java's merge append,
     /// so manifest lists stay short). `Stale` if a file to remove is no longer live.
+    ///
+    /// Delete manifests (another engine's row-level deletes) are carried unchanged, unless the
+    /// change removes every live data file of the base (a refresh): they can then apply to no
+    /// file (position deletes name removed files; equality deletes apply to data of earlier
+    /// sequence numbers only) and are left out.
     async fn carry_existing(&mut self, change: &Change) -> Result<()> {
         let table = self.files.table;
         let md = table.metadata();
@@ -492,7 +568,14 @@ impl Manifests<'_> {
             || (merge_enabled
                 && change.operation == Operation::Append
                 && data_manifests >= min_merge);
+        let mut deletes: Vec<ManifestFile> = Vec::new();
+        // Whether a live data file of the base stays live.
+        let mut kept_live = false;
         for mf in existing {
+            if mf.content == ManifestContentType::Deletes {
+                deletes.push(mf);
+                continue;
+            }
             // A manifest of only DELETED entries (an earlier overwrite's or replace's
             // tombstones) lists no live file: it belongs to the snapshot that wrote it, not to
             // later ones (Java's snapshot producer drops it too). Carried on, one would pile up
@@ -508,6 +591,7 @@ impl Manifests<'_> {
                     && mf.content == ManifestContentType::Data
                     && (mf.has_added_files() || mf.has_existing_files()));
             if !touches {
+                kept_live |= mf.has_added_files() || mf.has_existing_files();
                 self.manifests.push(mf);
                 continue;
             }
@@ -520,6 +604,7 @@ impl Manifests<'_> {
                 .iter()
                 .any(|e| e.is_alive() && removed.contains(e.data_file().file_path()));
             if !hit && !rewrite_manifests {
+                kept_live = true;
                 self.manifests.push(mf);
                 continue;
             }
@@ -540,12 +625,14 @@ impl Manifests<'_> {
                     w.add_delete_file(df, data_seq, file_seq)
                         .map_err(ice("manifest entry"))?;
                 } else if rewrite_manifests {
+                    kept_live = true;
                     merged
                         .entry(mf.partition_spec_id)
                         .or_default()
                         .push(e.as_ref().clone());
                     continue;
                 } else {
+                    kept_live = true;
                     let sid = e.snapshot_id().unwrap_or(mf.added_snapshot_id);
                     w.add_existing_file(df, sid, data_seq, file_seq)
                         .map_err(ice("manifest entry"))?;
@@ -569,6 +656,14 @@ impl Manifests<'_> {
                     table.identifier()
                 ),
             ));
+        }
+        let live_deletes = deletes
+            .iter()
+            .any(|m| m.has_added_files() || m.has_existing_files());
+        if kept_live {
+            self.manifests.append(&mut deletes);
+        } else {
+            self.dropped_deletes = live_deletes;
         }
         for (spec_id, entries) in merged {
             let (path, mut w) = self.files.open(spec_by_id(md, spec_id)?)?;
@@ -669,6 +764,7 @@ fn snapshot_summary(
     parent: Option<&Summary>,
     collector: &SnapshotSummaryCollector,
     schema_already_there: bool,
+    dropped_deletes: bool,
 ) -> HashMap<String, String> {
     let mut props = change.properties.clone();
     summary::carry_checkpoint(&mut props, parent);
@@ -697,7 +793,12 @@ fn snapshot_summary(
         "total-position-deletes",
         "total-equality-deletes",
     ] {
-        props.insert(key.into(), summary::value(parent, key).to_string());
+        let carried = if dropped_deletes {
+            0
+        } else {
+            summary::value(parent, key)
+        };
+        props.insert(key.into(), carried.to_string());
     }
     props
 }

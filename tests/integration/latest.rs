@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use floe::process::Processor;
+use iceberg::spec::TableMetadataBuilder;
 
 use crate::faults::{faulty, faulty_on, Fault};
 use crate::harness::TestEnv;
@@ -498,4 +499,441 @@ async fn compacting_a_latest_sink_keeps_one_row_per_key() {
     p.run(LATEST, soon()).await.unwrap();
     assert_reconciled(&p, "after compaction and a run").await;
     assert_eq!(sink_rows(&env), m.live(), "after compaction and a run");
+}
+
+/// Installs `builder`'s metadata (built on `table`) as another engine would: no snapshot of
+/// floe's, straight through the catalog's pointer swap.
+async fn install(env: &TestEnv, table: &iceberg::table::Table, builder: TableMetadataBuilder) {
+    let staged = floe::snapshot::write_metadata(table, builder, true)
+        .await
+        .unwrap();
+    let swap = floe::catalog::pointer_swap(&env.config).await.unwrap();
+    swap.swap(table.identifier(), &staged).await.unwrap();
+}
+
+/// The bucket counts of the default spec of `table` and of its live files' specs.
+async fn bucket_layout(p: &Processor, env: &TestEnv, table: &str) -> (u32, Vec<u32>) {
+    let ident = floe::catalog::table_ident(&env.config, table).unwrap();
+    let t = p.committer().load(&ident).await.unwrap();
+    let md = t.metadata();
+    let n = |spec: &iceberg::spec::PartitionSpec| match spec.fields()[0].transform {
+        iceberg::spec::Transform::Bucket(n) => n,
+        ref other => panic!("{table}: {other:?}"),
+    };
+    let files = floe::scan::live_files(&t).await.unwrap();
+    let mut per_file: Vec<u32> = files
+        .iter()
+        .map(|f| n(md.partition_spec_by_id(f.spec_id).unwrap()))
+        .collect();
+    per_file.dedup();
+    (n(md.default_partition_spec()), per_file)
+}
+
+/// 100 customers, every tenth cancelled.
+fn hundred(t: i64) -> Vec<(i64, String, String, i64)> {
+    (1..=100)
+        .map(|c| {
+            let s = if c % 10 == 0 { "cancelled" } else { "placed" };
+            (c, format!("o{c}-{t}"), s.to_string(), t)
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn changing_key_buckets_refreshes_both_tables_into_the_new_layout() {
+    // REST: the server applies the spec change itself (add-spec, set-default-spec).
+    for kind in ["sqlite", "glue", "rest"] {
+        rebucket(kind).await;
+    }
+}
+
+async fn rebucket(kind: &'static str) {
+    let env = TestEnv::with_pipelines(kind, &pipeline()).await;
+    let ingestor = env.ingestor().await;
+    let base = Utc::now() - chrono::Duration::hours(2);
+    let mut m = Model::default();
+    ingest_random(
+        &env,
+        &ingestor,
+        "orders/b1.jsonl",
+        base,
+        &mut m,
+        &hundred(10),
+    )
+    .await;
+    let p4 = env.processor().await;
+    p4.run(LATEST, soon()).await.unwrap();
+    assert_eq!(bucket_layout(&p4, &env, LATEST).await, (4, vec![4]));
+
+    // 4 → 8 buckets: runs refuse until a refresh, which moves both tables to bucket(8).
+    let mut config = env.config.clone();
+    for p in config.pipelines.iter_mut().filter(|p| p.name == LATEST) {
+        p.key_buckets = Some(8);
+    }
+    let p8 = Processor::new(config).await.unwrap();
+    let e = p8.run(LATEST, soon()).await.unwrap_err();
+    assert!(e.to_string().contains("refresh"), "{e}");
+    p8.refresh(LATEST, soon()).await.unwrap();
+    for t in [LATEST, TOMBSTONES] {
+        assert_eq!(bucket_layout(&p8, &env, t).await, (8, vec![8]), "{t}");
+    }
+    assert_reconciled(&p8, "after the refresh").await;
+
+    // A newer version of every key, and a late older one of each cancelled key.
+    let mut newer = hundred(20);
+    newer.retain(|v| v.0 % 10 != 0);
+    newer.extend((1..=10).map(|i| (i * 10, format!("late{i}"), "placed".to_string(), 5)));
+    ingest_random(&env, &ingestor, "orders/b2.jsonl", base, &mut m, &newer).await;
+    p8.run(LATEST, soon()).await.unwrap();
+    let rows = sink_rows(&env);
+    assert_eq!(rows.len(), 90, "one row per live key");
+    assert_eq!(rows, m.live());
+    assert_reconciled(&p8, "after a run on 8 buckets").await;
+    assert_eq!(bucket_layout(&p8, &env, LATEST).await, (8, vec![8]));
+}
+
+#[tokio::test]
+async fn a_latest_sink_whose_bucket_spec_another_engine_changed_is_stale() {
+    let env = TestEnv::with_pipelines("sqlite", &pipeline()).await;
+    let ingestor = env.ingestor().await;
+    let base = Utc::now() - chrono::Duration::hours(2);
+    let mut m = Model::default();
+    ingest_random(
+        &env,
+        &ingestor,
+        "orders/b1.jsonl",
+        base,
+        &mut m,
+        &hundred(10),
+    )
+    .await;
+    let p = env.processor().await;
+    p.run(LATEST, soon()).await.unwrap();
+    // Another engine moves the sink to bucket(8), and compaction rewrites its files into it:
+    // every file is of the default spec, with an int partition value — of the wrong transform.
+    let ident = floe::catalog::table_ident(&env.config, LATEST).unwrap();
+    let t = p.committer().load(&ident).await.unwrap();
+    let key = t
+        .metadata()
+        .current_schema()
+        .field_by_name("customer_id")
+        .unwrap()
+        .id;
+    let spec = iceberg::spec::UnboundPartitionSpec::builder()
+        .add_partition_field(key, "customer_id_b8", iceberg::spec::Transform::Bucket(8))
+        .unwrap()
+        .build();
+    let builder = TableMetadataBuilder::new_from_metadata(
+        t.metadata().clone(),
+        t.metadata_location().map(str::to_string),
+    )
+    .add_default_partition_spec(spec)
+    .unwrap();
+    install(&env, &t, builder).await;
+    let opts = floe::maintain::Options {
+        min_input_files: 1,
+        ..crate::maintain_opts(true, false, false)
+    };
+    env.maintainer().await.run(LATEST, &opts).await.unwrap();
+    assert_eq!(bucket_layout(&p, &env, LATEST).await, (8, vec![8]));
+
+    ingest_random(
+        &env,
+        &ingestor,
+        "orders/b2.jsonl",
+        base,
+        &mut m,
+        &hundred(20),
+    )
+    .await;
+    let e = p.run(LATEST, soon()).await.unwrap_err();
+    assert_eq!(e.kind(), floe::ErrorKind::Stale, "{e}");
+    assert!(
+        e.to_string().contains("bucket(8, customer_id)")
+            && e.to_string().contains("bucket(4, customer_id)")
+            && e.to_string().contains("refresh"),
+        "{e}"
+    );
+    // A refresh moves it back to the configured layout; runs go on.
+    p.refresh(LATEST, soon()).await.unwrap();
+    assert_eq!(bucket_layout(&p, &env, LATEST).await, (4, vec![4]));
+    assert_reconciled(&p, "after the refresh").await;
+    assert_eq!(sink_rows(&env), m.live());
+}
+
+/// Another engine's merge-on-read delete of row 0 of `table`'s first live data file: a position
+/// delete file, a delete manifest and a `delete` snapshot on top of the current one.
+async fn delete_first_row(env: &TestEnv, p: &Processor, table: &str) {
+    use arrow::array::{Int64Array, RecordBatch, StringArray};
+    use arrow::datatypes::{DataType, Field, Schema};
+    use iceberg::spec::{
+        DataContentType, DataFileBuilder, DataFileFormat, ManifestListWriter,
+        ManifestWriterBuilder, Operation, Snapshot, SnapshotReference, SnapshotRetention, Summary,
+        MAIN_BRANCH,
+    };
+    use std::sync::Arc;
+    let ident = floe::catalog::table_ident(&env.config, table).unwrap();
+    let t = p.committer().load(&ident).await.unwrap();
+    let md = t.metadata();
+    let victim = floe::scan::live_files(&t).await.unwrap().remove(0);
+    let id =
+        |n: i32| std::collections::HashMap::from([("PARQUET:field_id".to_string(), n.to_string())]);
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("file_path", DataType::Utf8, false).with_metadata(id(2147483546)),
+        Field::new("pos", DataType::Int64, false).with_metadata(id(2147483545)),
+    ]));
+    let batch = RecordBatch::try_new(
+        schema.clone(),
+        vec![
+            Arc::new(StringArray::from(vec![victim.file.file_path()])),
+            Arc::new(Int64Array::from(vec![0i64])),
+        ],
+    )
+    .unwrap();
+    let mut buf = Vec::new();
+    let mut w = parquet::arrow::ArrowWriter::try_new(&mut buf, schema, None).unwrap();
+    w.write(&batch).unwrap();
+    w.close().unwrap();
+    let dir = md.location().trim_end_matches('/').to_string();
+    let tag = uuid::Uuid::new_v4();
+    let path = format!("{dir}/data/pos-deletes-{tag}.parquet");
+    let size = buf.len() as u64;
+    t.file_io()
+        .new_output(&path)
+        .unwrap()
+        .write(buf.into())
+        .await
+        .unwrap();
+    let delete = DataFileBuilder::default()
+        .content(DataContentType::PositionDeletes)
+        .file_path(path)
+        .file_format(DataFileFormat::Parquet)
+        .partition(victim.file.partition().clone())
+        .partition_spec_id(victim.spec_id)
+        .record_count(1)
+        .file_size_in_bytes(size)
+        .referenced_data_file(Some(victim.file.file_path().to_string()))
+        .build()
+        .unwrap();
+    let seq = md.next_sequence_number();
+    let snapshot_id = (uuid::Uuid::new_v4().as_u64_pair().0 >> 1) as i64;
+    let manifest_path = format!("{dir}/metadata/{tag}-deletes-m0.avro");
+    let spec = md
+        .partition_spec_by_id(victim.spec_id)
+        .unwrap()
+        .as_ref()
+        .clone();
+    let mut mw = ManifestWriterBuilder::new(
+        t.file_io().new_output(&manifest_path).unwrap(),
+        Some(snapshot_id),
+        md.current_schema().clone(),
+        spec,
+    )
+    .build_v2_deletes();
+    mw.add_file(delete, seq).unwrap();
+    let mut manifests = floe::snapshot::current_manifests(&t).await.unwrap();
+    manifests.push(mw.write_manifest_file().await.unwrap());
+    let list_path = format!("{dir}/metadata/snap-{snapshot_id}-0-{tag}.avro");
+    let out = t.file_io().new_output(&list_path).unwrap();
+    let mut list = ManifestListWriter::v2(
+        out.writer().await.unwrap(),
+        snapshot_id,
+        md.current_snapshot_id(),
+        seq,
+    );
+    list.add_manifests(manifests.into_iter()).unwrap();
+    list.close().await.unwrap();
+    let parent = md.current_snapshot().unwrap().summary();
+    let mut props = std::collections::HashMap::new();
+    for k in ["total-records", "total-data-files", "total-files-size"] {
+        if let Some(v) = parent.additional_properties.get(k) {
+            props.insert(k.to_string(), v.clone());
+        }
+    }
+    props.insert("added-delete-files".into(), "1".into());
+    props.insert("added-position-deletes".into(), "1".into());
+    props.insert("total-delete-files".into(), "1".into());
+    props.insert("total-position-deletes".into(), "1".into());
+    let snapshot = Snapshot::builder()
+        .with_snapshot_id(snapshot_id)
+        .with_parent_snapshot_id(md.current_snapshot_id())
+        .with_sequence_number(seq)
+        .with_timestamp_ms(Utc::now().timestamp_millis().max(md.last_updated_ms() + 1))
+        .with_manifest_list(list_path)
+        .with_schema_id(md.current_schema_id())
+        .with_summary(Summary {
+            operation: Operation::Delete,
+            additional_properties: props,
+        })
+        .build();
+    let builder = TableMetadataBuilder::new_from_metadata(
+        md.clone(),
+        t.metadata_location().map(str::to_string),
+    )
+    .add_snapshot(snapshot)
+    .unwrap()
+    .set_ref(
+        MAIN_BRANCH,
+        SnapshotReference::new(snapshot_id, SnapshotRetention::branch(None, None, None)),
+    )
+    .unwrap();
+    install(env, &t, builder).await;
+}
+
+/// Whether `table`'s current snapshot lists delete files.
+async fn lists_delete_files(env: &TestEnv, p: &Processor, table: &str) -> bool {
+    let ident = floe::catalog::table_ident(&env.config, table).unwrap();
+    let t = p.committer().load(&ident).await.unwrap();
+    floe::snapshot::current_manifests(&t)
+        .await
+        .unwrap()
+        .iter()
+        .any(|m| m.content == iceberg::spec::ManifestContentType::Deletes)
+}
+
+#[tokio::test]
+async fn another_engines_delete_files_stop_a_latest_run_until_a_refresh() {
+    let env = TestEnv::with_pipelines("sqlite", &pipeline()).await;
+    let ingestor = env.ingestor().await;
+    let base = Utc::now() - chrono::Duration::hours(2);
+    let mut m = Model::default();
+    ingest_random(
+        &env,
+        &ingestor,
+        "orders/d1.jsonl",
+        base,
+        &mut m,
+        &hundred(10),
+    )
+    .await;
+    let p = env.processor().await;
+    p.run(LATEST, soon()).await.unwrap();
+    assert_eq!(sink_rows(&env), m.live());
+
+    // Another engine deletes one sink row with a position delete (PyIceberg applies it).
+    delete_first_row(&env, &p, LATEST).await;
+    let after: Vec<Vec<String>> = sink_rows(&env);
+    assert_eq!(after.len(), 89, "the reader applies the delete");
+    let gone: Vec<Vec<String>> = m
+        .live()
+        .into_iter()
+        .filter(|r| !after.contains(r))
+        .collect();
+    let gone: i64 = gone[0][0].parse().unwrap();
+    // Newer versions of every other key: every bucket touched, the deleted key's too.
+    let mut newer = hundred(20);
+    newer.retain(|v| v.0 != gone);
+    ingest_random(&env, &ingestor, "orders/d2.jsonl", base, &mut m, &newer).await;
+    let e = p.run(LATEST, soon()).await.unwrap_err();
+    assert_eq!(e.kind(), floe::ErrorKind::Stale, "{e}");
+    assert!(
+        e.to_string().contains("delete file")
+            && e.to_string().contains("pos-deletes-")
+            && e.to_string().contains("floe process refresh"),
+        "{e}"
+    );
+    assert_eq!(sink_rows(&env), after, "the deleted row did not come back");
+
+    // A refresh rebuilds the sink from the source (its delete files go with the data files
+    // they applied to); runs go on.
+    p.refresh(LATEST, soon()).await.unwrap();
+    assert!(!lists_delete_files(&env, &p, LATEST).await);
+    assert_reconciled(&p, "after the refresh").await;
+    assert_eq!(sink_rows(&env), m.live());
+
+    // The same for the tombstone table.
+    delete_first_row(&env, &p, TOMBSTONES).await;
+    ingest_random(
+        &env,
+        &ingestor,
+        "orders/d3.jsonl",
+        base,
+        &mut m,
+        &hundred(30),
+    )
+    .await;
+    let e = p.run(LATEST, soon()).await.unwrap_err();
+    assert_eq!(e.kind(), floe::ErrorKind::Stale, "{e}");
+    assert!(e.to_string().contains(TOMBSTONES), "{e}");
+    p.refresh(LATEST, soon()).await.unwrap();
+    assert!(!lists_delete_files(&env, &p, TOMBSTONES).await);
+    ingest_random(
+        &env,
+        &ingestor,
+        "orders/d4.jsonl",
+        base,
+        &mut m,
+        &hundred(40),
+    )
+    .await;
+    p.run(LATEST, soon()).await.unwrap();
+    assert_reconciled(&p, "after the second refresh and a run").await;
+    assert_eq!(sink_rows(&env), m.live());
+}
+
+#[tokio::test]
+async fn a_far_future_order_value_does_not_move_the_tombstone_horizon() {
+    let env = TestEnv::with_pipelines("sqlite", &pipeline()).await;
+    let ingestor = env.ingestor().await;
+    let p = env.processor().await;
+    let now = Utc::now();
+    let day = 86_400;
+    let mut m = Model::default();
+    // Customers 1..10 placed 11 days ago, customer d cancelled d days ago.
+    let mut v: Vec<(i64, String, String, i64)> = Vec::new();
+    for c in 1..=10 {
+        v.push((c, format!("o{c}"), "placed".into(), -11 * day));
+        v.push((c, format!("o{c}"), "cancelled".into(), -c * day));
+    }
+    ingest_random(&env, &ingestor, "orders/h1.jsonl", now, &mut m, &v).await;
+    p.run(LATEST, soon()).await.unwrap();
+    let tombstoned = |env: &TestEnv| -> Vec<i64> {
+        let rows = env.pyiceberg_rows(TOMBSTONES);
+        let mut c: Vec<i64> = rows["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r[0].as_str().unwrap().parse().unwrap())
+            .collect();
+        c.sort();
+        c
+    };
+    let kept = tombstoned(&env);
+    assert!((1..=6).all(|c| kept.contains(&c)), "{kept:?}");
+
+    // One row stamped 2099 among updates touching every bucket: the horizon stays at now − 7d.
+    let far = (chrono::DateTime::parse_from_rfc3339("2099-01-01T00:00:00Z")
+        .unwrap()
+        .with_timezone(&Utc)
+        - now)
+        .num_seconds();
+    let mut v: Vec<(i64, String, String, i64)> = (11..=40)
+        .map(|c| (c, format!("o{c}"), "placed".to_string(), -day))
+        .collect();
+    v.push((50, "o50".into(), "placed".into(), far));
+    ingest_random(&env, &ingestor, "orders/h2.jsonl", now, &mut m, &v).await;
+    let r = p.run(LATEST, soon()).await.unwrap();
+    assert_eq!(r.buckets, 4, "{r:?}");
+    let kept = tombstoned(&env);
+    assert!(
+        (1..=6).all(|c| kept.contains(&c)),
+        "tombstones kept: {kept:?}"
+    );
+
+    // Late older versions of the deleted customers 1..6 stay deleted.
+    let v: Vec<(i64, String, String, i64)> = (1..=6)
+        .map(|c| (c, format!("late{c}"), "paid".to_string(), -c * day - 3600))
+        .collect();
+    ingest_random(&env, &ingestor, "orders/h3.jsonl", now, &mut m, &v).await;
+    p.run(LATEST, soon()).await.unwrap();
+    let live: Vec<i64> = sink_rows(&env)
+        .iter()
+        .map(|r| r[0].parse().unwrap())
+        .collect();
+    assert!(
+        live.iter().all(|c| *c > 10),
+        "deleted customers came back: {live:?}"
+    );
+    assert_eq!(sink_rows(&env), m.live());
+    assert_reconciled(&p, "after the late versions").await;
 }

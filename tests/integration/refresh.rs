@@ -518,11 +518,11 @@ async fn whoever_loses_the_race_for_the_last_chunk_does_not_start_a_new_refresh(
     let g = progress(&r);
     assert!(g.done && g.chunks == 0 && g.id == id, "{r:?}");
     assert!(r.replans >= 1, "{r:?}");
-    assert_eq!(refresh_ids(&p, &env, AGG).await, [id.clone()]);
+    assert_eq!(refresh_ids(&p, &env, AGG).await, std::slice::from_ref(&id));
     // Continuing a refresh that is over: done, nothing started.
     let r = p.continue_refresh_chunk(AGG, soon()).await.unwrap();
     assert!(progress(&r).done && progress(&r).chunks == 0, "{r:?}");
-    assert_eq!(refresh_ids(&p, &env, AGG).await, [id.clone()]);
+    assert_eq!(refresh_ids(&p, &env, AGG).await, std::slice::from_ref(&id));
     assert_reconciled(&p, AGG).await;
 
     // An incremental run continuing a refresh loses the race the same way.

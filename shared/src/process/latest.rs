@@ -24,7 +24,9 @@ use arrow::array::{
 use arrow::row::{RowConverter, Rows, SortField};
 use arrow_schema::{DataType, Field, Schema as ArrowSchema, SchemaRef, TimeUnit};
 use datafusion::physical_expr::PhysicalExpr;
-use iceberg::spec::{Literal, PrimitiveLiteral, Transform, UnboundPartitionSpec};
+use iceberg::spec::{
+    Literal, PrimitiveLiteral, Transform, UnboundPartitionField, UnboundPartitionSpec,
+};
 use iceberg::transform::{create_transform_function, BoxedTransformFunction};
 
 use super::transform;
@@ -37,6 +39,10 @@ use crate::scan::LiveFile;
 /// S, so a tombstone written by a run that did not commit its sink (a crash, or a concurrent
 /// run further ahead) never makes a sink run ahead of its checkpoint.
 pub(crate) const SEQ: &str = "_floe_source_sequence";
+
+/// How far past the commit time of the source snapshot a run reads up to an `order_by` value
+/// may lie and still move the tombstone horizon ([`Latest::horizon`]).
+pub(super) const CLOCK_SKEW_MICROS: i64 = 3_600_000_000;
 
 /// A `latest` pipeline's keys, ordering, delete marker and buckets, checked against the SQL's
 /// output schema.
@@ -273,14 +279,16 @@ impl Latest {
     /// The tombstone horizon of a run whose delta winners are `delta`: tombstones ordered
     /// before the newest version in it minus the retention may be dropped (None: keep all).
     /// Only a timestamp `order_by` has one; taking the delta's newest (not the table's) only
-    /// ever keeps more.
-    pub(super) fn horizon(&self, delta: &RecordBatch) -> Option<i64> {
+    /// ever keeps more. The newest counts at most `latest_micros` (the commit time of the
+    /// source snapshot the run reads up to, plus [`CLOCK_SKEW_MICROS`]): a far-future value
+    /// (a producer's clock, a typo) never drops tombstones younger than the retention.
+    pub(super) fn horizon(&self, delta: &RecordBatch, latest_micros: i64) -> Option<i64> {
         let retention = self.retention?;
         let max = micros(delta.column(self.order_idx))?
             .iter()
             .flatten()
             .max()?;
-        Some(max.saturating_sub(retention))
+        Some(max.min(latest_micros).saturating_sub(retention))
     }
 
     /// Merges one bucket: its committed sink rows, its tombstones (tombstone schema) and the
@@ -499,6 +507,16 @@ pub(super) fn partition_spec(
     first_key: &str,
     n: u32,
 ) -> Result<UnboundPartitionSpec> {
+    bucket_spec(schema, first_key, n, &format!("{first_key}_bucket"), None)
+}
+
+fn bucket_spec(
+    schema: &iceberg::spec::Schema,
+    first_key: &str,
+    n: u32,
+    name: &str,
+    field_id: Option<i32>,
+) -> Result<UnboundPartitionSpec> {
     let field = schema.field_by_name(first_key).ok_or_else(|| {
         Error::new(
             ErrorKind::Config,
@@ -507,13 +525,121 @@ pub(super) fn partition_spec(
     })?;
     UnboundPartitionSpec::builder()
         .with_spec_id(0)
-        .add_partition_field(
-            field.id,
-            format!("{first_key}_bucket"),
-            Transform::Bucket(n),
-        )
+        .add_partition_fields([UnboundPartitionField {
+            source_id: field.id,
+            field_id,
+            name: name.to_string(),
+            transform: Transform::Bucket(n),
+        }])
         .map_err(|e| Error::iceberg("the sink's partition spec", e))
         .map(|b| b.build())
+}
+
+/// The key-bucket layout of a `latest` pipeline: `bucket(key_buckets, keys[0])`, which the
+/// sink's and the tombstone table's default partition spec must be (the run groups the delta's
+/// keys by it and reads the files of each bucket by partition value).
+pub(super) struct Layout {
+    key: String,
+    buckets: u32,
+    pipeline: String,
+}
+
+impl Layout {
+    pub(super) fn of(p: &PipelineConfig) -> Result<Self> {
+        let key = p.keys.first().cloned().ok_or_else(|| {
+            Error::new(
+                ErrorKind::Config,
+                format!("pipeline `{}`: a latest pipeline needs `keys`", p.name),
+            )
+        })?;
+        Ok(Self {
+            key,
+            buckets: p.key_buckets(),
+            pipeline: p.name.clone(),
+        })
+    }
+
+    fn wanted(&self) -> String {
+        format!("bucket({}, {})", self.buckets, self.key)
+    }
+
+    /// What `table`'s default spec is instead of the layout (None: it is the layout).
+    pub(super) fn mismatch(&self, table: &iceberg::table::Table) -> Option<String> {
+        let md = table.metadata();
+        let schema = md.current_schema();
+        let spec = md.default_partition_spec();
+        let source = schema.field_by_name(&self.key).map(|f| f.id);
+        let ok = match spec.fields() {
+            [f] => Some(f.source_id) == source && f.transform == Transform::Bucket(self.buckets),
+            _ => false,
+        };
+        if ok {
+            return None;
+        }
+        if spec.fields().is_empty() {
+            return Some("nothing (unpartitioned)".into());
+        }
+        Some(
+            spec.fields()
+                .iter()
+                .map(|f| {
+                    let col = schema.name_by_field_id(f.source_id).unwrap_or("?");
+                    match f.transform {
+                        Transform::Bucket(n) => format!("bucket({n}, {col})"),
+                        t => format!("{t}({col})"),
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join(", "),
+        )
+    }
+
+    /// `Stale` unless `table` has the layout: a run cannot tell which of its files hold a key.
+    pub(super) fn check(&self, table: &iceberg::table::Table) -> Result<()> {
+        match self.mismatch(table) {
+            None => Ok(()),
+            Some(is) => Err(Error::new(
+                ErrorKind::Stale,
+                format!(
+                    "pipeline `{}`: `{}` is partitioned by {is}, not by the pipeline's key \
+                     buckets {} (key_buckets = {}), so the run cannot find a key's files; \
+                     nothing was processed. Move both tables to the layout with \
+                     `floe process refresh --pipeline {}`",
+                    self.pipeline,
+                    table.identifier(),
+                    self.wanted(),
+                    self.buckets,
+                    self.pipeline
+                ),
+            )),
+        }
+    }
+
+    /// The spec that gives `table` the layout (a field name of its own when an older spec
+    /// already uses `<key>_bucket` for another transform).
+    pub(super) fn spec(&self, table: &iceberg::table::Table) -> Result<UnboundPartitionSpec> {
+        let md = table.metadata();
+        let plain = format!("{}_bucket", self.key);
+        let taken = md.partition_specs_iter().any(|s| {
+            s.fields()
+                .iter()
+                .any(|f| f.name == plain && f.transform != Transform::Bucket(self.buckets))
+        });
+        let name = if taken {
+            format!("{plain}_{}", self.buckets)
+        } else {
+            plain
+        };
+        // An explicit field id (above every spec's): REST servers may require one.
+        let id = md.last_partition_id().max(999) + 1;
+        bucket_spec(
+            md.current_schema(),
+            &self.key,
+            self.buckets,
+            &name,
+            Some(id),
+        )
+    }
 }
 
 fn bucketable(t: &DataType) -> bool {
@@ -724,8 +850,11 @@ mod tests {
             .unwrap();
         assert_eq!(m.tombstones.num_rows(), 2);
         let delta = batch(&[(3, 12 * day, "u")]);
-        let horizon = l.horizon(&delta);
+        let horizon = l.horizon(&delta, i64::MAX);
         assert_eq!(horizon, Some(5 * day), "7 days by default");
+        // A far-future value counts as the cap (the source commit time plus the skew).
+        let far = batch(&[(3, 40_000 * day, "u")]);
+        assert_eq!(l.horizon(&far, 12 * day), Some(5 * day));
         let m = l
             .merge_bucket(&[], &[m.tombstones], &delta, 2, horizon)
             .unwrap();

@@ -577,6 +577,9 @@ impl Processor {
         let expected = pos.checkpoint.as_ref().map(|c| c.snapshot_id);
         let source_uuid = pos.source_uuid.clone();
         let sink_ident = pos.sink.identifier().clone();
+        // A latest run rewrote buckets from their data files: delete files another engine
+        // committed meanwhile would be undone (the re-plan refuses them, naming them).
+        let latest = p.mode == PipelineMode::Latest;
         let result = self
             .committer
             .commit_from(&sink_ident, Some(pos.sink.clone()), &self.limits(deadline), metered(meter.clone(), move |t: &Table| {
@@ -587,6 +590,8 @@ impl Processor {
                     Plan::Skip(Skipped::Obsolete(format!(
                         "the checkpoint moved from {expected:?} to {now:?}: another run processed this delta"
                     )))
+                } else if latest && summary::counts_deletes(t.metadata()) {
+                    Plan::Skip(Skipped::Obsolete("delete files arrived in the sink meanwhile".into()))
                 } else {
                     Plan::Apply(change.clone())
                 })

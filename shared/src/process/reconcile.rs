@@ -111,7 +111,8 @@ impl Processor {
     }
 
     /// A `latest` refresh's batch: the live rows (returned, for the sink), its deletes committed
-    /// as the new tombstones first. None: the tombstones changed meanwhile.
+    /// as the new tombstones first. None: the tombstones changed meanwhile, or a table's
+    /// partition spec was just moved to the configured key buckets (the refresh reloads both).
     pub(super) async fn refresh_latest(
         &self,
         p: &PipelineConfig,
@@ -119,6 +120,15 @@ impl Processor {
         to: Option<i64>,
         deadline: Instant,
     ) -> Result<Option<(SchemaRef, Vec<RecordBatch>)>> {
+        // The configured key-bucket layout first (a changed `key_buckets` or key): both
+        // tables' default spec, then a reload, so every file below is written with it.
+        let mut moved = false;
+        for t in pos.tombstones.iter().chain(std::iter::once(&pos.sink)) {
+            moved |= self.set_layout(p, t, deadline).await?;
+        }
+        if moved {
+            return Ok(None);
+        }
         let context = format!("pipeline `{}` over `{}` (batch)", p.name, p.source);
         let empty = to.is_none();
         let (schema, rows) = self.batch_input(p, &pos.source, to, empty).await?;

@@ -16,14 +16,14 @@ use std::time::Instant;
 
 use arrow::array::RecordBatch;
 use arrow_schema::SchemaRef;
-use iceberg::spec::DataFile;
+use iceberg::spec::{DataFile, ManifestContentType};
 use iceberg::table::Table;
 
 use super::latest::{self, Bucket, Latest};
 use super::output::Output;
 use super::processor::{Position, RunReport};
 use super::{input, transform, Processor};
-use crate::commit::{Outcome, Plan};
+use crate::commit::{Outcome, Plan, Skipped};
 use crate::config::PipelineConfig;
 use crate::error::{Error, ErrorKind, Result};
 use crate::scan::LiveFile;
@@ -66,6 +66,11 @@ impl Processor {
         report: &mut RunReport,
         deadline: Instant,
     ) -> Result<Option<SinkFiles>> {
+        let layout = latest::Layout::of(p)?;
+        for t in std::iter::once(&pos.sink).chain(pos.tombstones.as_ref()) {
+            layout.check(t)?;
+            refuse_delete_files(p, t).await?;
+        }
         let (_, latest) = self.latest_terms(p, &pos.source).await?;
         let context = format!("pipeline `{}` over `{}`", p.name, p.source);
         let mut reduced: Vec<RecordBatch> = Vec::new();
@@ -92,13 +97,17 @@ impl Processor {
         let delta = latest.reduce(&reduced)?;
         drop(reduced);
         report.keys_touched = delta.num_rows() as u64;
-        let horizon = latest.horizon(&delta);
-        let seq = pos
-            .source
-            .metadata()
-            .snapshot_by_id(to)
-            .map(|s| s.sequence_number())
-            .unwrap_or_default();
+        let to_snapshot = pos.source.metadata().snapshot_by_id(to);
+        // The newest order value that moves the horizon: the source commit time plus a skew
+        // (the run's clock if the snapshot is unknown).
+        let committed_ms = to_snapshot
+            .map(|s| s.timestamp_ms())
+            .unwrap_or_else(|| chrono::Utc::now().timestamp_millis());
+        let latest_micros = committed_ms
+            .saturating_mul(1000)
+            .saturating_add(latest::CLOCK_SKEW_MICROS);
+        let horizon = latest.horizon(&delta, latest_micros);
+        let seq = to_snapshot.map(|s| s.sequence_number()).unwrap_or_default();
         let touched = latest.by_bucket(&delta)?;
         drop(delta);
         report.buckets = touched.len();
@@ -153,7 +162,7 @@ impl Processor {
         if let Some(t) = &pos.tombstones {
             if !(tomb_added.is_empty() && tomb_removed.is_empty()) {
                 let change = tombstone_change(p, tomb_added.clone(), tomb_removed, tomb_schema);
-                if !self.commit_tombstones(p, t, change, deadline).await? {
+                if !self.commit_tombstones(p, t, change, true, deadline).await? {
                     crate::write::delete_uncommitted(t, &tomb_added).await;
                     crate::write::delete_uncommitted(&pos.sink, &done.added).await;
                     return Ok(None);
@@ -164,12 +173,14 @@ impl Processor {
     }
 
     /// Commits the tombstone table's change; false when the files it replaces changed meanwhile
-    /// (another run, a compaction: the run re-plans on the new state).
+    /// (another run, a compaction: the run re-plans on the new state) or, for a run
+    /// (`no_deletes`), when delete files arrived meanwhile (the re-plan refuses them).
     async fn commit_tombstones(
         &self,
         p: &PipelineConfig,
         table: &Table,
         change: Change,
+        no_deletes: bool,
         deadline: Instant,
     ) -> Result<bool> {
         let result = self
@@ -178,7 +189,15 @@ impl Processor {
                 table.identifier(),
                 Some(table.clone()),
                 &self.limits(deadline),
-                move |_: &Table| Ok(Plan::Apply(change.clone())),
+                move |t: &Table| {
+                    Ok(
+                        if no_deletes && crate::summary::counts_deletes(t.metadata()) {
+                            Plan::Skip(Skipped::Obsolete("delete files arrived meanwhile".into()))
+                        } else {
+                            Plan::Apply(change.clone())
+                        },
+                    )
+                },
             )
             .await;
         match result {
@@ -193,6 +212,40 @@ impl Processor {
             }
             Err(e) => Err(e),
         }
+    }
+
+    /// Gives `table` (the sink or the tombstone table) the pipeline's key-bucket layout as its
+    /// default partition spec, a metadata-only commit (its live files keep their spec; the
+    /// refresh then replaces them all). True when the table's spec changed (by this call or by
+    /// a concurrent refresh): the caller reloads it.
+    pub(super) async fn set_layout(
+        &self,
+        p: &PipelineConfig,
+        table: &Table,
+        deadline: Instant,
+    ) -> Result<bool> {
+        let layout = latest::Layout::of(p)?;
+        let Some(was) = layout.mismatch(table) else {
+            return Ok(false);
+        };
+        let result = self
+            .committer
+            .commit_from(
+                table.identifier(),
+                Some(table.clone()),
+                &self.limits(deadline),
+                |t: &Table| {
+                    Ok(match layout.mismatch(t) {
+                        None => Plan::Skip(Skipped::Obsolete("the layout is in place".into())),
+                        Some(_) => Plan::Apply(Change::set_partition_spec(layout.spec(t)?)),
+                    })
+                },
+            )
+            .await?;
+        tracing::info!(pipeline = %p.name, table = %table.identifier(), was = %was,
+            buckets = p.key_buckets(), committed = matches!(result, Outcome::Committed { .. }),
+            "partition spec moved to the key-bucket layout");
+        Ok(true)
     }
 
     /// A refresh of a `latest` pipeline's tombstones: all of them replaced by `deletes` (the
@@ -230,7 +283,9 @@ impl Processor {
             return Ok(true);
         }
         let change = tombstone_change(p, added.clone(), removed, schema);
-        let ok = self.commit_tombstones(p, table, change, deadline).await?;
+        let ok = self
+            .commit_tombstones(p, table, change, false, deadline)
+            .await?;
         if !ok {
             crate::write::delete_uncommitted(table, &added).await;
         }
@@ -256,6 +311,50 @@ fn tombstone_change(
     } else {
         Change::overwrite(added, removed, props, schema)
     }
+}
+
+/// `Stale` when `table` (the sink or the tombstone table) has live delete files: row-level
+/// deletes another engine wrote in merge-on-read mode. A run rewrites whole buckets from their
+/// data files, so it would undo them (as compaction would, which skips such tables).
+async fn refuse_delete_files(p: &PipelineConfig, table: &Table) -> Result<()> {
+    let mut paths = Vec::new();
+    for mf in crate::snapshot::current_manifests(table).await? {
+        if mf.content != ManifestContentType::Deletes
+            || !(mf.has_added_files() || mf.has_existing_files())
+        {
+            continue;
+        }
+        let m = mf
+            .load_manifest(table.file_io())
+            .await
+            .map_err(|e| Error::iceberg("reading a delete manifest", e))?;
+        paths.extend(
+            m.entries()
+                .iter()
+                .filter(|e| e.is_alive())
+                .map(|e| e.data_file().file_path().to_string()),
+        );
+    }
+    if paths.is_empty() {
+        return Ok(());
+    }
+    let n = paths.len();
+    paths.truncate(3);
+    Err(Error::new(
+        ErrorKind::Stale,
+        format!(
+            "pipeline `{}`: `{}` has {n} delete file(s) (row-level deletes by another engine: {}); \
+             a latest run rewrites whole buckets from their data files and would undo them, so \
+             nothing was processed. `floe process refresh --pipeline {}` rebuilds the sink and its \
+             tombstones from the source (their delete files go with the files they apply to; a \
+             row deleted only in the sink comes back: delete it in the source, or match it with \
+             `delete_when`)",
+            p.name,
+            table.identifier(),
+            paths.join(", "),
+            p.name
+        ),
+    ))
 }
 
 /// `table`'s live files by key bucket.
