@@ -234,7 +234,8 @@ fn glue_database(config: &Config) -> String {
     )
 }
 
-/// Ingest: read its routes' landing prefixes, write its routed tables and quarantine.
+/// Ingest: read its routes' landing prefixes, write its routed tables and quarantine, read the
+/// schemas the consumer gate checks a change against.
 fn ingest_data(p: &Places) -> String {
     let c = p.config;
     let routed: BTreeSet<&str> = c.routes.iter().map(|r| r.table.as_str()).collect();
@@ -257,25 +258,35 @@ fn ingest_data(p: &Places) -> String {
     list.push(c.ingest.quarantine_prefix.clone());
     let mut glue: Vec<String> = p.glue_catalog_and_database().to_vec();
     glue.extend(routed.iter().map(|t| p.glue_table(t)));
-    // The consumer gate compares a schema change with the sinks of the pipelines reading a
-    // routed table: their current schema only (Glue GetTable + metadata files), read-only.
-    let consumer_sinks: BTreeSet<&str> = c
+    // The consumer gate plans the pipelines reading a routed table (as their source, or
+    // joining it) with their other relations (joined tables, a joiner's source) and checks
+    // them against their sinks: the current schemas only (Glue GetTable + metadata files),
+    // read-only.
+    let consumer_tables: BTreeSet<&str> = c
         .pipelines
         .iter()
-        .filter(|q| routed.contains(q.source.as_str()) && !routed.contains(q.sink.as_str()))
-        .map(|q| q.sink.as_str())
+        .filter(|q| {
+            routed.contains(q.source.as_str())
+                || q.joins.iter().any(|j| routed.contains(j.as_str()))
+        })
+        .flat_map(|q| {
+            [q.sink.as_str(), q.source.as_str()]
+                .into_iter()
+                .chain(q.joins.iter().map(String::as_str))
+        })
+        .filter(|t| !routed.contains(t))
         .collect();
-    let sink_schemas = if consumer_sinks.is_empty() {
+    let consumer_schemas = if consumer_tables.is_empty() {
         String::new()
     } else {
-        let metadata: Vec<String> = consumer_sinks
+        let metadata: Vec<String> = consumer_tables
             .iter()
             .map(|t| s3_objects(&p.bucket, &format!("{}metadata/", p.table_prefix(t))))
             .collect();
-        let tables: Vec<String> = consumer_sinks.iter().map(|t| p.glue_table(t)).collect();
+        let tables: Vec<String> = consumer_tables.iter().map(|t| p.glue_table(t)).collect();
         [
-            statement("ReadConsumerSinkSchemas", &["s3:GetObject"], &metadata),
-            statement("GlueConsumerSinks", &["glue:GetTable"], &tables),
+            statement("ReadConsumerSchemas", &["s3:GetObject"], &metadata),
+            statement("GlueConsumerTables", &["glue:GetTable"], &tables),
         ]
         .concat()
     };
@@ -301,7 +312,7 @@ fn ingest_data(p: &Places) -> String {
             ],
             &glue,
         ),
-        sink_schemas,
+        consumer_schemas,
     ]
     .concat()
 }
@@ -648,7 +659,7 @@ sql = "SELECT id, shipped_at FROM source"
         let ingest = block(&after, "ingest-data");
         assert!(ingest.contains(&format!("warehouse/{db}/shipments/*")));
         // ... and may read the new sink's schema (the consumer gate), nothing more of it.
-        let (writes, reads) = ingest.split_once("- Sid: ReadConsumerSinkSchemas").unwrap();
+        let (writes, reads) = ingest.split_once("- Sid: ReadConsumerSchemas").unwrap();
         assert!(!writes.contains("late_shipments"), "{writes}");
         assert!(reads.contains(&format!("warehouse/{db}/late_shipments/metadata/*")));
         assert!(reads.contains(&format!("table/{db}/late_shipments")));
@@ -715,6 +726,66 @@ sql = "SELECT s.order_id FROM source s JOIN customers c ON s.customer_id = c.cus
             assert!(glue_write.contains(&format!("table/{db}/{sink}")));
         }
         assert!(glue_write.contains("glue:GetTable"));
+    }
+
+    #[test]
+    fn ingest_reads_the_schemas_the_consumer_gate_plans_joiners_with() {
+        // `orders` (routed) is joined with `customers` by one pipeline; `customers` (routed
+        // too) is joined by a pipeline over another pipeline's sink: the gate on either table
+        // plans its joiners with their other relations and checks their sinks.
+        let base = repo_file("infra/floe.toml");
+        let extra = r#"
+[[tables]]
+name = "customers"
+event_time = "updated_at"
+columns = [{ name = "customer_id", type = "long" }, { name = "updated_at", type = "timestamptz" }]
+
+[[tables]]
+name = "regions"
+event_time = "updated_at"
+columns = [{ name = "region", type = "string" }, { name = "updated_at", type = "timestamptz" }]
+
+[[routes]]
+bucket = "${FLOE_DATA_BUCKET}"
+prefix = "landing/customers/"
+table = "customers"
+format = "jsonl"
+
+[[pipelines]]
+name = "orders_by_region"
+source = "orders"
+sink = "orders_by_region"
+mode = "append"
+joins = ["regions"]
+sql = "SELECT o.order_id FROM source o JOIN regions r ON o.region = r.region"
+
+[[pipelines]]
+name = "big_suspicious"
+source = "suspicious_orders"
+sink = "big_suspicious"
+mode = "append"
+joins = ["customers"]
+sql = "SELECT s.order_id FROM source s JOIN customers c ON s.customer_id = c.customer_id"
+"#;
+        let config = parse_config(&format!("{base}\n{extra}"), "f").unwrap();
+        let after = render(&config, &repo_file("template.yaml")).unwrap();
+        let db = &config.catalog.namespace;
+        let ingest = block(&after, "ingest-data");
+        let (writes, reads) = ingest.split_once("- Sid: ReadConsumerSchemas").unwrap();
+        for table in [
+            "regions",
+            "big_suspicious",
+            "suspicious_orders",
+            "orders_by_region",
+        ] {
+            assert!(
+                reads.contains(&format!("warehouse/{db}/{table}/metadata/*")),
+                "{table}: {reads}"
+            );
+            assert!(reads.contains(&format!("table/{db}/{table}")), "{table}");
+            assert!(!writes.contains(&format!("/{table}")), "{table}: {writes}");
+        }
+        assert!(!reads.contains("PutObject") && !reads.contains("UpdateTable"));
     }
 
     fn block<'a>(t: &'a str, name: &str) -> &'a str {

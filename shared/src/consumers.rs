@@ -1,8 +1,10 @@
-//! Schema changes validated against their consumers: every pipeline whose source is a table is
-//! planned against a proposed schema of that table, exactly as the process function plans it
-//! (the relation `source` with the table's columns, plus `window_start` in aggregate mode, the
-//! same session and output normalisation, see [`crate::process::transform`]), over an *empty*
-//! in-memory relation, and its planned output is compared with its sink's current schema the way
+//! Schema changes validated against their consumers: every pipeline whose source is a table,
+//! or that joins it (`joins`), is planned against a proposed schema of that table, exactly as the
+//! process function plans it (the relation `source` with the source's columns, plus
+//! `window_start` in aggregate mode, each joined table under its name, the same session and
+//! output normalisation, see [`crate::process::transform`]) — the table under change with the
+//! proposed schema, the other relations as they are — over *empty* in-memory relations, and its
+//! planned output is compared with its sink's current schema the way
 //! the process function conforms output to a sink (by name; widening and narrowing cast, any
 //! other type change or a required sink column that disappears breaks).
 //!
@@ -93,9 +95,10 @@ impl ConsumerReport {
 #[derive(Debug, Default)]
 pub struct Planner {
     cache: Mutex<HashMap<u64, std::result::Result<SchemaRef, PlanFailure>>>,
-    /// Current schemas of tables pipelines join (`joins`), as last loaded from the catalog;
-    /// a configured table not loaded is planned with its config schema.
-    joined: Mutex<HashMap<String, Schema>>,
+    /// Current schemas of the relations pipelines read besides the table under change (their
+    /// joined tables, and the sources of those joining it), as last loaded from the catalog; a
+    /// configured table not loaded is planned with its config schema.
+    loaded: Mutex<HashMap<String, Schema>>,
 }
 
 impl Planner {
@@ -104,42 +107,66 @@ impl Planner {
         self.cache.lock().map(|c| c.len()).unwrap_or(0)
     }
 
-    /// Loads the current schema of every table `pipelines` join, so that they are planned with
-    /// the joined relations the process function registers (best effort: a table that does not
-    /// exist or cannot be read keeps its config schema, if it is a configured table).
-    pub(crate) async fn load_joined(
+    /// Loads the current schema of every relation `pipelines` (the consumers of `table`) read
+    /// besides `table` itself — the tables they join, and the sources of those joining `table` —
+    /// so that they are planned with the relations the process function registers (best effort:
+    /// a table that does not exist or cannot be read keeps its config schema, if it is a
+    /// configured table).
+    pub(crate) async fn load_relations(
         &self,
         config: &Config,
         catalog: &dyn Catalog,
+        table: &str,
         pipelines: &[&PipelineConfig],
     ) {
-        for name in pipelines.iter().flat_map(|p| p.joins.iter()) {
+        let names: std::collections::BTreeSet<&String> = pipelines
+            .iter()
+            .flat_map(|p| p.joins.iter().chain(std::iter::once(&p.source)))
+            .filter(|name| name.as_str() != table)
+            .collect();
+        for name in names {
             let Ok(ident) = crate::catalog::table_ident(config, name) else {
                 continue;
             };
             match catalog.load_table(&ident).await {
                 Ok(t) => {
-                    if let Ok(mut j) = self.joined.lock() {
+                    if let Ok(mut j) = self.loaded.lock() {
                         j.insert(name.clone(), t.metadata().current_schema().as_ref().clone());
                     }
                 }
                 Err(e) => {
-                    tracing::debug!(table = %name, error = %e, "joined table not loaded; planning with its config schema")
+                    tracing::debug!(table = %name, error = %e, "relation not loaded; planning with its config schema")
                 }
             }
         }
     }
 
-    /// The relations `p` joins, empty, with the schemas known for them: loaded, else the
-    /// config's; a table with neither is left out (the plan then names it as missing).
-    fn joined_relations(&self, config: &Config, p: &PipelineConfig) -> Vec<transform::Relation> {
-        let loaded = self.joined.lock().map(|j| j.clone()).unwrap_or_default();
+    /// The schema known for relation `name`: loaded, else the config's.
+    fn known(&self, config: &Config, name: &str) -> Option<Schema> {
+        let loaded = self.loaded.lock().ok()?.get(name).cloned();
+        match loaded {
+            Some(s) => Some(s),
+            None => crate::schema::table_schema(config.table(name)?).ok(),
+        }
+    }
+
+    /// The relations `p` joins, empty, with the schemas known for them: `schema` for `table`,
+    /// the others' loaded, else the config's; a table with neither is left out (the plan then
+    /// names it as missing).
+    fn joined_relations(
+        &self,
+        config: &Config,
+        p: &PipelineConfig,
+        table: &str,
+        schema: &Schema,
+    ) -> Vec<transform::Relation> {
         p.joins
             .iter()
             .filter_map(|name| {
-                let schema = match loaded.get(name) {
-                    Some(s) => s.clone(),
-                    None => crate::schema::table_schema(config.table(name)?).ok()?,
+                let schema = if name == table {
+                    schema.clone()
+                } else {
+                    self.known(config, name)?
                 };
                 let arrow = iceberg::arrow::schema_to_arrow_schema(&schema).ok()?;
                 Some(transform::Relation {
@@ -151,18 +178,29 @@ impl Planner {
             .collect()
     }
 
-    /// The planned output of `p` over a source with `schema` (cached), or why it fails.
+    /// The planned output of `p` with `table` (its source, a table it joins, or both) at
+    /// `schema` and its other relations as known (cached), or why it fails.
     async fn plan(
         &self,
         config: &Config,
         p: &PipelineConfig,
+        table: &str,
         schema: &Schema,
     ) -> std::result::Result<SchemaRef, PlanFailure> {
-        let relation = match source_relation(config, p, schema) {
-            Ok(r) => r,
-            Err(f) => return Err(f),
+        let source = if p.source == table {
+            schema.clone()
+        } else {
+            self.known(config, &p.source).ok_or_else(|| PlanFailure {
+                reason: format!(
+                    "the schema of its source `{}` is unknown (the table does not exist yet)",
+                    p.source
+                ),
+                column: None,
+                span: None,
+            })?
         };
-        let joined = self.joined_relations(config, p);
+        let relation = source_relation(config, p, &source)?;
+        let joined = self.joined_relations(config, p, table, schema);
         let mut h = DefaultHasher::new();
         p.name.hash(&mut h);
         p.sql.hash(&mut h);
@@ -310,15 +348,16 @@ fn against_sink(sql: &str, sink_name: &str, output: &SchemaRef, sink: &Schema) -
     Verdict::Ok
 }
 
-/// `p` over a source with `schema`: whether it plans, and whether its output fits `sink`.
+/// `p` with `table` at `schema`: whether it plans, and whether its output fits `sink`.
 pub(crate) async fn verdict(
     planner: &Planner,
     config: &Config,
     p: &PipelineConfig,
+    table: &str,
     schema: &Schema,
     sink: Option<&Schema>,
 ) -> Verdict {
-    match planner.plan(config, p, schema).await {
+    match planner.plan(config, p, table, schema).await {
         Err(f) => breaks(&p.sql, f.column, f.span, f.reason),
         Ok(output) => match sink {
             Some(sink) => against_sink(&p.sql, &p.sink, &output, sink),
@@ -348,12 +387,12 @@ pub(crate) async fn sink_schema(
     Ok(Some(t.metadata().current_schema().as_ref().clone()))
 }
 
-/// The pipelines reading `table`.
+/// The pipelines reading `table`: as their source, or joining it.
 pub(crate) fn consumers_of<'a>(config: &'a Config, table: &str) -> Vec<&'a PipelineConfig> {
     config
         .pipelines
         .iter()
-        .filter(|p| p.source == table)
+        .filter(|p| p.source == table || p.joins.iter().any(|j| j == table))
         .collect()
 }
 
@@ -372,9 +411,9 @@ pub(crate) async fn check(
     let mut out = Vec::new();
     for p in consumers_of(config, table) {
         let sink = sinks.get(&p.name);
-        let verdict = verdict(planner, config, p, proposed, sink).await;
+        let verdict = verdict(planner, config, p, table, proposed, sink).await;
         let already_broken = match (current, verdict.breaks()) {
-            (Some(c), true) => verdict_on(planner, config, p, c, sink).await,
+            (Some(c), true) => verdict_on(planner, config, p, table, c, sink).await,
             _ => false,
         };
         out.push(ConsumerReport {
@@ -391,10 +430,13 @@ async fn verdict_on(
     planner: &Planner,
     config: &Config,
     p: &PipelineConfig,
+    table: &str,
     schema: &Schema,
     sink: Option<&Schema>,
 ) -> bool {
-    verdict(planner, config, p, schema, sink).await.breaks()
+    verdict(planner, config, p, table, schema, sink)
+        .await
+        .breaks()
 }
 
 /// [`check`] with the sinks' schemas loaded from `catalog`.
@@ -413,7 +455,9 @@ pub async fn check_table(
             sinks.insert(p.name.clone(), s);
         }
     }
-    planner.load_joined(config, catalog, &consumers).await;
+    planner
+        .load_relations(config, catalog, table, &consumers)
+        .await;
     Ok(check(planner, config, table, current, proposed, &sinks).await)
 }
 
@@ -448,10 +492,10 @@ pub(crate) async fn readers_of(
     let mut out = Vec::new();
     for p in consumers_of(config, table) {
         // A pipeline that does not plan on the current schema reads nothing of it.
-        let Ok(before) = planner.plan(config, p, schema).await else {
+        let Ok(before) = planner.plan(config, p, table, schema).await else {
             continue;
         };
-        let verdict = match planner.plan(config, p, &without).await {
+        let verdict = match planner.plan(config, p, table, &without).await {
             Err(f) => breaks(&p.sql, f.column, f.span, f.reason),
             Ok(after) => {
                 let lost: Vec<String> = before

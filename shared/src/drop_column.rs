@@ -141,9 +141,10 @@ pub async fn drop_column(
     }
     let planner = Planner::default();
     planner
-        .load_joined(
+        .load_relations(
             config,
             committer.catalog().as_ref(),
+            &req.table,
             &consumers::consumers_of(config, &req.table),
         )
         .await;

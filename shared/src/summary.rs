@@ -365,13 +365,15 @@ pub(crate) fn carry_checkpoint(props: &mut HashMap<String, String>, parent: Opti
     }
 }
 
-/// The snapshot of joined table `table` that the newest sink snapshot recording one names (what
-/// reconcile will read: expiration keeps it).
+/// The snapshot of joined table `table` that the sink's newest snapshot recording joins names
+/// (what reconcile will read: expiration keeps it). Only that snapshot counts: a table it does
+/// not name was not joined by the last run, whatever older runs recorded.
 pub(crate) fn joined_snapshot(sink: &TableMetadata, table: &str) -> Option<i64> {
     let mut cur = sink.current_snapshot();
     while let Some(s) = cur {
-        if let Some(at) = read_joins(s.summary()).get(table) {
-            return *at;
+        let joins = read_joins(s.summary());
+        if !joins.is_empty() {
+            return joins.get(table).copied().flatten();
         }
         cur = s.parent_snapshot_id().and_then(|p| sink.snapshot_by_id(p));
     }
@@ -585,6 +587,75 @@ mod tests {
             Some(time_only)
         );
         assert_eq!(Usage::read(&summary(vec![])), None);
+    }
+
+    /// Table metadata whose main branch is `summaries`, oldest first.
+    fn history(summaries: Vec<Vec<(String, String)>>) -> TableMetadata {
+        use iceberg::spec::{
+            FormatVersion, NestedField, PrimitiveType, Schema, Snapshot, SnapshotReference,
+            SnapshotRetention, SortOrder, TableMetadataBuilder, Type, UnboundPartitionSpec,
+        };
+        let schema = Schema::builder()
+            .with_fields(vec![NestedField::optional(
+                1,
+                "x",
+                Type::Primitive(PrimitiveType::Long),
+            )
+            .into()])
+            .build()
+            .unwrap();
+        let mut b = TableMetadataBuilder::new(
+            schema,
+            UnboundPartitionSpec::builder().build(),
+            SortOrder::unsorted_order(),
+            "file:///t".into(),
+            FormatVersion::V2,
+            HashMap::new(),
+        )
+        .unwrap();
+        for (i, props) in summaries.into_iter().enumerate() {
+            let id = i as i64 + 1;
+            let snapshot = Snapshot::builder()
+                .with_snapshot_id(id)
+                .with_parent_snapshot_id((id > 1).then_some(id - 1))
+                .with_sequence_number(id)
+                .with_timestamp_ms(1_000 * id)
+                .with_manifest_list(format!("file:///t/{id}.avro"))
+                .with_schema_id(0)
+                .with_summary(summary(props))
+                .build();
+            b = b
+                .add_snapshot(snapshot)
+                .unwrap()
+                .set_ref(
+                    "main",
+                    SnapshotReference::new(id, SnapshotRetention::branch(None, None, None)),
+                )
+                .unwrap();
+        }
+        b.build().unwrap().metadata
+    }
+
+    #[test]
+    fn the_joined_snapshot_is_the_newest_run_s_only() {
+        let run = |joined: &[(&str, Option<i64>)]| {
+            let joined: Vec<(String, Option<i64>)> =
+                joined.iter().map(|(t, s)| (t.to_string(), *s)).collect();
+            let mut props = join_properties(&joined);
+            props.extend(checkpoint_properties("u", 7, "h"));
+            props
+        };
+        // A run joining customers and fx, then runs joining customers only, then a snapshot
+        // recording no run (another writer).
+        let md = history(vec![
+            run(&[("customers", Some(10)), ("fx", Some(20))]),
+            run(&[("customers", Some(11))]),
+            vec![],
+        ]);
+        assert_eq!(joined_snapshot(&md, "customers"), Some(11));
+        assert_eq!(joined_snapshot(&md, "fx"), None, "no longer joined");
+        let md = history(vec![run(&[("fx", None)])]);
+        assert_eq!(joined_snapshot(&md, "fx"), None);
     }
 
     #[test]

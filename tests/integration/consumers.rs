@@ -788,3 +788,103 @@ sql = "SELECT order_id, coupon FROM source"
         "the unchanged config breaks nothing new: {r:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pipeline_joining_a_table_is_one_of_its_consumers() {
+    let base = TestEnv::new("sqlite").await;
+    let extra = format!(
+        r#"
+[[tables]]
+name = "customers"
+event_time = "updated_at"
+columns = [
+  {{ name = "customer_id", type = "long", required = true }},
+  {{ name = "segment", type = "string", owner = "team-crm", remove_after = "{}" }},
+  {{ name = "tier", type = "string" }},
+  {{ name = "updated_at", type = "timestamptz", required = true }},
+]
+
+[[routes]]
+bucket = "{}"
+prefix = "customers/"
+table = "customers"
+format = "jsonl"
+
+[[pipelines]]
+name = "enriched"
+source = "orders"
+sink = "enriched"
+mode = "append"
+joins = ["customers"]
+sql = """
+SELECT o.order_id, o.amount, c.segment, o.event_time
+FROM source o JOIN customers c ON o.customer_id = c.customer_id
+"""
+"#,
+        day(-1),
+        base.bucket
+    );
+    let env = crate::joins::extended(&base, &extra);
+    let ingestor = env.ingestor().await;
+    env.put("orders/a.jsonl", orders(20, 1)).await;
+    env.ingest(&ingestor, "orders/a.jsonl").await.unwrap();
+    env.put(
+        "customers/c.jsonl",
+        "{\"customer_id\":1,\"segment\":\"gold\",\"tier\":\"a\",\"updated_at\":\"2026-11-30T10:00:00Z\"}\n",
+    )
+    .await;
+    env.ingest(&ingestor, "customers/c.jsonl").await.unwrap();
+
+    // schema-diff of the dimension without `segment`: the joining pipeline breaks.
+    let mut cfg = env.config.clone();
+    let t = cfg
+        .tables
+        .iter_mut()
+        .find(|t| t.name == "customers")
+        .unwrap();
+    t.columns.retain(|c| c.name != "segment");
+    let r = floe::schema_diff::schema_diff(&cfg, "customers", None)
+        .await
+        .unwrap();
+    let enriched = r
+        .consumers
+        .iter()
+        .find(|c| c.pipeline == "enriched")
+        .unwrap_or_else(|| panic!("the joining pipeline is a consumer: {r:?}"));
+    assert!(
+        enriched.verdict.breaks() && !enriched.already_broken,
+        "{r:?}"
+    );
+    assert!(r.consumers_break, "{r:?}");
+    // Without `tier`, which it does not read: fine.
+    let mut cfg = env.config.clone();
+    let t = cfg
+        .tables
+        .iter_mut()
+        .find(|t| t.name == "customers")
+        .unwrap();
+    t.columns.retain(|c| c.name != "tier");
+    let r = floe::schema_diff::schema_diff(&cfg, "customers", None)
+        .await
+        .unwrap();
+    assert!(!r.consumers_break, "{r:?}");
+
+    // drop-column of the joined column: refused naming the pipeline, unless forced.
+    let committer = {
+        let catalog = floe::catalog::connect(&env.config).await.unwrap();
+        let swap = floe::catalog::pointer_swap(&env.config).await.unwrap();
+        floe::commit::Committer::new(catalog, swap)
+    };
+    let req = DropRequest {
+        table: "customers".into(),
+        column: "segment".into(),
+        dry_run: false,
+        force: false,
+        today: chrono::Utc::now().date_naive(),
+    };
+    let r = drop_column(&env.config, &committer, &req).await.unwrap();
+    let why = r.refused.clone().expect("refused while joined");
+    assert!(why.contains("enriched"), "{why}");
+    assert_eq!(r.readers.len(), 1, "{r:?}");
+    assert!(r.snapshot_id.is_none());
+}

@@ -252,6 +252,67 @@ async fn joins_read_the_dimension_at_a_recorded_snapshot_and_reconcile_uses_it()
 }
 
 #[tokio::test]
+async fn expiration_keeps_the_recorded_dimension_snapshot_not_its_descendants() {
+    // A quiet source and a busy dimension: the sinks recorded c0; every later dimension
+    // snapshot is of no use to reconcile and expires (before, each was kept as a "descendant"
+    // of the recorded snapshot, forever).
+    let base = TestEnv::new("sqlite").await;
+    let env = extended(&base, &joins_toml(&base.bucket));
+    let ingestor = env.ingestor().await;
+    let first = orders(200, 5);
+    env.put("orders/a.jsonl", first.clone()).await;
+    env.ingest(&ingestor, "orders/a.jsonl").await.unwrap();
+    let ids = customer_ids(&first);
+    env.put("customers/c0.jsonl", customers(&ids)).await;
+    env.ingest(&ingestor, "customers/c0.jsonl").await.unwrap();
+    let c0 = current_snapshot(&env, "customers").await.unwrap();
+    let p = env.processor().await;
+    p.run(ENRICHED, soon()).await.unwrap();
+    p.run(BY_SEGMENT, soon()).await.unwrap();
+    for i in 1..=5 {
+        let key = format!("customers/c{i}.jsonl");
+        env.put(&key, customers(&ids[..i.min(ids.len())])).await;
+        env.ingest(&ingestor, &key).await.unwrap();
+    }
+    let last = current_snapshot(&env, "customers").await.unwrap();
+    let m = env.maintainer().await;
+    let opts = floe::maintain::Options {
+        expire_older_than: Some(Duration::ZERO),
+        retain_last: Some(1),
+        dedup_window: Duration::ZERO,
+        now: chrono::Utc::now() + chrono::Duration::hours(1),
+        ..crate::maintain_opts(false, true, false)
+    };
+    let report = m.run("customers", &opts).await.expect("expire customers");
+    let catalog = floe::catalog::connect(&env.config).await.unwrap();
+    let dim = catalog
+        .load_table(&floe::catalog::table_ident(&env.config, "customers").unwrap())
+        .await
+        .unwrap();
+    let left: BTreeSet<i64> = dim
+        .metadata()
+        .snapshots()
+        .map(|s| s.snapshot_id())
+        .collect();
+    assert_eq!(
+        left,
+        BTreeSet::from([c0, last]),
+        "only the recorded snapshot and the current one stay: {report:?}"
+    );
+    assert_eq!(report.snapshots_expired, 4, "{report:?}");
+    assert_matches(&p, ENRICHED).await;
+    assert_matches(&p, BY_SEGMENT).await;
+
+    // Once no pipeline joins the table, what the sinks recorded pins nothing.
+    let toml = joins_toml(&base.bucket).replace("joins = [\"customers\"]", "joins = []");
+    let unjoined = extended(&base, &toml);
+    let m = unjoined.maintainer().await;
+    let report = m.run("customers", &opts).await.expect("expire customers");
+    assert_eq!(report.snapshots_expired, 1, "{report:?}");
+    assert_eq!(current_snapshot(&env, "customers").await, Some(last));
+}
+
+#[tokio::test]
 async fn a_dimension_over_max_join_bytes_fails_the_run_naming_the_limit() {
     let base = TestEnv::new("sqlite").await;
     let mut env = extended(&base, &joins_toml(&base.bucket));

@@ -105,7 +105,12 @@ impl Ingestor {
         let mut sinks = HashMap::new();
         let consumers = consumers::consumers_of(&self.config, &tctx.cfg.name);
         self.planner
-            .load_joined(&self.config, self.catalog().as_ref(), &consumers)
+            .load_relations(
+                &self.config,
+                self.catalog().as_ref(),
+                &tctx.cfg.name,
+                &consumers,
+            )
             .await;
         for p in consumers {
             match consumers::sink_schema(&self.config, self.catalog().as_ref(), p).await {

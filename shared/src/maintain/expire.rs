@@ -10,12 +10,24 @@ use iceberg::TableIdent;
 use super::orphans::referenced_files;
 use super::*;
 
+/// What other tables' records pin on a table (see [`Maintainer::pins`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Pins {
+    /// Consumers' checkpoints: each snapshot and every descendant (the consumer reads them).
+    pub(crate) checkpoints: Vec<i64>,
+    /// Snapshots pipelines joining the table recorded: each one alone (reconcile reads it at
+    /// that snapshot, never what came after).
+    pub(crate) joined: Vec<i64>,
+}
+
 impl Maintainer {
-    /// Snapshot ids that consumers' checkpoints pin on `table` (see [`crate::summary`]), and the
-    /// snapshots of it that pipelines joining it recorded.
-    pub async fn checkpoints(&self, table: &Table) -> Result<Vec<i64>> {
+    /// What `table` must keep for others: the snapshots consumers' checkpoints pin (see
+    /// [`crate::summary`]), and the one each pipeline joining it recorded in its sink's newest
+    /// run.
+    pub(crate) async fn pins(&self, table: &Table) -> Result<Pins> {
         let uuid = table.metadata().uuid().to_string();
-        let mut out = Vec::new();
+        let joined = table.identifier().name();
+        let mut out = Pins::default();
         for name in self.config.all_tables() {
             let ident = crate::catalog::table_ident(&self.config, &name)?;
             let consumer = match self.committer.catalog().load_table(&ident).await {
@@ -41,16 +53,23 @@ impl Maintainer {
                     .with_retryable(true))
                 }
             };
-            out.extend(
+            out.checkpoints.extend(
                 crate::summary::read_checkpoint(consumer.metadata(), &uuid).map(|c| c.snapshot_id),
             );
-            // A pipeline joining this table recorded the snapshot it read: reconcile reads it.
-            out.extend(crate::summary::joined_snapshot(
-                consumer.metadata(),
-                table.identifier().name(),
-            ));
-            // A refresh in progress reads its target snapshot until its last chunk.
-            out.extend(
+            // A pipeline joining this table now recorded the snapshot it read: reconcile reads
+            // it. (A pipeline that no longer joins it pins nothing.)
+            let joins_it = self
+                .config
+                .pipelines
+                .iter()
+                .any(|p| p.sink == name && p.joins.iter().any(|j| j == joined));
+            if joins_it {
+                out.joined
+                    .extend(crate::summary::joined_snapshot(consumer.metadata(), joined));
+            }
+            // A refresh in progress reads its target snapshot until its last chunk (kept with
+            // its descendants, as a checkpoint: the run after the refresh reads on from it).
+            out.checkpoints.extend(
                 crate::summary::read_refresh(consumer.metadata(), &uuid)
                     .filter(|r| r.source == uuid)
                     .map(|r| r.target),
@@ -119,12 +138,19 @@ impl Maintainer {
                 }
             }
         }
-        for cp in self.checkpoints(&table).await? {
+        let pins = self.pins(&table).await?;
+        for cp in pins.checkpoints {
             // The consumer will read everything after its checkpoint: keep it and its descendants.
             if let Some(pos) = ancestry.iter().position(|id| *id == cp) {
                 keep.extend(&ancestry[..=pos]);
             }
         }
+        // A joined snapshot is read as it is: keep it alone.
+        keep.extend(
+            pins.joined
+                .into_iter()
+                .filter(|id| md.snapshot_by_id(*id).is_some()),
+        );
         let expired: Vec<i64> = md
             .snapshots()
             .map(|s| s.snapshot_id())
