@@ -44,11 +44,14 @@ impl Maintainer {
                 crate::summary::read_checkpoint(consumer.metadata(), &uuid).map(|c| c.snapshot_id),
             );
             // A refresh in progress reads its target snapshot until its last chunk.
-            out.extend(
-                crate::summary::read_refresh(consumer.metadata(), &uuid)
-                    .filter(|r| r.source == uuid)
-                    .map(|r| r.target),
-            );
+            // (A malformed position pins nothing: it cannot be continued, only restarted,
+            // and a restart reads the source's current snapshot.)
+            match crate::summary::read_refresh(consumer.metadata(), &uuid) {
+                Ok(r) => out.extend(r.filter(|r| r.source == uuid).map(|r| r.target)),
+                Err(e) => {
+                    tracing::warn!(table = %ident, error = %e, "a sink's refresh position is unreadable: it pins no snapshot")
+                }
+            }
         }
         Ok(out)
     }

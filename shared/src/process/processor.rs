@@ -508,11 +508,15 @@ impl Processor {
         let expected = pos.checkpoint.as_ref().map(|c| c.snapshot_id);
         let source_uuid = pos.source_uuid.clone();
         let sink_ident = pos.sink.identifier().clone();
+        let (pipeline, sink) = (p.name.clone(), p.sink.clone());
         let result = self
             .committer
             .commit_from(&sink_ident, Some(pos.sink.clone()), &self.limits(deadline), metered(meter.clone(), move |t: &Table| {
                 let now = summary::read_checkpoint(t.metadata(), &source_uuid).map(|c| c.snapshot_id);
-                Ok(if summary::read_refresh(t.metadata(), &source_uuid).is_some() {
+                let refresh = summary::read_refresh(t.metadata(), &source_uuid).map_err(|e| {
+                    super::refresh::malformed_position(&pipeline, &sink, e.message())
+                })?;
+                Ok(if refresh.is_some() {
                     Plan::Skip(Skipped::Obsolete("a refresh of the sink is in progress".into()))
                 } else if now != expected {
                     Plan::Skip(Skipped::Obsolete(format!(
