@@ -575,7 +575,7 @@ pub enum ProcessAction {
     /// changed SQL, an expired checkpoint or a source overwrite/delete. Works in chunks of at
     /// most `[process] refresh_chunk_rows` source rows, one sink commit each, and continues a
     /// refresh in progress (left by an earlier call or the process Lambda) until it is done.
-    Refresh(ProcessOpts),
+    Refresh(RefreshOpts),
     /// Batch vs sink check (exit 1 on any difference).
     ///
     /// Runs the same SQL as a batch over the whole table at the sink's checkpoint and compares
@@ -588,7 +588,7 @@ impl ProcessAction {
     pub fn parts(&self) -> (&'static str, &ProcessOpts) {
         match self {
             ProcessAction::Run(o) => ("run", o),
-            ProcessAction::Refresh(o) => ("refresh", o),
+            ProcessAction::Refresh(o) => ("refresh", &o.opts),
             ProcessAction::Reconcile(o) => ("reconcile", o),
         }
     }
@@ -605,6 +605,17 @@ pub struct ProcessOpts {
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+}
+
+/// `floe process refresh`'s options.
+#[derive(Debug, Args)]
+pub struct RefreshOpts {
+    #[command(flatten)]
+    pub opts: ProcessOpts,
+    /// Start a new refresh instead of continuing the one in progress (the way out of a refresh
+    /// position that cannot be continued; the new refresh replaces the whole sink).
+    #[arg(long)]
+    pub restart: bool,
 }
 
 /// `floe local`.
@@ -786,9 +797,8 @@ impl Command {
             }),
             Command::Template(a) => Some(&mut a.config),
             Command::Process(p) => Some(match &mut p.action {
-                ProcessAction::Run(o) | ProcessAction::Refresh(o) | ProcessAction::Reconcile(o) => {
-                    &mut o.config
-                }
+                ProcessAction::Run(o) | ProcessAction::Reconcile(o) => &mut o.config,
+                ProcessAction::Refresh(o) => &mut o.opts.config,
             }),
             Command::Demo(_) | Command::Local(_) | Command::Bench(_) | Command::Completions(_) => {
                 None

@@ -24,11 +24,11 @@ pub async fn run(action: &ProcessAction) -> Result<bool> {
     let deadline = Instant::now() + Duration::from_secs(900);
     let bar = progress::bar(names.len() as u64, format!("process {verb}"));
     match action {
-        ProcessAction::Refresh(_) => {
+        ProcessAction::Refresh(r) => {
             bar.finish_and_clear();
             let mut reports = Vec::new();
             for name in &names {
-                reports.push(refresh_to_the_end(&processor, name).await?);
+                reports.push(refresh_to_the_end(&processor, name, r.restart).await?);
             }
             if opts.json {
                 println!("{}", serde_json::to_string_pretty(&reports)?);
@@ -72,8 +72,9 @@ pub async fn run(action: &ProcessAction) -> Result<bool> {
 }
 
 /// A refresh chunk by chunk until it is finished (a refresh the process Lambda left in
-/// progress is continued), a bar of chunks on stderr; one report for the whole refresh.
-async fn refresh_to_the_end(processor: &Processor, name: &str) -> Result<RunReport> {
+/// progress is continued; `restart`: a new one is started instead), a bar of chunks on
+/// stderr; one report for the whole refresh.
+async fn refresh_to_the_end(processor: &Processor, name: &str, restart: bool) -> Result<RunReport> {
     let bar = progress::bar(1, format!("refresh {name}"));
     let mut total: Option<RunReport> = None;
     loop {
@@ -81,6 +82,7 @@ async fn refresh_to_the_end(processor: &Processor, name: &str) -> Result<RunRepo
         // only continue: a refresh another caller finished meanwhile is done, not restarted.
         let deadline = Instant::now() + Duration::from_secs(900);
         let r = match total {
+            None if restart => processor.restart_refresh_chunk(name, deadline).await?,
             None => processor.refresh_chunk(name, deadline).await?,
             Some(_) => processor.continue_refresh_chunk(name, deadline).await?,
         };

@@ -13,6 +13,8 @@ use std::collections::HashMap;
 use iceberg::spec::{Summary, TableMetadata};
 use serde::Serialize;
 
+use crate::error::{Error, ErrorKind, Result};
+
 /// Records read from the input object (= committed + quarantined).
 pub const RECORDS_IN: &str = "records-in";
 /// Records committed by the snapshot.
@@ -437,19 +439,54 @@ impl RefreshPosition {
         ]
     }
 
-    fn read(summary: &Summary) -> Option<Self> {
+    /// The position a snapshot summary records: None when it records none (no
+    /// `floe.refresh.*` key, or a finished refresh's id and chunk count only). A `Stale` error
+    /// when its keys are present but incomplete or unparsable: such a position can be neither
+    /// continued nor ignored (ignoring it would run incrementally over a half-replaced sink,
+    /// or start over without removing what its chunks wrote).
+    fn read(summary: &Summary) -> Result<Option<Self>> {
         let p = &summary.additional_properties;
-        Some(Self {
-            id: p.get(REFRESH_ID)?.clone(),
-            source: p.get(REFRESH_SOURCE)?.clone(),
-            target: p.get(REFRESH_TARGET)?.parse().ok()?,
-            transform: p.get(REFRESH_TRANSFORM)?.clone(),
-            next: p.get(REFRESH_NEXT)?.parse().ok()?,
-            chunks: p
-                .get(REFRESH_CHUNKS)
+        if !p.keys().any(|k| k.starts_with(REFRESH_PREFIX)) {
+            return Ok(None);
+        }
+        let malformed = |key: &str| {
+            Error::new(
+                ErrorKind::Stale,
+                match p.get(key) {
+                    Some(v) => format!("refresh position key `{key}` = {v:?} is unreadable"),
+                    None => format!("refresh position key `{key}` is missing"),
+                },
+            )
+        };
+        let text = |key: &str| p.get(key).cloned().ok_or_else(|| malformed(key));
+        let parse = |key: &str| -> Result<i64> {
+            p.get(key)
                 .and_then(|v| v.parse().ok())
-                .unwrap_or(0),
-        })
+                .ok_or_else(|| malformed(key))
+        };
+        let position = [
+            REFRESH_SOURCE,
+            REFRESH_TARGET,
+            REFRESH_TRANSFORM,
+            REFRESH_NEXT,
+        ];
+        if !position.iter().any(|k| p.contains_key(*k)) {
+            // A finished refresh's last chunk: its id and chunk count, no position.
+            text(REFRESH_ID)?;
+            return Ok(None);
+        }
+        let chunks = p
+            .get(REFRESH_CHUNKS)
+            .and_then(|v| v.parse().ok())
+            .ok_or_else(|| malformed(REFRESH_CHUNKS))?;
+        Ok(Some(Self {
+            id: text(REFRESH_ID)?,
+            source: text(REFRESH_SOURCE)?,
+            target: parse(REFRESH_TARGET)?,
+            transform: text(REFRESH_TRANSFORM)?,
+            next: parse(REFRESH_NEXT)?,
+            chunks,
+        }))
     }
 }
 
@@ -457,19 +494,25 @@ impl RefreshPosition {
 /// snapshot that records a checkpoint on that source or any `floe.refresh.*` key (another
 /// engine's snapshots on top carry neither; a finished refresh's last chunk records its id but
 /// no position). A refresh of another source (a re-created source table) is returned too: it
-/// is in progress on this sink all the same.
-pub fn read_refresh(sink: &TableMetadata, source_uuid: &str) -> Option<RefreshPosition> {
+/// is in progress on this sink all the same. A position whose keys are incomplete or
+/// unparsable is a `Stale` error naming the snapshot and the key (not "no refresh").
+pub fn read_refresh(sink: &TableMetadata, source_uuid: &str) -> Result<Option<RefreshPosition>> {
     let key = format!("{CHECKPOINT_PREFIX}{source_uuid}");
     let mut cur = sink.current_snapshot();
     while let Some(s) = cur {
         let summary = s.summary();
         let props = &summary.additional_properties;
         if props.contains_key(&key) || props.keys().any(|k| k.starts_with(REFRESH_PREFIX)) {
-            return RefreshPosition::read(summary);
+            return RefreshPosition::read(summary).map_err(|e| {
+                Error::new(
+                    ErrorKind::Stale,
+                    format!("sink snapshot {}: {}", s.snapshot_id(), e.message()),
+                )
+            });
         }
         cur = s.parent_snapshot_id().and_then(|p| sink.snapshot_by_id(p));
     }
-    None
+    Ok(None)
 }
 
 /// The snapshot-summary properties recording the snapshot each joined table was read at
@@ -692,7 +735,7 @@ mod tests {
         carry_checkpoint(&mut chunk, Some(&parent));
         // A chunk keeps the old checkpoint (carried) and records its own position.
         let chunk = summary(chunk.into_iter().collect());
-        assert_eq!(RefreshPosition::read(&chunk), Some(pos.clone()));
+        assert_eq!(RefreshPosition::read(&chunk).unwrap(), Some(pos.clone()));
         assert_eq!(
             chunk.additional_properties.get("floe.checkpoint.src"),
             Some(&"7".to_string())
@@ -701,7 +744,10 @@ mod tests {
         let mut compaction = HashMap::new();
         carry_checkpoint(&mut compaction, Some(&chunk));
         let compaction = summary(compaction.into_iter().collect());
-        assert_eq!(RefreshPosition::read(&compaction), Some(pos.clone()));
+        assert_eq!(
+            RefreshPosition::read(&compaction).unwrap(),
+            Some(pos.clone())
+        );
         // The next chunk's own position replaces the carried one.
         let next = RefreshPosition {
             next: 900,
@@ -711,7 +757,7 @@ mod tests {
         let mut own: HashMap<String, String> = next.properties().into_iter().collect();
         carry_checkpoint(&mut own, Some(&compaction));
         assert_eq!(
-            RefreshPosition::read(&summary(own.into_iter().collect())),
+            RefreshPosition::read(&summary(own.into_iter().collect())).unwrap(),
             Some(next)
         );
         // The last chunk sets the checkpoint: the position is not carried, the refresh is over.
@@ -722,14 +768,52 @@ mod tests {
         carry_checkpoint(&mut last, Some(&compaction));
         assert!(!last.contains_key(REFRESH_TARGET), "{last:?}");
         let last = summary(last.into_iter().collect());
-        assert_eq!(RefreshPosition::read(&last), None);
+        assert_eq!(RefreshPosition::read(&last).unwrap(), None);
         // And a compaction after it carries no position back in.
         let mut after = HashMap::new();
         carry_checkpoint(&mut after, Some(&last));
         assert_eq!(
-            RefreshPosition::read(&summary(after.into_iter().collect())),
+            RefreshPosition::read(&summary(after.into_iter().collect())).unwrap(),
             None
         );
+    }
+
+    #[test]
+    fn a_malformed_refresh_position_is_an_error_not_no_refresh() {
+        let pos = RefreshPosition {
+            id: "r1".into(),
+            source: "src".into(),
+            target: 42,
+            transform: "t2".into(),
+            next: -600,
+            chunks: 3,
+        };
+        // A negative window start is a position (windows before 1970).
+        let good = summary(pos.properties());
+        assert_eq!(RefreshPosition::read(&good).unwrap(), Some(pos.clone()));
+        for (key, value) in [
+            (REFRESH_TARGET, Some("forty-two")),
+            (REFRESH_NEXT, Some("")),
+            (REFRESH_NEXT, None),
+            (REFRESH_CHUNKS, Some("-1")),
+            (REFRESH_ID, None),
+            (REFRESH_SOURCE, None),
+        ] {
+            let mut props: HashMap<String, String> = pos.properties().into_iter().collect();
+            match value {
+                Some(v) => props.insert(key.to_string(), v.to_string()),
+                None => props.remove(key),
+            };
+            let e = RefreshPosition::read(&summary(props.into_iter().collect())).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::Stale, "{key}: {e}");
+            assert!(e.message().contains(key), "{key}: {e}");
+        }
+        // Position keys without an id, or a chunk count alone: malformed too.
+        let e = RefreshPosition::read(&summary(vec![(REFRESH_CHUNKS.into(), "4".into())]));
+        assert_eq!(e.unwrap_err().kind(), ErrorKind::Stale);
+        // A finished refresh's keys are no position.
+        let done = summary(RefreshPosition::finished_properties("r1", 5));
+        assert_eq!(RefreshPosition::read(&done).unwrap(), None);
     }
 
     #[test]

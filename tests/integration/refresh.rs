@@ -206,7 +206,9 @@ async fn aggregate_refresh_in_chunks_of_a_tenth_of_the_table_equals_the_one_shot
     assert_reconciled(&p, AGG).await;
     let sink_now = sink(&p, &env, AGG).await;
     assert!(
-        floe::summary::read_refresh(sink_now.metadata(), &source_uuid(&env, &p).await).is_none(),
+        floe::summary::read_refresh(sink_now.metadata(), &source_uuid(&env, &p).await)
+            .unwrap()
+            .is_none(),
         "the last chunk cleared the position"
     );
     assert_eq!(
@@ -259,6 +261,7 @@ async fn append_refresh_cut_off_by_its_deadline_is_continued_by_the_next_run() {
     assert!(g.max_chunk_rows <= BUDGET, "{g:?}");
     let uuid = source_uuid(&env, &p).await;
     let pos = floe::summary::read_refresh(sink(&p, &env, APPEND).await.metadata(), &uuid)
+        .unwrap()
         .expect("the position is in the sink's summary");
     assert_eq!(
         (pos.id.as_str(), pos.chunks, pos.next),
@@ -285,7 +288,9 @@ async fn append_refresh_cut_off_by_its_deadline_is_continued_by_the_next_run() {
         after.metadata().current_snapshot_id(),
         "the sink was compacted"
     );
-    let pos = floe::summary::read_refresh(after.metadata(), &uuid).expect("carried");
+    let pos = floe::summary::read_refresh(after.metadata(), &uuid)
+        .unwrap()
+        .expect("carried");
     assert_eq!((pos.chunks, pos.next), (6, 6));
 
     // New source data meanwhile; the next incremental run continues the refresh instead.
@@ -333,6 +338,7 @@ async fn a_chunk_whose_answer_was_lost_is_neither_reapplied_nor_skipped() {
     let e = crashing.refresh_chunk(APPEND, soon()).await.unwrap_err();
     assert!(e.to_string().contains("injected crash"), "{e}");
     let pos = floe::summary::read_refresh(sink(&p, &env, APPEND).await.metadata(), &uuid)
+        .unwrap()
         .expect("in progress");
     assert_eq!(pos.chunks, 2, "the crashed chunk landed: {pos:?}");
     let lossy = env.processor_with(faulty(Fault::LostAnswer)).await;
@@ -645,4 +651,84 @@ async fn sink_compactions_during_a_refresh_do_not_make_chunks_rebuild() {
         one.refresh(name, soon()).await.unwrap();
         assert_eq!(sink_rows(&one, &env, name).await, chunked, "{name}");
     }
+}
+
+/// A refresh position that cannot be read (a key present but unparsable, as a hand edit or
+/// another tool might leave it) is neither "no refresh" nor "start at 0": runs, refreshes and
+/// reconcile stop with an error naming the key and telling the operator to restart the
+/// refresh; `--restart` rebuilds the sink whole.
+#[tokio::test]
+async fn a_malformed_refresh_position_stops_until_the_refresh_is_restarted() {
+    let env = env().await;
+    load(&env, 6, 60, "bad").await;
+    let p = env.processor().await;
+    let r = p.refresh_chunk(APPEND, soon()).await.unwrap();
+    assert!(!progress(&r).done, "{r:?}");
+    // A snapshot on top whose position's `next` is unreadable.
+    let ident = floe::catalog::table_ident(&env.config, APPEND).unwrap();
+    let uuid = source_uuid(&env, &p).await;
+    let pos = floe::summary::read_refresh(sink(&p, &env, APPEND).await.metadata(), &uuid)
+        .unwrap()
+        .unwrap();
+    let mut props: std::collections::HashMap<String, String> =
+        pos.properties().into_iter().collect();
+    props.insert("floe.refresh.next".into(), "-3".into());
+    let change = Change::append(Vec::new(), props);
+    p.committer()
+        .commit(&ident, &limits(), move |_| {
+            Ok(floe::commit::Plan::Apply(change.clone()))
+        })
+        .await
+        .unwrap();
+    // `-3` parses, but is no file index: append mode refuses it too.
+    for e in [
+        p.run(APPEND, soon()).await.unwrap_err(),
+        p.refresh(APPEND, soon()).await.unwrap_err(),
+    ] {
+        assert_eq!(e.kind(), ErrorKind::Stale, "{e}");
+        assert!(
+            e.to_string().contains("--restart") && e.to_string().contains("-3"),
+            "{e}"
+        );
+    }
+    let mut props: std::collections::HashMap<String, String> =
+        pos.properties().into_iter().collect();
+    props.insert("floe.refresh.target".into(), "not-a-snapshot".into());
+    let change = Change::append(Vec::new(), props);
+    p.committer()
+        .commit(&ident, &limits(), move |_| {
+            Ok(floe::commit::Plan::Apply(change.clone()))
+        })
+        .await
+        .unwrap();
+    for e in [
+        p.run(APPEND, soon()).await.unwrap_err(),
+        p.refresh(APPEND, soon()).await.unwrap_err(),
+        p.reconcile(APPEND).await.unwrap_err(),
+    ] {
+        assert_eq!(e.kind(), ErrorKind::Stale, "{e}");
+        assert!(
+            e.to_string().contains("floe.refresh.target") && e.to_string().contains("--restart"),
+            "{e}"
+        );
+    }
+    let r = p.restart_refresh_chunk(APPEND, soon()).await.unwrap();
+    let g = progress(&r);
+    assert!(
+        g.id != pos.id
+            && g.restarted
+                .as_deref()
+                .is_some_and(|w| w.contains("floe.refresh.target")),
+        "{g:?}"
+    );
+    let mut r = r;
+    while !progress(&r).done {
+        r = p.continue_refresh_chunk(APPEND, soon()).await.unwrap();
+    }
+    let (rows, distinct) = orders_in(&p, &env, APPEND).await;
+    assert!(
+        rows > 0 && rows == distinct,
+        "{rows} rows, {distinct} orders"
+    );
+    assert_reconciled(&p, APPEND).await;
 }

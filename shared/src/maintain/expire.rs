@@ -69,11 +69,16 @@ impl Maintainer {
             }
             // A refresh in progress reads its target snapshot until its last chunk (kept with
             // its descendants, as a checkpoint: the run after the refresh reads on from it).
-            out.checkpoints.extend(
-                crate::summary::read_refresh(consumer.metadata(), &uuid)
-                    .filter(|r| r.source == uuid)
-                    .map(|r| r.target),
-            );
+            // (A malformed position pins nothing: it cannot be continued, only restarted,
+            // and a restart reads the source's current snapshot.)
+            match crate::summary::read_refresh(consumer.metadata(), &uuid) {
+                Ok(r) => out
+                    .checkpoints
+                    .extend(r.filter(|r| r.source == uuid).map(|r| r.target)),
+                Err(e) => {
+                    tracing::warn!(table = %ident, error = %e, "a sink's refresh position is unreadable: it pins no snapshot")
+                }
+            }
         }
         Ok(out)
     }

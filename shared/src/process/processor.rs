@@ -580,11 +580,15 @@ impl Processor {
         // A latest run rewrote buckets from their data files: delete files another engine
         // committed meanwhile would be undone (the re-plan refuses them, naming them).
         let latest = p.mode == PipelineMode::Latest;
+        let (pipeline, sink) = (p.name.clone(), p.sink.clone());
         let result = self
             .committer
             .commit_from(&sink_ident, Some(pos.sink.clone()), &self.limits(deadline), metered(meter.clone(), move |t: &Table| {
                 let now = summary::read_checkpoint(t.metadata(), &source_uuid).map(|c| c.snapshot_id);
-                Ok(if summary::read_refresh(t.metadata(), &source_uuid).is_some() {
+                let refresh = summary::read_refresh(t.metadata(), &source_uuid).map_err(|e| {
+                    super::refresh::malformed_position(&pipeline, &sink, e.message())
+                })?;
+                Ok(if refresh.is_some() {
                     Plan::Skip(Skipped::Obsolete("a refresh of the sink is in progress".into()))
                 } else if now != expected {
                     Plan::Skip(Skipped::Obsolete(format!(

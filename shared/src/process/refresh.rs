@@ -147,9 +147,14 @@ impl ChunkPlan {
     }
 
     /// The chunk starting at `next` (None: the first), where the chunk after it starts (None:
-    /// it is the last) and how many chunks follow it.
-    fn chunk_from(&self, next: Option<i64>) -> (Chunk, Option<i64>, u64) {
-        match self {
+    /// it is the last) and how many chunks follow it. A position that is no file index of the
+    /// target's files (append mode) is an error: reading from index 0 without the first
+    /// chunk's removal would duplicate what earlier chunks wrote.
+    fn chunk_from(
+        &self,
+        next: Option<i64>,
+    ) -> std::result::Result<(Chunk, Option<i64>, u64), String> {
+        Ok(match self {
             ChunkPlan::Windows { bounds, .. } => {
                 let after: Vec<i64> = bounds
                     .iter()
@@ -161,10 +166,18 @@ impl ChunkPlan {
                 (Chunk::Span(Span { lo: next, hi }), hi, after.len() as u64)
             }
             ChunkPlan::Files { files, budget } => {
-                let start = next
-                    .map(|n| usize::try_from(n).unwrap_or(0))
-                    .unwrap_or(0)
-                    .min(files.len());
+                let start = match next {
+                    None => 0,
+                    Some(n) => match usize::try_from(n) {
+                        Ok(i) if i < files.len() => i,
+                        _ => {
+                            return Err(format!(
+                                "next file index {n} is not one of the target's {} files",
+                                files.len()
+                            ))
+                        }
+                    },
+                };
                 let end = group_end(files, start, *budget);
                 let mut remaining = 0;
                 let mut at = end;
@@ -177,7 +190,7 @@ impl ChunkPlan {
                 (Chunk::Files(group), next, remaining)
             }
             ChunkPlan::Whole => (Chunk::Whole, None, 0),
-        }
+        })
     }
 }
 
@@ -407,6 +420,17 @@ impl Processor {
             .await
     }
 
+    /// [`Processor::refresh_chunk`] starting a new refresh whatever the sink records — a
+    /// refresh in progress, or a position that cannot be continued (an error names it): the
+    /// new refresh's first chunk replaces what it covers (aggregate: the windows before its
+    /// bound; append: the whole sink), so nothing of the old one survives its end. Continue
+    /// with [`Processor::continue_refresh_chunk`].
+    pub async fn restart_refresh_chunk(&self, name: &str, deadline: Instant) -> Result<RunReport> {
+        let p = self.pipeline(name)?;
+        self.refresh_chunks(p, deadline, Some(1), Start::Restart, &self.meter())
+            .await
+    }
+
     /// One chunk of the refresh in progress, never starting one: with none in progress (it
     /// finished, by this caller or another: a Lambda's run, a second `floe process refresh`)
     /// the report says done. What a caller that saw a refresh in progress calls next, so that
@@ -434,7 +458,7 @@ impl Processor {
         deadline: Instant,
         meter: &Meter,
     ) -> Result<Option<RunReport>> {
-        let Some(r) = summary::read_refresh(pos.sink.metadata(), &pos.source_uuid) else {
+        let Some(r) = read_position(p, pos)? else {
             return Ok(None);
         };
         tracing::info!(pipeline = %p.name, refresh = %r.id, chunks_done = r.chunks, "a refresh is in progress: continuing it instead of an incremental run");
@@ -456,7 +480,7 @@ impl Processor {
         p: &PipelineConfig,
         deadline: Instant,
         max_chunks: Option<u64>,
-        start: Start,
+        mut start: Start,
         meter: &Meter,
     ) -> Result<RunReport> {
         let started = Instant::now();
@@ -491,7 +515,26 @@ impl Processor {
                 report.from_snapshot = pos.checkpoint.as_ref().map(|c| c.snapshot_id);
                 seq
             });
-            let recorded = summary::read_refresh(pos.sink.metadata(), &pos.source_uuid);
+            let recorded = match (start, read_position(p, &pos)) {
+                // By request: whatever the sink records (a malformed position too) gives way
+                // to a new refresh, whose first chunk replaces what it covers.
+                (Start::Restart, r) => {
+                    let why = match r {
+                        Ok(Some(r)) => Some(format!(
+                            "refresh {} started over on request after {} chunks",
+                            r.id, r.chunks
+                        )),
+                        Err(e) => Some(format!("started over on request: {}", e.message())),
+                        Ok(None) => None,
+                    };
+                    if let Some(why) = why {
+                        tracing::warn!(pipeline = %p.name, reason = %why, "refresh restarted");
+                        progress.restarted = Some(why);
+                    }
+                    None
+                }
+                (_, r) => r?,
+            };
             if let Some(r) = &recorded {
                 seen = Some(r.id.clone());
             } else if let Some(finished) = finished_meanwhile(&pos, start, &seen, first_seq) {
@@ -519,7 +562,9 @@ impl Processor {
             let Some((_, plan)) = planned.as_mut() else {
                 return Err(Error::new(ErrorKind::Internal, "refresh: no chunk plan"));
             };
-            let (mut chunk, mut next, mut after) = plan.chunk_from(refresh.next);
+            let (mut chunk, mut next, mut after) = plan
+                .chunk_from(refresh.next)
+                .map_err(|why| malformed_position(&p.name, &p.sink, &why))?;
             // The first chunk of a call always runs (else a short invocation never progresses).
             if progress.chunks > 0 {
                 let capped = max_chunks.is_some_and(|m| progress.chunks >= m);
@@ -550,7 +595,9 @@ impl Processor {
                     }
                     plan.refine(*span, &cuts);
                     self.cache_plan(p, &pos.hash, refresh.target, budget, plan);
-                    (chunk, next, after) = plan.chunk_from(refresh.next);
+                    (chunk, next, after) = plan
+                        .chunk_from(refresh.next)
+                        .map_err(|why| malformed_position(&p.name, &p.sink, &why))?;
                 }
             }
             let built = self
@@ -595,6 +642,10 @@ impl Processor {
                 Ok(Outcome::Committed { snapshot_id, .. }) => {
                     seen = Some(refresh.id.clone());
                     rounds = 0;
+                    // A restart is one: the rest of the call continues the new refresh.
+                    if start == Start::Restart {
+                        start = Start::Allowed;
+                    }
                     since_commit.mark();
                     progress.chunks += 1;
                     progress.chunks_done = refresh.chunks_done + 1;
@@ -871,7 +922,7 @@ impl Processor {
 /// Reconcile compares a sink with the batch result at its checkpoint: meaningless while a
 /// refresh is replacing the sink range by range (an error naming the refresh and its progress).
 pub(super) fn refuse_during_refresh(p: &PipelineConfig, pos: &Position) -> Result<()> {
-    match summary::read_refresh(pos.sink.metadata(), &pos.source_uuid) {
+    match read_position(p, pos)? {
         None => Ok(()),
         Some(r) => Err(Error::new(
             ErrorKind::Stale,
@@ -887,12 +938,14 @@ pub(super) fn refuse_during_refresh(p: &PipelineConfig, pos: &Position) -> Resul
 
 /// What a chunk's commit requires of the sink besides its version: the refresh position and
 /// the checkpoint on the source recorded there.
-fn sink_state(
-    md: &iceberg::spec::TableMetadata,
-    source_uuid: &str,
-) -> (Option<RefreshPosition>, Option<i64>) {
+type SinkState = (
+    std::result::Result<Option<RefreshPosition>, String>,
+    Option<i64>,
+);
+
+fn sink_state(md: &iceberg::spec::TableMetadata, source_uuid: &str) -> SinkState {
     (
-        summary::read_refresh(md, source_uuid),
+        summary::read_refresh(md, source_uuid).map_err(|e| e.message().to_string()),
         summary::read_checkpoint(md, source_uuid).map(|c| c.snapshot_id),
     )
 }
@@ -934,6 +987,30 @@ enum Start {
     /// An incremental run continuing a refresh, or a caller continuing one it saw: never (none
     /// in progress means it finished).
     Never,
+    /// `floe process refresh --restart`: a new refresh whatever the sink records (until this
+    /// call's first chunk lands; then it continues that one).
+    Restart,
+}
+
+/// The refresh in progress on the sink of `p`, if any; a malformed position is an error
+/// telling the operator to restart the refresh.
+pub(super) fn read_position(p: &PipelineConfig, pos: &Position) -> Result<Option<RefreshPosition>> {
+    summary::read_refresh(pos.sink.metadata(), &pos.source_uuid)
+        .map_err(|e| malformed_position(&p.name, &p.sink, e.message()))
+}
+
+/// A refresh position that can be neither continued nor ignored: ignoring it would run
+/// incrementally over a half-replaced sink, or start reading from the beginning without the
+/// first chunk's removal of the old content.
+pub(super) fn malformed_position(pipeline: &str, sink: &str, why: &str) -> Error {
+    Error::new(
+        ErrorKind::Stale,
+        format!(
+            "pipeline `{pipeline}`: the refresh position on sink `{sink}` cannot be continued ({why}); \
+             restart the refresh: `floe process refresh --restart --pipeline {pipeline}`"
+        ),
+    )
+    .with_retryable(false)
 }
 
 /// With no refresh in progress on the sink: the refresh (id, chunks) that finished during this
@@ -955,6 +1032,7 @@ fn finished_meanwhile(
     let over = match start {
         Start::Never => true,
         Start::Allowed => current && (seen.is_some() || since.is_some()),
+        Start::Restart => false,
     };
     if !over {
         return None;
@@ -1147,13 +1225,13 @@ mod tests {
 
         let mut plan = ChunkPlan::windows(vec![1000]);
         assert!(plan.needs_count(None));
-        let (c, next, after) = plan.chunk_from(None);
+        let (c, next, after) = plan.chunk_from(None).unwrap();
         let Chunk::Span(span) = c else {
             panic!("{c:?}")
         };
         assert_eq!((next, after), (Some(1000), 1));
         plan.refine(span, &split(&counts, 100));
-        let (_, next, after) = plan.chunk_from(None);
+        let (_, next, after) = plan.chunk_from(None).unwrap();
         assert_eq!((next, after), (Some(200), 4));
         for lo in [None, Some(200), Some(300), Some(400)] {
             assert!(!plan.needs_count(lo), "{lo:?}");
@@ -1186,14 +1264,19 @@ mod tests {
             Chunk::Files(g) => g.iter().map(|f| f.file.file_path().to_string()).collect(),
             _ => Vec::new(),
         };
-        let (c, next, after) = plan.chunk_from(None);
+        let (c, next, after) = plan.chunk_from(None).unwrap();
         assert_eq!(paths(&c), ["f0", "f1"]);
         assert_eq!((next, after), (Some(2), 3));
-        let (c, next, after) = plan.chunk_from(Some(6));
+        let (c, next, after) = plan.chunk_from(Some(6)).unwrap();
         assert_eq!(paths(&c), ["f6"]);
         assert_eq!((next, after), (None, 0));
+        // A position that is no file index: an error, not the first chunk without its removal.
+        for bad in [-1, 7, i64::MIN] {
+            let e = plan.chunk_from(Some(bad)).unwrap_err();
+            assert!(e.contains(&bad.to_string()), "{e}");
+        }
         let windows = ChunkPlan::windows(vec![10, 20, 30]);
-        let (c, next, after) = windows.chunk_from(None);
+        let (c, next, after) = windows.chunk_from(None).unwrap();
         assert!(
             matches!(
                 c,
@@ -1205,7 +1288,7 @@ mod tests {
             "{c:?}"
         );
         assert_eq!((next, after), (Some(10), 3));
-        let (c, next, after) = windows.chunk_from(Some(20));
+        let (c, next, after) = windows.chunk_from(Some(20)).unwrap();
         assert!(
             matches!(
                 c,
@@ -1217,7 +1300,7 @@ mod tests {
             "{c:?}"
         );
         assert_eq!((next, after), (Some(30), 1));
-        let (c, next, after) = windows.chunk_from(Some(30));
+        let (c, next, after) = windows.chunk_from(Some(30)).unwrap();
         assert!(
             matches!(
                 c,
@@ -1230,7 +1313,7 @@ mod tests {
         );
         assert_eq!((next, after), (None, 0));
         // A position between boundaries (the budget changed between calls) still resumes.
-        let (c, next, _) = windows.chunk_from(Some(15));
+        let (c, next, _) = windows.chunk_from(Some(15)).unwrap();
         assert!(
             matches!(
                 c,
