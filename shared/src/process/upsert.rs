@@ -133,8 +133,9 @@ impl Processor {
                 }
                 _ => Vec::new(),
             };
-            let merged = latest.merge_bucket(&sink_rows, &tomb_rows, &d, seq, horizon)?;
-            drop((sink_rows, tomb_rows));
+            // By value: the merge holds the bucket's decoded rows once.
+            let merged = latest.merge_bucket(sink_rows, tomb_rows, &d, seq, horizon)?;
+            drop(d);
             if merged.sink_changed {
                 let mut out = Output::new(&pos.sink, &writer_id)?;
                 out.write(vec![merged.live]).await?;
