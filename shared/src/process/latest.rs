@@ -124,10 +124,22 @@ impl Latest {
                 })?,
             ),
         };
-        let timestamp = matches!(
-            schema.field(order_idx).data_type(),
-            DataType::Timestamp(_, _)
-        );
+        let order_type = schema.field(order_idx).data_type();
+        let timestamp = matches!(order_type, DataType::Timestamp(_, _));
+        // A retention is a time behind the newest order value: meaningless for another type.
+        if !timestamp && p.tombstone_retention_micros().is_some() && p.tombstone_retention.is_some()
+        {
+            return Err(Error::new(
+                ErrorKind::Config,
+                format!(
+                    "pipeline `{}`: tombstone_retention needs a timestamp `order_by`, and \
+                     `{order_by}` is {order_type} in the SQL's output; without a timestamp \
+                     order tombstones are kept forever: remove tombstone_retention (or set it \
+                     to \"none\"), or order by a timestamp column",
+                    p.name
+                ),
+            ));
+        }
         Ok(Self {
             schema: schema.clone(),
             key_idx,
@@ -1007,5 +1019,17 @@ mod tests {
             .unwrap()
             .to_string();
         assert!(e.contains("not boolean"), "{e}");
+        // A retention over a non-timestamp order is an error naming the type ("none" is not).
+        let mut p = pipeline(Some("op = 'D'"));
+        p.tombstone_retention = Some("2d".into());
+        let e = Latest::new(&p, &schema()).err().unwrap();
+        assert_eq!(e.kind(), ErrorKind::Config);
+        let e = e.to_string();
+        assert!(
+            e.contains("tombstone_retention") && e.contains("`v` is Int64"),
+            "{e}"
+        );
+        p.tombstone_retention = Some("none".into());
+        assert!(Latest::new(&p, &schema()).is_ok());
     }
 }
