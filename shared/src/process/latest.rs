@@ -952,6 +952,28 @@ mod tests {
     }
 
     #[test]
+    fn rows_whose_keys_are_all_null_are_one_key() {
+        let l = Latest::new(&pipeline(None), &schema()).unwrap();
+        let b = RecordBatch::try_new(
+            schema(),
+            vec![
+                Arc::new(Int64Array::from(vec![None, None, Some(1)])),
+                Arc::new(Int64Array::from(vec![2, 5, 1])),
+                Arc::new(StringArray::from(vec!["a", "b", "c"])),
+            ],
+        )
+        .unwrap();
+        let r = l.reduce(&[b]).unwrap();
+        assert_eq!(r.num_rows(), 2, "the null key's latest version and key 1");
+        assert!(r.column(0).is_null(0), "nulls sort first");
+        let v = r.column(1).as_any().downcast_ref::<Int64Array>().unwrap();
+        assert_eq!(v.value(0), 5);
+        // Their bucket is the null partition value.
+        let buckets = l.by_bucket(&r).unwrap();
+        assert!(buckets.contains_key(&None));
+    }
+
+    #[test]
     fn tombstones_past_the_horizon_are_dropped() {
         let ts = Arc::new(ArrowSchema::new(vec![
             Field::new("k", DataType::Int64, true),
