@@ -59,6 +59,9 @@ pub const WINDOWS_REPLACED: &str = "floe.windows-replaced";
 pub const KEYS_TOUCHED: &str = "floe.keys-touched";
 /// Key buckets a latest-state pipeline run rewrote.
 pub const BUCKETS_REPLACED: &str = "floe.buckets-replaced";
+/// A latest pipeline's tombstone table: the uuid of the source its tombstones were read from
+/// (every tombstone commit sets it; carried on by snapshots that set none, like compaction's).
+pub const TOMBSTONES_SOURCE: &str = "floe.tombstones-source";
 /// Checkpoint key prefix: `floe.checkpoint.<source uuid>` = last source snapshot processed.
 pub const CHECKPOINT_PREFIX: &str = "floe.checkpoint.";
 /// Transform key prefix: `floe.transform.<source uuid>` = transform version of the checkpoint.
@@ -349,6 +352,11 @@ pub fn checkpoint_properties(
 /// position of its own (the refresh's next chunk) or a checkpoint (the refresh's last chunk,
 /// which ends the refresh: its position is cleared by not being carried).
 pub(crate) fn carry_checkpoint(props: &mut HashMap<String, String>, parent: Option<&Summary>) {
+    if let Some(v) = parent.and_then(|p| p.additional_properties.get(TOMBSTONES_SOURCE)) {
+        props
+            .entry(TOMBSTONES_SOURCE.to_string())
+            .or_insert_with(|| v.clone());
+    }
     let own = props.keys().any(|k| k.starts_with(CHECKPOINT_PREFIX));
     let own_refresh = own || props.keys().any(|k| k.starts_with(REFRESH_PREFIX));
     // A refresh's chunk records the joined snapshots it read without a checkpoint of its own.

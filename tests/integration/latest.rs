@@ -937,3 +937,42 @@ async fn a_far_future_order_value_does_not_move_the_tombstone_horizon() {
     assert_eq!(sink_rows(&env), m.live());
     assert_reconciled(&p, "after the late versions").await;
 }
+
+#[tokio::test]
+async fn tombstones_of_a_recreated_source_are_not_applied_to_a_new_sink() {
+    let env = TestEnv::with_pipelines("sqlite", &pipeline()).await;
+    let base = Utc::now() - chrono::Duration::hours(2);
+    let mut old = Model::default();
+    {
+        let ingestor = env.ingestor().await;
+        let v = [(1, "o1", "placed", 10), (3, "o3", "cancelled", 15)];
+        ingest(&env, &ingestor, "orders/r1.jsonl", base, &mut old, &v).await;
+        env.processor().await.run(LATEST, soon()).await.unwrap();
+    }
+    // The source and the sink are dropped and re-created; the tombstone table stays behind.
+    let p = env.processor().await;
+    for t in ["orders", LATEST] {
+        let ident = floe::catalog::table_ident(&env.config, t).unwrap();
+        p.committer().catalog().drop_table(&ident).await.unwrap();
+    }
+    let ingestor = env.ingestor().await;
+    let mut m = Model::default();
+    let v = [(3, "o3", "placed", 10), (4, "o4", "placed", 5)];
+    ingest(&env, &ingestor, "orders/r2.jsonl", base, &mut m, &v).await;
+    // The old source's tombstone (c3 at 15) would hide the new source's c3 (at 10).
+    let p = env.processor().await;
+    let e = p.run(LATEST, soon()).await.unwrap_err();
+    assert_eq!(e.kind(), floe::ErrorKind::Stale, "{e}");
+    assert!(
+        e.to_string().contains(TOMBSTONES) && e.to_string().contains("floe process refresh"),
+        "{e}"
+    );
+    p.refresh(LATEST, soon()).await.unwrap();
+    assert_eq!(sink_rows(&env), m.live());
+    assert_reconciled(&p, "after the refresh").await;
+    // Runs go on from the refresh's checkpoint.
+    let v = [(3, "o3", "cancelled", 20)];
+    ingest(&env, &ingestor, "orders/r3.jsonl", base, &mut m, &v).await;
+    p.run(LATEST, soon()).await.unwrap();
+    assert_eq!(sink_rows(&env), m.live());
+}

@@ -124,10 +124,22 @@ impl Latest {
                 })?,
             ),
         };
-        let timestamp = matches!(
-            schema.field(order_idx).data_type(),
-            DataType::Timestamp(_, _)
-        );
+        let order_type = schema.field(order_idx).data_type();
+        let timestamp = matches!(order_type, DataType::Timestamp(_, _));
+        // A retention is a time behind the newest order value: meaningless for another type.
+        if !timestamp && p.tombstone_retention_micros().is_some() && p.tombstone_retention.is_some()
+        {
+            return Err(Error::new(
+                ErrorKind::Config,
+                format!(
+                    "pipeline `{}`: tombstone_retention needs a timestamp `order_by`, and \
+                     `{order_by}` is {order_type} in the SQL's output; without a timestamp \
+                     order tombstones are kept forever: remove tombstone_retention (or set it \
+                     to \"none\"), or order by a timestamp column",
+                    p.name
+                ),
+            ));
+        }
         Ok(Self {
             schema: schema.clone(),
             key_idx,
@@ -172,57 +184,57 @@ impl Latest {
         ))
     }
 
-    /// The key of every row of `batch`.
-    fn keys(&self, batch: &RecordBatch) -> Result<Rows> {
+    /// The key of every row of the pool, per batch.
+    fn keys(&self, pool: &Pool) -> Result<Vec<Rows>> {
         let (kc, _) = self.converters()?;
-        let cols: Vec<ArrayRef> = self
-            .key_idx
+        pool.batches
             .iter()
-            .map(|&i| batch.column(i).clone())
-            .collect();
-        kc.convert_columns(&cols).map_err(internal)
+            .map(|b| {
+                let cols: Vec<ArrayRef> =
+                    self.key_idx.iter().map(|&i| b.column(i).clone()).collect();
+                kc.convert_columns(&cols).map_err(internal)
+            })
+            .collect()
     }
 
-    /// The rank (order column, then the whole row) of the rows `idx` of `batch`, looked up by
-    /// row index: only rows whose key has competitors are encoded (a key seen once needs no
+    /// The rank (order column, then the whole row) of the rows `idx` of the pool, looked up
+    /// by row index: only rows whose key has competitors are encoded (a key seen once needs no
     /// comparison), which keeps a merge over a bucket about its touched keys.
-    fn ranks(&self, batch: &RecordBatch, idx: &[usize]) -> Result<Ranks> {
+    fn ranks(&self, pool: &Pool, idx: &[usize]) -> Result<Ranks> {
         let (_, rc) = self.converters()?;
-        let sub = take(batch, idx.iter().map(|&i| i as u32))?;
+        let sub = pool.take(&self.schema, idx.iter().copied())?;
         let cols: Vec<ArrayRef> = std::iter::once(self.order_idx)
             .chain(0..sub.num_columns())
             .map(|i| sub.column(i).clone())
             .collect();
         let rows = rc.convert_columns(&cols).map_err(internal)?;
-        let mut at = vec![u32::MAX; batch.num_rows()];
+        drop(sub);
+        let mut at = vec![u32::MAX; pool.len()];
         for (p, &i) in idx.iter().enumerate() {
             at[i] = p as u32;
         }
         Ok(Ranks { rows, at })
     }
 
-    /// `batches` (of the output schema) as one batch.
-    fn concat(&self, batches: &[RecordBatch]) -> Result<RecordBatch> {
-        let conformed = batches
-            .iter()
-            .map(|b| transform::conform(b, &self.schema))
-            .collect::<Result<Vec<_>>>()?;
-        arrow::compute::concat_batches(&self.schema, &conformed).map_err(internal)
-    }
-
     /// The latest version per key among `batches` (deletes included), sorted by key: what a
-    /// batch over the whole source computes, and what a run reduces its delta to.
+    /// batch over the whole source computes, and what a run reduces its delta to. The winners
+    /// are taken from the batches directly (no concatenated copy).
     pub(super) fn reduce(&self, batches: &[RecordBatch]) -> Result<RecordBatch> {
-        let all = self.concat(batches)?;
-        let keys = self.keys(&all)?;
-        let groups = group(&keys, 0..all.num_rows());
-        let ranks = self.ranks(&all, &contested(&groups))?;
-        let mut winners: Vec<(&[u8], usize)> = groups
+        let pool = Pool::new(
+            batches
+                .iter()
+                .map(|b| transform::conform(b, &self.schema))
+                .collect::<Result<Vec<_>>>()?,
+        );
+        let keys = self.keys(&pool)?;
+        let sorted = by_key(&pool, &keys);
+        let groups: Vec<&[(&[u8], usize)]> = sorted.chunk_by(|a, b| a.0 == b.0).collect();
+        let ranks = self.ranks(&pool, &contested(&groups))?;
+        let winners: Vec<usize> = groups
             .iter()
-            .map(|(k, g)| (*k, ranks.max(g.iter().copied())))
+            .map(|g| ranks.max(g.iter().map(|x| x.1)))
             .collect();
-        winners.sort_unstable();
-        take(&all, winners.iter().map(|(_, i)| *i as u32))
+        pool.take(&self.schema, winners.into_iter())
     }
 
     /// Which rows of `batch` (output schema) are deletes (null counts as not).
@@ -293,77 +305,114 @@ impl Latest {
 
     /// Merges one bucket: its committed sink rows, its tombstones (tombstone schema) and the
     /// delta's winners in it, for a run standing at source sequence `seq`.
+    ///
+    /// Memory: the bucket's decoded rows once (taken by value, never concatenated: the rows
+    /// are addressed across the batches and the kept ones taken from them), its keys in row
+    /// format, and the new rows.
     pub(super) fn merge_bucket(
         &self,
-        sink: &[RecordBatch],
-        tombstones: &[RecordBatch],
+        sink: Vec<RecordBatch>,
+        tombstones: Vec<RecordBatch>,
         delta: &RecordBatch,
         seq: i64,
         horizon: Option<i64>,
     ) -> Result<Merged> {
-        let sink = self.concat(sink)?;
         let tomb_schema = self.tombstone_schema();
-        let tombs = tombstones
-            .iter()
-            .map(|b| transform::conform(b, &tomb_schema))
-            .collect::<Result<Vec<_>>>()?;
-        let tombs = arrow::compute::concat_batches(&tomb_schema, &tombs).map_err(internal)?;
         let width = self.schema.fields().len();
-        let seqs = tombs
-            .column(width)
-            .as_any()
-            .downcast_ref::<Int64Array>()
-            .cloned()
-            .ok_or_else(|| Error::new(ErrorKind::Internal, "tombstone sequence column"))?;
-        let tomb_rows = tombs
-            .project(&(0..width).collect::<Vec<_>>())
-            .map_err(internal)?;
-        let delta = self.concat(std::slice::from_ref(delta))?;
         // One pool: sink rows, then tombstones, then the delta.
-        let (ns, nt) = (sink.num_rows(), tomb_rows.num_rows());
-        let pool = self.concat(&[sink, tomb_rows, delta])?;
+        let mut batches = Vec::with_capacity(sink.len() + tombstones.len() + 1);
+        let mut ns = 0;
+        for b in sink {
+            let b = transform::conform(&b, &self.schema)?;
+            ns += b.num_rows();
+            batches.push(b);
+        }
+        let mut seqs: Vec<i64> = Vec::new();
+        for b in tombstones {
+            let b = transform::conform(&b, &tomb_schema)?;
+            let col = b
+                .column(width)
+                .as_any()
+                .downcast_ref::<Int64Array>()
+                .ok_or_else(|| Error::new(ErrorKind::Internal, "tombstone sequence column"))?;
+            seqs.extend(col.iter().map(|v| v.unwrap_or(0)));
+            batches.push(
+                b.project(&(0..width).collect::<Vec<_>>())
+                    .map_err(internal)?,
+            );
+        }
+        let nt = seqs.len();
+        batches.push(transform::conform(delta, &self.schema)?);
+        let pool = Pool::new(batches);
         let is_sink = |i: usize| i < ns;
         let tomb = |i: usize| (ns..ns + nt).contains(&i).then(|| i - ns);
-        let seq_of = |t: usize| if seqs.is_null(t) { 0 } else { seqs.value(t) };
+        let seq_of = |t: usize| seqs[t];
         let applies = |i: usize| tomb(i).is_none_or(|t| seq_of(t) <= seq);
+        let del: Vec<BooleanArray> = pool
+            .batches
+            .iter()
+            .map(|b| self.deletes(b))
+            .collect::<Result<_>>()?;
+        let is_del = |i: usize| {
+            let (b, r) = pool.loc(i);
+            del[b].value(r)
+        };
         let keys = self.keys(&pool)?;
-        let groups = group(&keys, 0..pool.num_rows());
+        let sorted = by_key(&pool, &keys);
+        let groups: Vec<&[(&[u8], usize)]> = sorted.chunk_by(|a, b| a.0 == b.0).collect();
         let ranks = self.ranks(&pool, &contested(&groups))?;
 
-        // The winner per key (tombstones of runs after `seq` do not compete).
-        let mut winners: Vec<(&[u8], usize)> = groups
+        // The winner per key, in key order (tombstones of runs after `seq` do not compete).
+        let winners: Vec<(&[u8], usize)> = groups
             .iter()
-            .filter_map(|(k, g)| {
-                let cands = g.iter().copied().filter(|&i| applies(i));
-                cands.clone().next().map(|_| (*k, ranks.max(cands)))
+            .filter_map(|g| {
+                let cands = g.iter().map(|x| x.1).filter(|&i| applies(i));
+                cands.clone().next().map(|_| (g[0].0, ranks.max(cands)))
             })
             .collect();
-        winners.sort_unstable();
-        let won = take(&pool, winners.iter().map(|(_, i)| *i as u32))?;
-        let del = self.deletes(&won)?;
-        let live_idx: Vec<usize> = (0..won.num_rows()).filter(|&i| !del.value(i)).collect();
-        let sink_changed = live_idx.len() != ns || live_idx.iter().any(|&i| !is_sink(winners[i].1));
-        let live = take(&won, live_idx.iter().map(|&i| i as u32))?;
+        let live_idx: Vec<usize> = winners
+            .iter()
+            .map(|w| w.1)
+            .filter(|&i| !is_del(i))
+            .collect();
+        let sink_changed = live_idx.len() != ns || live_idx.iter().any(|&i| !is_sink(i));
+        let live = pool.take(&self.schema, live_idx.into_iter())?;
         let new_deletes: HashMap<&[u8], usize> = winners
             .iter()
-            .enumerate()
-            .filter(|(w, (_, i))| del.value(*w) && tomb(*i).is_none() && !is_sink(*i))
-            .map(|(_, (k, i))| (*k, *i))
+            .filter(|(_, i)| is_del(*i) && tomb(*i).is_none() && !is_sink(*i))
+            .map(|&(k, i)| (k, i))
             .collect();
+        drop(winners);
 
-        // The tombstones to keep: the old ones still meaningful, and this run's deletes.
-        let order = micros(pool.column(self.order_idx));
-        let pruned = |i: usize| match (horizon, &order) {
-            (Some(h), Some(o)) => o.is_valid(i) && o.value(i) < h,
-            _ => false,
+        // The tombstones to keep: the old ones still meaningful, and this run's deletes (only
+        // those rows are candidates: the sink batches' order values are not needed).
+        let order: Vec<Option<Int64Array>> = pool
+            .batches
+            .iter()
+            .enumerate()
+            .map(|(b, batch)| {
+                if pool.starts[b] + batch.num_rows() <= ns {
+                    None
+                } else {
+                    micros(batch.column(self.order_idx))
+                }
+            })
+            .collect();
+        let pruned = |i: usize| {
+            let (b, r) = pool.loc(i);
+            match (horizon, &order[b]) {
+                (Some(h), Some(o)) => o.is_valid(r) && o.value(r) < h,
+                _ => false,
+            }
         };
         let mut kept: Vec<(&[u8], usize, i64)> = Vec::new();
         let mut tombstones_changed = false;
-        for (k, g) in &groups {
+        for g in &groups {
+            let k = g[0].0;
             // (pool index, sequence) of the key's tombstones, old and new.
             let mut cands: Vec<(usize, i64)> = g
                 .iter()
-                .filter_map(|&i| tomb(i).map(|t| (i, seq_of(t))))
+                .filter_map(|&(_, i)| tomb(i).map(|t| (i, seq_of(t))))
                 .collect();
             let old = cands.len();
             if let Some(&i) = new_deletes.get(k) {
@@ -375,7 +424,7 @@ impl Latest {
             // A committed sink row above it: the key's state has passed it for good.
             let sink_top = g
                 .iter()
-                .copied()
+                .map(|x| x.1)
                 .filter(|&i| is_sink(i))
                 .max_by(|&a, &b| ranks.cmp(a, b));
             // Identical tombstones: keep the earliest sequence.
@@ -402,8 +451,8 @@ impl Latest {
                     .all(|&(_, i, s)| tomb(i).is_some_and(|t| seq_of(t) == s));
             tombstones_changed |= !same;
         }
-        kept.sort_unstable_by(|a, b| a.0.cmp(b.0).then(ranks.cmp(a.1, b.1)));
-        let rows = take(&pool, kept.iter().map(|&(_, i, _)| i as u32))?;
+        kept.sort_by(|a, b| a.0.cmp(b.0).then(ranks.cmp(a.1, b.1)));
+        let rows = pool.take(&self.schema, kept.iter().map(|&(_, i, _)| i))?;
         let mut cols = rows.columns().to_vec();
         cols.push(Arc::new(Int64Array::from_iter_values(
             kept.iter().map(|&(_, _, s)| s),
@@ -415,6 +464,52 @@ impl Latest {
             sink_changed,
             tombstones_changed,
         })
+    }
+}
+
+/// The rows of several batches of one schema under one index (0.. over the batches in order),
+/// so a merge needs no concatenated copy: the rows it keeps are taken from the batches directly.
+struct Pool {
+    batches: Vec<RecordBatch>,
+    /// The index of each batch's first row.
+    starts: Vec<usize>,
+    len: usize,
+}
+
+impl Pool {
+    fn new(batches: Vec<RecordBatch>) -> Self {
+        let batches: Vec<RecordBatch> = batches.into_iter().filter(|b| b.num_rows() > 0).collect();
+        let mut starts = Vec::with_capacity(batches.len());
+        let mut len = 0;
+        for b in &batches {
+            starts.push(len);
+            len += b.num_rows();
+        }
+        Self {
+            batches,
+            starts,
+            len,
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    /// (batch, row) of row `i`.
+    fn loc(&self, i: usize) -> (usize, usize) {
+        let b = self.starts.partition_point(|&s| s <= i).saturating_sub(1);
+        (b, i - self.starts.get(b).copied().unwrap_or(0))
+    }
+
+    /// The rows `idx`, in that order, as one batch of `schema`.
+    fn take(&self, schema: &SchemaRef, idx: impl Iterator<Item = usize>) -> Result<RecordBatch> {
+        let locs: Vec<(usize, usize)> = idx.map(|i| self.loc(i)).collect();
+        if locs.is_empty() {
+            return Ok(RecordBatch::new_empty(schema.clone()));
+        }
+        let refs: Vec<&RecordBatch> = self.batches.iter().collect();
+        arrow::compute::interleave_record_batch(&refs, &locs).map_err(internal)
     }
 }
 
@@ -443,22 +538,24 @@ impl Ranks {
     }
 }
 
-/// Row indices by key.
-fn group(keys: &Rows, idx: std::ops::Range<usize>) -> HashMap<&[u8], Vec<usize>> {
-    let mut groups: HashMap<&[u8], Vec<usize>> = HashMap::with_capacity(idx.len());
-    for i in idx {
-        groups.entry(keys.row(i).data()).or_default().push(i);
+/// Every row of the pool as (key, index), sorted: each key's rows are one run, in key order.
+/// (A sort, not a map of vectors: 24 bytes a row and no allocation per key.)
+fn by_key<'a>(pool: &Pool, keys: &'a [Rows]) -> Vec<(&'a [u8], usize)> {
+    let mut v = Vec::with_capacity(pool.len());
+    for (b, rows) in keys.iter().enumerate() {
+        let start = pool.starts[b];
+        v.extend((0..rows.num_rows()).map(|r| (rows.row(r).data(), start + r)));
     }
-    groups
+    v.sort_unstable();
+    v
 }
 
-/// The rows of keys with more than one row (those a merge compares).
-fn contested(groups: &HashMap<&[u8], Vec<usize>>) -> Vec<usize> {
+/// The rows of keys with more than one row (those a merge compares), ascending.
+fn contested(groups: &[&[(&[u8], usize)]]) -> Vec<usize> {
     let mut idx: Vec<usize> = groups
-        .values()
+        .iter()
         .filter(|g| g.len() > 1)
-        .flatten()
-        .copied()
+        .flat_map(|g| g.iter().map(|x| x.1))
         .collect();
     idx.sort_unstable();
     idx
@@ -753,8 +850,8 @@ mod tests {
         // The sink holds k1@5; a late k1@3 changes nothing (the bucket is not rewritten).
         let m = l
             .merge_bucket(
-                &[rows(&[(1, 5, "u")])],
-                &none,
+                vec![rows(&[(1, 5, "u")])],
+                none.clone(),
                 &rows(&[(1, 3, "u")]),
                 10,
                 None,
@@ -765,8 +862,8 @@ mod tests {
         // A delete at 7 removes it and leaves a tombstone at the run's sequence.
         let m = l
             .merge_bucket(
-                &[rows(&[(1, 5, "u")])],
-                &none,
+                vec![rows(&[(1, 5, "u")])],
+                none.clone(),
                 &rows(&[(1, 7, "D")]),
                 11,
                 None,
@@ -785,24 +882,24 @@ mod tests {
         let tombs = vec![m.tombstones];
         // A late older version after the delete stays deleted; a newer one comes back.
         let m = l
-            .merge_bucket(&none, &tombs, &rows(&[(1, 6, "u")]), 12, None)
+            .merge_bucket(none.clone(), tombs.clone(), &rows(&[(1, 6, "u")]), 12, None)
             .unwrap();
         assert!(m.live.num_rows() == 0 && !m.sink_changed && !m.tombstones_changed);
         let m = l
-            .merge_bucket(&none, &tombs, &rows(&[(1, 8, "u")]), 12, None)
+            .merge_bucket(none.clone(), tombs.clone(), &rows(&[(1, 8, "u")]), 12, None)
             .unwrap();
         assert_eq!(content(&m.live), vec![(1, 8, "u".into())]);
         // The tombstone stays until the sink has committed the newer row.
         assert!(!m.tombstones_changed);
         let m = l
-            .merge_bucket(&[m.live], &tombs, &rows(&[(2, 1, "u")]), 13, None)
+            .merge_bucket(vec![m.live], tombs.clone(), &rows(&[(2, 1, "u")]), 13, None)
             .unwrap();
         assert!(m.tombstones_changed && m.tombstones.num_rows() == 0);
         // A run at an earlier source sequence ignores the tombstone (and keeps it).
         let m = l
             .merge_bucket(
-                &[rows(&[(1, 5, "u")])],
-                &tombs,
+                vec![rows(&[(1, 5, "u")])],
+                tombs.clone(),
                 &rows(&[(2, 1, "u")]),
                 10,
                 None,
@@ -813,6 +910,67 @@ mod tests {
             vec![(1, 5, "u".into()), (2, 1, "u".into())]
         );
         assert!(!m.tombstones_changed);
+    }
+
+    #[test]
+    fn a_bucket_in_many_batches_merges_as_in_one() {
+        let l = Latest::new(&pipeline(Some("op = 'D'")), &schema()).unwrap();
+        let sink = [(1, 5, "u"), (2, 5, "u"), (3, 5, "u"), (4, 5, "u")];
+        let delta = rows(&[(2, 7, "u"), (3, 9, "D"), (5, 1, "u")]);
+        let one = l
+            .merge_bucket(vec![rows(&sink)], vec![], &delta, 3, None)
+            .unwrap();
+        let parts = vec![
+            rows(&sink[..1]),
+            rows(&[]),
+            rows(&sink[1..3]),
+            rows(&sink[3..]),
+        ];
+        let many = l.merge_bucket(parts, vec![], &delta, 3, None).unwrap();
+        assert_eq!(content(&one.live), content(&many.live));
+        assert_eq!(
+            content(&many.live),
+            vec![
+                (1, 5, "u".into()),
+                (2, 7, "u".into()),
+                (4, 5, "u".into()),
+                (5, 1, "u".into())
+            ]
+        );
+        assert_eq!(content(&one.tombstones), content(&many.tombstones));
+        // Reduced in parts (an empty one among them) as in one.
+        let all = [(1, 3, "a"), (1, 4, "b"), (2, 1, "c"), (1, 4, "a")];
+        let whole = l.reduce(&[rows(&all)]).unwrap();
+        let split = l
+            .reduce(&[rows(&all[..2]), rows(&[]), rows(&all[2..])])
+            .unwrap();
+        assert_eq!(content(&whole), content(&split));
+        assert_eq!(
+            content(&split),
+            vec![(1, 4, "b".into()), (2, 1, "c".into())]
+        );
+    }
+
+    #[test]
+    fn rows_whose_keys_are_all_null_are_one_key() {
+        let l = Latest::new(&pipeline(None), &schema()).unwrap();
+        let b = RecordBatch::try_new(
+            schema(),
+            vec![
+                Arc::new(Int64Array::from(vec![None, None, Some(1)])),
+                Arc::new(Int64Array::from(vec![2, 5, 1])),
+                Arc::new(StringArray::from(vec!["a", "b", "c"])),
+            ],
+        )
+        .unwrap();
+        let r = l.reduce(&[b]).unwrap();
+        assert_eq!(r.num_rows(), 2, "the null key's latest version and key 1");
+        assert!(r.column(0).is_null(0), "nulls sort first");
+        let v = r.column(1).as_any().downcast_ref::<Int64Array>().unwrap();
+        assert_eq!(v.value(0), 5);
+        // Their bucket is the null partition value.
+        let buckets = l.by_bucket(&r).unwrap();
+        assert!(buckets.contains_key(&None));
     }
 
     #[test]
@@ -841,8 +999,8 @@ mod tests {
         };
         let m = l
             .merge_bucket(
-                &[],
-                &[],
+                vec![],
+                vec![],
                 &batch(&[(1, day, "D"), (2, 10 * day, "D")]),
                 1,
                 None,
@@ -856,7 +1014,7 @@ mod tests {
         let far = batch(&[(3, 40_000 * day, "u")]);
         assert_eq!(l.horizon(&far, 12 * day), Some(5 * day));
         let m = l
-            .merge_bucket(&[], &[m.tombstones], &delta, 2, horizon)
+            .merge_bucket(vec![], vec![m.tombstones], &delta, 2, horizon)
             .unwrap();
         assert!(
             m.tombstones_changed && m.tombstones.num_rows() == 1,
@@ -883,5 +1041,17 @@ mod tests {
             .unwrap()
             .to_string();
         assert!(e.contains("not boolean"), "{e}");
+        // A retention over a non-timestamp order is an error naming the type ("none" is not).
+        let mut p = pipeline(Some("op = 'D'"));
+        p.tombstone_retention = Some("2d".into());
+        let e = Latest::new(&p, &schema()).err().unwrap();
+        assert_eq!(e.kind(), ErrorKind::Config);
+        let e = e.to_string();
+        assert!(
+            e.contains("tombstone_retention") && e.contains("`v` is Int64"),
+            "{e}"
+        );
+        p.tombstone_retention = Some("none".into());
+        assert!(Latest::new(&p, &schema()).is_ok());
     }
 }

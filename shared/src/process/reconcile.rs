@@ -141,7 +141,7 @@ impl Processor {
                 .map(|s| s.sequence_number())
                 .unwrap_or_default();
             if !self
-                .refresh_tombstones(p, t, &latest, deletes, seq, deadline)
+                .refresh_tombstones(p, t, &pos.source_uuid, &latest, deletes, seq, deadline)
                 .await?
             {
                 return Ok(None);

@@ -71,6 +71,11 @@ impl Processor {
             layout.check(t)?;
             refuse_delete_files(p, t).await?;
         }
+        if pos.checkpoint.is_none() {
+            if let Some(t) = &pos.tombstones {
+                refuse_foreign_tombstones(p, t, &pos.source_uuid)?;
+            }
+        }
         let (_, latest) = self.latest_terms(p, &pos.source).await?;
         let context = format!("pipeline `{}` over `{}`", p.name, p.source);
         let mut reduced: Vec<RecordBatch> = Vec::new();
@@ -133,8 +138,9 @@ impl Processor {
                 }
                 _ => Vec::new(),
             };
-            let merged = latest.merge_bucket(&sink_rows, &tomb_rows, &d, seq, horizon)?;
-            drop((sink_rows, tomb_rows));
+            // By value: the merge holds the bucket's decoded rows once.
+            let merged = latest.merge_bucket(sink_rows, tomb_rows, &d, seq, horizon)?;
+            drop(d);
             if merged.sink_changed {
                 let mut out = Output::new(&pos.sink, &writer_id)?;
                 out.write(vec![merged.live]).await?;
@@ -161,7 +167,13 @@ impl Processor {
         }
         if let Some(t) = &pos.tombstones {
             if !(tomb_added.is_empty() && tomb_removed.is_empty()) {
-                let change = tombstone_change(p, tomb_added.clone(), tomb_removed, tomb_schema);
+                let change = tombstone_change(
+                    p,
+                    &pos.source_uuid,
+                    tomb_added.clone(),
+                    tomb_removed,
+                    tomb_schema,
+                );
                 if !self.commit_tombstones(p, t, change, true, deadline).await? {
                     crate::write::delete_uncommitted(t, &tomb_added).await;
                     crate::write::delete_uncommitted(&pos.sink, &done.added).await;
@@ -251,10 +263,12 @@ impl Processor {
     /// A refresh of a `latest` pipeline's tombstones: all of them replaced by `deletes` (the
     /// batch's latest versions that are deletes), at source sequence `seq`. False when the
     /// table changed since `table` was loaded.
+    #[allow(clippy::too_many_arguments)]
     pub(super) async fn refresh_tombstones(
         &self,
         p: &PipelineConfig,
         table: &Table,
+        source_uuid: &str,
         latest: &Latest,
         deletes: RecordBatch,
         seq: i64,
@@ -282,7 +296,7 @@ impl Processor {
         if added.is_empty() && removed.is_empty() {
             return Ok(true);
         }
-        let change = tombstone_change(p, added.clone(), removed, schema);
+        let change = tombstone_change(p, source_uuid, added.clone(), removed, schema);
         let ok = self
             .commit_tombstones(p, table, change, false, deadline)
             .await?;
@@ -295,6 +309,7 @@ impl Processor {
 
 fn tombstone_change(
     p: &PipelineConfig,
+    source_uuid: &str,
     added: Vec<DataFile>,
     removed: Vec<String>,
     schema: Option<iceberg::spec::Schema>,
@@ -302,6 +317,10 @@ fn tombstone_change(
     let props: HashMap<String, String> = HashMap::from([
         (summary::PIPELINE.to_string(), p.name.clone()),
         (summary::OPERATION.to_string(), "tombstones".to_string()),
+        (
+            summary::TOMBSTONES_SOURCE.to_string(),
+            source_uuid.to_string(),
+        ),
     ]);
     if removed.is_empty() {
         Change {
@@ -352,6 +371,41 @@ async fn refuse_delete_files(p: &PipelineConfig, table: &Table) -> Result<()> {
             p.name,
             table.identifier(),
             paths.join(", "),
+            p.name
+        ),
+    ))
+}
+
+/// For a sink without a checkpoint on the source: `Stale` when the tombstone table holds
+/// tombstones not read from this source (the source was re-created: their sequence numbers and
+/// deletes belong to another table). Tombstones of this source (a first run that committed its
+/// tombstones, then crashed before the sink commit) are facts of it and apply.
+fn refuse_foreign_tombstones(p: &PipelineConfig, table: &Table, source_uuid: &str) -> Result<()> {
+    let md = table.metadata();
+    if summary::total(md, "total-records") == 0 {
+        return Ok(());
+    }
+    let of = md.current_snapshot().and_then(|s| {
+        s.summary()
+            .additional_properties
+            .get(summary::TOMBSTONES_SOURCE)
+    });
+    if of.map(String::as_str) == Some(source_uuid) {
+        return Ok(());
+    }
+    Err(Error::new(
+        ErrorKind::Stale,
+        format!(
+            "pipeline `{}`: sink `{}` has no checkpoint on `{}` (uuid {source_uuid}), but `{}` \
+             holds tombstones read from {}; applying them could hide this source's rows, so \
+             nothing was processed. Rebuild both from this source with \
+             `floe process refresh --pipeline {}`",
+            p.name,
+            p.sink,
+            p.source,
+            table.identifier(),
+            of.map(|u| format!("source uuid {u}"))
+                .unwrap_or_else(|| "an unrecorded source".into()),
             p.name
         ),
     ))
