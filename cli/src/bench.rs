@@ -433,7 +433,9 @@ pub async fn run(args: BenchArgs) -> Result<()> {
     println!(
         "\n## Big object: {big_mb} MiB JSON lines ({big_gz:.0} MiB gzip, {big_rows} rows), {build}, {cores} core(s)\n"
     );
-    let cpu: Column<'_> = ("CPU (s)", &|r: &Run| format!("{:.2}", f(&r.out, "cpu_secs")));
+    let cpu: Column<'_> = ("CPU (s)", &|r: &Run| {
+        format!("{:.2}", f(&r.out, "cpu_secs"))
+    });
     print_runs_with(&big_runs, &[cpu]);
     let floe_secs = f(&big_runs[1].out, "secs");
     let plain_secs = f(&big_runs[0].out, "secs");
@@ -479,7 +481,9 @@ pub async fn run(args: BenchArgs) -> Result<()> {
             &mut py("small", &small_dir, "py-small"),
         )?);
     }
-    println!("\n## {small} small objects of 500 lines, one commit each, {build}, {cores} core(s)\n");
+    println!(
+        "\n## {small} small objects of 500 lines, one commit each, {build}, {cores} core(s)\n"
+    );
     println!("| contender | total (s) | p50 (ms) | p99 (ms) | first 30 median (ms) | last 30 median (ms) | last/first | peak RSS (MiB) | CPU per object (ms) |");
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     for r in &small_runs {

@@ -50,7 +50,9 @@ struct Trace {
 type Leg = (&'static str, fn(&Trace) -> Option<i64>);
 
 const LEGS: [Leg; 8] = [
-    ("S3 → SQS (PUT → notification sent)", |t| Some(t.sent? - t.put)),
+    ("S3 → SQS (PUT → notification sent)", |t| {
+        Some(t.sent? - t.put)
+    }),
     ("SQS → ingest (poll + batching window)", |t| {
         Some(t.invoked? - t.sent?)
     }),
@@ -214,7 +216,9 @@ async fn run_rate(dir: &std::path::Path, rate: u32, opts: &Options) -> Result<Ra
     spinner.finish_and_clear();
     let _ = stop_tx.send(true);
     workers.await.context("the stack panicked")??;
-    let r = rec.lock().map_err(|_| anyhow::anyhow!("recorder poisoned"))?;
+    let r = rec
+        .lock()
+        .map_err(|_| anyhow::anyhow!("recorder poisoned"))?;
     let mut snapshots: Vec<i64> = r.committed.iter().map(|(_, s)| *s).collect();
     snapshots.sort_unstable();
     snapshots.dedup();

@@ -422,8 +422,7 @@ impl IngestWorker {
                 continue;
             }
             let opened = Instant::now();
-            let mut batch: Vec<(Message, i64)> =
-                first.into_iter().map(|m| (m, now_ms())).collect();
+            let mut batch: Vec<(Message, i64)> = first.into_iter().map(|m| (m, now_ms())).collect();
             // The batching window: wait for more until the batch is full or the window closes.
             while (batch.len() as i32) < size && opened.elapsed() < self.shape.batch_window {
                 let more = self.receive(size - batch.len() as i32, 0).await?;
@@ -555,7 +554,8 @@ impl ProcessWorker {
                             .attributes()
                             .and_then(|a| a.get(&MessageSystemAttributeName::SentTimestamp))
                             .and_then(|v| v.parse().ok());
-                        if let (Some(s), Some(sent)) = (body["detail"]["snapshot_id"].as_i64(), sent)
+                        if let (Some(s), Some(sent)) =
+                            (body["detail"]["snapshot_id"].as_i64(), sent)
                         {
                             r.events.push((s, sent));
                         }

@@ -120,8 +120,10 @@ async fn pipelines_follow_appends_late_events_and_duplicate_triggers() {
     let s3 = json!({"Records": [{"eventSource": "aws:s3", "s3": {"object": {"key": format!("warehouse/{}/orders/metadata/00009-x.metadata.json", env.namespace)}}}]});
     assert_eq!(p.pipelines_for(&s3).len(), 2);
     // Commit events through a queue: a batch of them wakes each pipeline once.
-    let commit = json!({"detail-type": "floe.commit", "source": "floe", "detail": {"table": "orders"}});
-    let other = json!({"detail-type": "floe.commit", "source": "floe", "detail": {"table": "other"}});
+    let commit =
+        json!({"detail-type": "floe.commit", "source": "floe", "detail": {"table": "orders"}});
+    let other =
+        json!({"detail-type": "floe.commit", "source": "floe", "detail": {"table": "other"}});
     let records: Vec<serde_json::Value> = [&commit, &commit, &other]
         .iter()
         .map(|e| json!({"eventSource": "aws:sqs", "messageId": "m", "body": e.to_string()}))

@@ -150,9 +150,9 @@ pub async fn plan(
         }
     };
     let added: Vec<Option<Vec<NewFile>>> = futures::stream::iter(chain.iter().cloned().map(fetch))
-    .buffered(READ_CONCURRENCY)
-    .try_collect()
-    .await?;
+        .buffered(READ_CONCURRENCY)
+        .try_collect()
+        .await?;
     for (s, added) in chain.into_iter().zip(added) {
         match s.summary().operation {
             Operation::Append => {
