@@ -86,6 +86,8 @@ struct RateRun {
     invocations: usize,
     runs_with_output: usize,
     errors: Vec<String>,
+    /// PUTs that failed three times (left out of the traces).
+    failed_puts: Vec<String>,
 }
 
 impl RateRun {
@@ -133,7 +135,16 @@ pub(crate) async fn run(dir: &std::path::Path, opts: Options) -> Result<()> {
     for &rate in &opts.rates {
         let sub = dir.join(format!("rate-{rate}"));
         let _ = std::fs::remove_dir_all(&sub);
-        done.push(run_rate(&sub, rate, &opts).await?);
+        // A rate the stack cannot run at all is reported, and the others still run.
+        match run_rate(&sub, rate, &opts).await {
+            Ok(r) => {
+                if opts.rates.len() > 1 {
+                    print(std::slice::from_ref(&r), &opts);
+                }
+                done.push(r);
+            }
+            Err(e) => println!("\n{rate} objects/s: the run failed: {e:#}"),
+        }
     }
     print(&done, &opts);
     Ok(())
@@ -169,6 +180,7 @@ async fn run_rate(dir: &std::path::Path, rate: u32, opts: &Options) -> Result<Ra
     let period = Duration::from_secs_f64(1.0 / rate.max(1) as f64);
     let t0 = tokio::time::Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
+    let mut failed_puts: Vec<String> = Vec::new();
     for i in 0..total {
         tokio::time::sleep_until(t0 + period * i as u32).await;
         let (stack, puts) = (stack.clone(), puts.clone());
@@ -178,11 +190,15 @@ async fn run_rate(dir: &std::path::Path, rate: u32, opts: &Options) -> Result<Ra
         });
         bar.inc(1);
         while let Some(r) = tasks.try_join_next() {
-            r.context("a PUT task panicked")??;
+            if let Err(e) = r.context("a PUT task panicked")? {
+                failed_puts.push(format!("{e:#}"));
+            }
         }
     }
     while let Some(r) = tasks.join_next().await {
-        r.context("a PUT task panicked")??;
+        if let Err(e) = r.context("a PUT task panicked")? {
+            failed_puts.push(format!("{e:#}"));
+        }
     }
     let load_end = now_ms();
     bar.finish_and_clear();
@@ -215,6 +231,7 @@ async fn run_rate(dir: &std::path::Path, rate: u32, opts: &Options) -> Result<Ra
         invocations: r.invocations.len(),
         runs_with_output: r.runs.iter().filter(|x| x.sink_snapshot.is_some()).count(),
         errors: r.errors.clone(),
+        failed_puts,
     })
 }
 
@@ -231,15 +248,27 @@ async fn put(
 ) -> Result<()> {
     let body = floe::sample::orders_jsonl(EVENTS_PER_OBJECT, seed, chrono::Utc::now());
     let started = now_ms();
-    stack
-        .s3
-        .put_object()
-        .bucket(BUCKET)
-        .key(key)
-        .body(body.into_bytes().into())
-        .send()
-        .await
-        .with_context(|| format!("PUT {key}"))?;
+    // An emulator that falls behind times PUTs out: tried again (the object's time counts
+    // from the first try), and an object that cannot be PUT is left out and counted.
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        let sent = stack
+            .s3
+            .put_object()
+            .bucket(BUCKET)
+            .key(key)
+            .body(body.clone().into_bytes().into())
+            .send()
+            .await;
+        match sent {
+            Ok(_) => break,
+            Err(e) if tries >= 3 => {
+                return Err(e).with_context(|| format!("PUT {key} ({tries} tries)"));
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
     if let Ok(mut p) = puts.lock() {
         p.insert(format!("s3://{BUCKET}/{key}"), started);
     }
@@ -409,12 +438,12 @@ fn print(runs: &[RateRun], opts: &Options) {
         println!("| {} |{cells}", leg.0);
     }
     println!();
-    println!("| run | objects | in both sinks | ingest invocations | commits | objects/commit | pipeline runs with output | behind when the load stopped | ingest queue then | caught up after | errors |");
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("| run | objects | in both sinks | ingest invocations | commits | objects/commit | pipeline runs with output | behind when the load stopped | ingest queue then | caught up after | errors | PUTs failed |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for r in runs {
         let covered = r.traces.iter().filter(|t| t.both_sinks.is_some()).count();
         println!(
-            "| {}/s | {} | {} | {} | {} | {:.1} | {} | {} | {} | {} | {} |",
+            "| {}/s | {} | {} | {} | {} | {:.1} | {} | {} | {} | {} | {} | {} |",
             r.rate,
             r.traces.len(),
             covered,
@@ -426,7 +455,8 @@ fn print(runs: &[RateRun], opts: &Options) {
             r.queue_at_end,
             r.drain_secs()
                 .map_or("never (within 120 s)".to_string(), |d| format!("{d:.1} s")),
-            r.errors.len()
+            r.errors.len(),
+            r.failed_puts.len()
         );
     }
     println!();
@@ -451,7 +481,7 @@ fn print(runs: &[RateRun], opts: &Options) {
                 verdict(caught_up)
             );
         }
-        for e in r.errors.iter().take(3) {
+        for e in r.errors.iter().chain(&r.failed_puts).take(3) {
             println!("  error: {e}");
         }
     }

@@ -84,6 +84,7 @@ impl From<Outcome> for ExitCode {
 }
 
 fn main() -> ExitCode {
+    floe::lambda::limit_allocator_retention();
     // Usage errors exit 2, --help and --version 0 (clap's codes).
     let cli = args::parse_from(std::env::args_os()).unwrap_or_else(|e| e.exit());
     // The demo and the freshness benchmark print their own tables.

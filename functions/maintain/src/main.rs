@@ -11,6 +11,7 @@ use serde_json::Value;
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
+    floe::lambda::limit_allocator_retention();
     floe::lambda::init_tracing();
     let config = floe::config::Config::from_env().await?;
     let maintainer = Arc::new(floe::maintain::Maintainer::new(config).await?);
