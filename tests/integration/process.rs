@@ -998,3 +998,77 @@ async fn an_aggregate_run_reads_and_rewrites_only_the_windows_it_touches() {
     assert!(manifests.len() <= 6, "{} manifests", manifests.len());
     assert_reconciled(&p, AGG).await;
 }
+
+/// #14 review item 4: an SQS batch of commit events answers per message. Two commits of
+/// `orders` coalesce into one run of each pipeline over it; the aggregate's run fails
+/// retryably (its sink's loads are throttled), so both messages come back, and the append
+/// pipeline's output is committed and not redone on redelivery. A commit of a table no pipeline
+/// reads is settled at once.
+#[tokio::test]
+async fn sqs_batches_fail_only_the_messages_whose_pipelines_failed() {
+    use std::sync::atomic::AtomicU32;
+    use std::sync::Arc;
+    let env = TestEnv::with_pipelines("sqlite", "").await;
+    let ingestor = env.ingestor().await;
+    for i in 0..2 {
+        put_orders(&env, &format!("orders/q{i}.jsonl"), 300, 70 + i).await;
+        env.ingest(&ingestor, &format!("orders/q{i}.jsonl"))
+            .await
+            .unwrap();
+    }
+    let commit = |table: &str| {
+        json!({"detail-type": "floe.commit", "source": "floe", "detail": {"table": table}})
+            .to_string()
+    };
+    let batch = json!({"Records": [
+        {"messageId": "m1", "eventSource": "aws:sqs", "body": commit("orders")},
+        {"messageId": "m2", "eventSource": "aws:sqs", "body": commit("orders")},
+        {"messageId": "m3", "eventSource": "aws:sqs", "body": commit("other")},
+    ]});
+    let catalog = floe::catalog::connect(&env.config).await.unwrap();
+    let throttled: Arc<dyn iceberg::Catalog> = Arc::new(floe::catalog::Hooked::new(
+        catalog,
+        crate::faults::FailingLoads {
+            table: AGG.into(),
+            failures: AtomicU32::new(1000),
+        },
+    ));
+    let swap = floe::catalog::pointer_swap(&env.config).await.unwrap();
+    let p = Processor::with_parts(
+        env.config.clone(),
+        floe::commit::Committer::new(throttled, swap),
+    );
+    let r = p.handle_event(&batch, soon()).await;
+    assert!(r.is_sqs);
+    assert_eq!(r.errors.len(), 1, "{:?}", r.errors);
+    assert!(r.errors[0].is_retryable(), "{}", r.errors[0]);
+    assert_eq!(
+        r.failed_message_ids,
+        ["m1", "m2"],
+        "coalesced: both share the run"
+    );
+    let append: Vec<_> = r.reports.iter().filter(|x| x.pipeline == APPEND).collect();
+    assert_eq!(append.len(), 1, "one run for both commits");
+    assert_eq!(append[0].source_snapshots, 2);
+    assert!(append[0].sink_snapshot.is_some());
+    let v = floe::lambda::process_response(&r).unwrap();
+    assert_eq!(v["batchItemFailures"].as_array().unwrap().len(), 2, "{v}");
+
+    // Redelivery of m1 and m2, the catalog healthy again: the aggregate catches up; the append
+    // pipeline's work was committed and is not done again.
+    let again = json!({"Records": [
+        {"messageId": "m1", "eventSource": "aws:sqs", "body": commit("orders")},
+        {"messageId": "m2", "eventSource": "aws:sqs", "body": commit("orders")},
+    ]});
+    let healthy = env.processor().await;
+    let r = healthy.handle_event(&again, soon()).await;
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    assert!(r.failed_message_ids.is_empty());
+    let append = r.reports.iter().find(|x| x.pipeline == APPEND).unwrap();
+    assert_eq!((append.rows_in, append.sink_snapshot), (0, None));
+    let agg = r.reports.iter().find(|x| x.pipeline == AGG).unwrap();
+    assert!(agg.sink_snapshot.is_some());
+    for name in [APPEND, AGG] {
+        assert_reconciled(&healthy, name).await;
+    }
+}

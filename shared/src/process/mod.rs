@@ -24,7 +24,7 @@
 //! checkpoint), [`transform`] (the SQL), `input` (reading source rows in bounded chunks),
 //! `windows` (aggregate windows), `output` (sink files), `alerts`, `reconcile` (the batch result
 //! and reconcile), `refresh` (rebuilding a sink from the batch result), `trigger` (which
-//! pipelines an event concerns) and `joins` (the tables the SQL joins by name, at recorded
+//! pipelines an event concerns, and which messages of an SQS batch to receive again) and `joins` (the tables the SQL joins by name, at recorded
 //! snapshots).
 
 mod alerts;
@@ -42,6 +42,7 @@ mod upsert;
 mod windows;
 
 pub use plan::{plan, start_after, Delta, NewFile, RowChangePolicy};
-pub use processor::{Processor, RunReport};
+pub use processor::{ProcessResult, Processor, RunReport};
 pub use reconcile::Reconciliation;
 pub use refresh::RefreshProgress;
+pub use trigger::{failed_messages, Woken};

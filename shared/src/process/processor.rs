@@ -1,6 +1,6 @@
 //! The processor: one pipeline run from its checkpoint to a sink commit carrying the new one.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -125,6 +125,19 @@ impl RunReport {
     }
 }
 
+/// What one process invocation did.
+#[derive(Debug, Default)]
+pub struct ProcessResult {
+    /// The runs that finished.
+    pub reports: Vec<RunReport>,
+    /// The runs that failed, retryable or not.
+    pub errors: Vec<Error>,
+    /// The payload was an SQS batch: answer with its failed messages, not with an error.
+    pub is_sqs: bool,
+    /// The messages of the batch that woke a pipeline whose run failed retryably.
+    pub failed_message_ids: Vec<String>,
+}
+
 /// Runs the configured pipelines.
 pub struct Processor {
     pub(super) config: Arc<Config>,
@@ -234,44 +247,69 @@ impl Processor {
         payload: &Value,
         deadline: Instant,
     ) -> (Vec<RunReport>, Vec<Error>) {
+        let r = self.handle_event(payload, deadline).await;
+        (r.reports, r.errors)
+    }
+
+    /// Like [`Processor::handle_payload`], and for an SQS batch the messages to receive again
+    /// (what the Lambda answers as partial batch failures): each pipeline the batch wakes runs
+    /// once, and a message is failed when a pipeline it woke failed retryably (the messages
+    /// coalesced into a run share its outcome). A pipeline failing for good (its SQL, its
+    /// config) fails no message: receiving it again cannot help; its error is logged and counted
+    /// (`PipelineErrors`), and the poll keeps trying.
+    pub async fn handle_event(&self, payload: &Value, deadline: Instant) -> ProcessResult {
         let meter = self.meter();
-        let out = Box::pin(self.handle_payload_unmetered(payload, deadline)).await;
+        let out = Box::pin(self.handle_event_unmetered(payload, deadline)).await;
         // The whole invocation's usage (each run's is in its own line, per pipeline).
         crate::metrics::emit_usage(&[], &meter.usage());
+        if !out.errors.is_empty() {
+            use crate::metrics::{emit, Metric};
+            emit(
+                &[],
+                &[Metric::count("PipelineErrors", out.errors.len() as f64)],
+            );
+        }
         out
     }
 
-    async fn handle_payload_unmetered(
-        &self,
-        payload: &Value,
-        deadline: Instant,
-    ) -> (Vec<RunReport>, Vec<Error>) {
-        let mut reports = Vec::new();
-        let mut errors = Vec::new();
-        for name in self.pipelines_for(payload) {
-            match self.source_exists(&name).await {
-                Ok(true) => {}
+    async fn handle_event_unmetered(&self, payload: &Value, deadline: Instant) -> ProcessResult {
+        let messages = self.messages_for(payload);
+        let names = match &messages {
+            Some(m) => super::trigger::union(m),
+            None => self.pipelines_for(payload),
+        };
+        let mut out = ProcessResult {
+            is_sqs: messages.is_some(),
+            ..Default::default()
+        };
+        let mut failed = BTreeSet::new();
+        for name in names {
+            let outcome = match self.source_exists(&name).await {
+                Ok(true) => self.run(&name, deadline).await,
                 Ok(false) => {
                     tracing::info!(pipeline = %name, "source table not created yet: nothing to process");
                     continue;
                 }
-                Err(e) => {
-                    errors.push(e);
-                    continue;
-                }
-            }
-            match self.run(&name, deadline).await {
+                Err(e) => Err(e),
+            };
+            match outcome {
                 Ok(r) => {
                     r.emit();
-                    reports.push(r)
+                    out.reports.push(r)
                 }
                 Err(e) => {
                     tracing::error!(pipeline = %name, error = %e, retryable = e.is_retryable(), "pipeline run failed");
-                    errors.push(e)
+                    if e.is_retryable() {
+                        failed.insert(name);
+                    }
+                    out.errors.push(e)
                 }
             }
         }
-        (reports, errors)
+        if let Some(m) = &messages {
+            out.failed_message_ids = super::trigger::failed_messages(m, &failed);
+        }
+        out
     }
 
     /// Whether the pipeline's source table (and every table it joins) exists (a poll may come
