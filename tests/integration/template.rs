@@ -139,8 +139,8 @@ fn template_passes_and_each_violation_is_caught() {
         ),
         (
             "a day's retention on the process queue",
-            "      VisibilityTimeout: 1800\n      # SQS's maximum, like the ingest queue's",
-            "      VisibilityTimeout: 1800\n      MessageRetentionPeriod: 86400\n      # SQS's maximum, like the ingest queue's",
+            "      # message dropped unprocessed is an outage nobody sees).\n      MessageRetentionPeriod: 1209600",
+            "      # message dropped unprocessed is an outage nobody sees).\n      MessageRetentionPeriod: 86400",
             "ProcessQueue: MessageRetentionPeriod",
         ),
         (
