@@ -22,6 +22,7 @@ use iceberg::table::Table;
 use super::latest::{self, Bucket, Latest};
 use super::output::Output;
 use super::processor::{Position, RunReport};
+use super::retract::{self, Retraction};
 use super::{input, transform, Processor};
 use crate::commit::{Outcome, Plan, Skipped};
 use crate::config::PipelineConfig;
@@ -55,13 +56,16 @@ impl Processor {
         Ok((out, latest))
     }
 
-    /// `latest` mode: the delta's latest version per key merged into the buckets it touches.
+    /// `latest` mode: the delta's latest version per key merged into the buckets it touches,
+    /// and the buckets the delta's source row changes affect rebuilt (`retract.rs`).
     /// `None`: the tombstone table changed underneath (the run re-plans).
+    #[allow(clippy::too_many_arguments)]
     pub(super) async fn upsert_latest(
         &self,
         p: &PipelineConfig,
         pos: &Position,
         files: &[LiveFile],
+        retraction: &Retraction,
         to: i64,
         report: &mut RunReport,
         deadline: Instant,
@@ -77,6 +81,19 @@ impl Processor {
             }
         }
         let (_, latest) = self.latest_terms(p, &pos.source).await?;
+        let to_snapshot = pos.source.metadata().snapshot_by_id(to);
+        let seq = to_snapshot.map(|s| s.sequence_number()).unwrap_or_default();
+        // Retraction hook (retract.rs): tombstones rebuilt at a later source snapshot than
+        // this run's are not facts of it (re-plan); the buckets row changes affect, rebuilt.
+        if let Some(t) = &pos.tombstones {
+            if retract::behind_a_rebuild(t, &pos.source_uuid, seq) {
+                tracing::info!(pipeline = %p.name, "tombstones rebuilt at a later source snapshot; re-planning");
+                return Ok(None);
+            }
+        }
+        let rebuilt = self
+            .rebuild_buckets(p, pos, &latest, retraction, report)
+            .await?;
         let context = format!("pipeline `{}` over `{}`", p.name, p.source);
         let mut reduced: Vec<RecordBatch> = Vec::new();
         for chunk in input::chunks(files) {
@@ -96,13 +113,15 @@ impl Processor {
             removed: Vec::new(),
             schema: None,
         };
-        if reduced.is_empty() {
+        if reduced.is_empty() && rebuilt.is_none() {
             return Ok(Some(done));
         }
-        let delta = latest.reduce(&reduced)?;
+        let delta = match reduced.is_empty() {
+            true => RecordBatch::new_empty(latest.schema().clone()),
+            false => latest.reduce(&reduced)?,
+        };
         drop(reduced);
         report.keys_touched = delta.num_rows() as u64;
-        let to_snapshot = pos.source.metadata().snapshot_by_id(to);
         // The newest order value that moves the horizon: the source commit time plus a skew
         // (the run's clock if the snapshot is unknown).
         let committed_ms = to_snapshot
@@ -112,9 +131,11 @@ impl Processor {
             .saturating_mul(1000)
             .saturating_add(latest::CLOCK_SKEW_MICROS);
         let horizon = latest.horizon(&delta, latest_micros);
-        let seq = to_snapshot.map(|s| s.sequence_number()).unwrap_or_default();
-        let touched = latest.by_bucket(&delta)?;
+        let mut touched = latest.by_bucket(&delta)?;
         drop(delta);
+        if let Some(r) = &rebuilt {
+            touched.retain(|b, _| !r.covers(b));
+        }
         report.buckets = touched.len();
         let mut sink_files = by_bucket(&pos.sink).await?;
         let mut tomb_files = match &pos.tombstones {
@@ -165,6 +186,29 @@ impl Processor {
                 tomb_removed.extend(tf.iter().map(|f| f.file.file_path().to_string()));
             }
         }
+        let mut tombstones_rebuilt = false;
+        if let Some(r) = rebuilt {
+            let w = self
+                .write_rebuilt(
+                    pos,
+                    &latest,
+                    r,
+                    &mut sink_files,
+                    &mut tomb_files,
+                    seq,
+                    &writer_id,
+                    report,
+                )
+                .await?;
+            report.buckets += report.buckets_rebuilt;
+            tombstones_rebuilt = w.tombstones_rebuilt();
+            done.added.extend(w.sink_added);
+            done.removed.extend(w.sink_removed);
+            done.schema = done.schema.or(w.sink_schema);
+            tomb_added.extend(w.tomb_added);
+            tomb_removed.extend(w.tomb_removed);
+            tomb_schema = tomb_schema.or(w.tomb_schema);
+        }
         if let Some(t) = &pos.tombstones {
             if !(tomb_added.is_empty() && tomb_removed.is_empty()) {
                 let change = tombstone_change(
@@ -174,7 +218,14 @@ impl Processor {
                     tomb_removed,
                     tomb_schema,
                 );
-                if !self.commit_tombstones(p, t, change, true, deadline).await? {
+                let committed = match tombstones_rebuilt {
+                    true => {
+                        self.commit_rebuilt_tombstones(p, t, change, seq, deadline)
+                            .await?
+                    }
+                    false => self.commit_tombstones(p, t, change, true, deadline).await?,
+                };
+                if !committed {
                     crate::write::delete_uncommitted(t, &tomb_added).await;
                     crate::write::delete_uncommitted(&pos.sink, &done.added).await;
                     return Ok(None);
@@ -274,16 +325,7 @@ impl Processor {
         seq: i64,
         deadline: Instant,
     ) -> Result<bool> {
-        let schema = latest.tombstone_schema();
-        let mut cols = transform::conform(&deletes, latest.schema())?
-            .columns()
-            .to_vec();
-        cols.push(std::sync::Arc::new(arrow::array::Int64Array::from(vec![
-            seq;
-            deletes.num_rows()
-        ])));
-        let rows = RecordBatch::try_new(schema, cols)
-            .map_err(|e| Error::new(ErrorKind::Internal, format!("tombstones: {e}")))?;
+        let rows = tombstone_rows(latest, &deletes, seq)?;
         let writer_id = format!("refresh-{}", uuid::Uuid::now_v7());
         let mut out = Output::new(table, &writer_id)?;
         out.write(vec![rows]).await?;
@@ -296,7 +338,9 @@ impl Processor {
         if added.is_empty() && removed.is_empty() {
             return Ok(true);
         }
-        let change = tombstone_change(p, source_uuid, added.clone(), removed, schema);
+        let mut change = tombstone_change(p, source_uuid, added.clone(), removed, schema);
+        // Every tombstone is rewritten at `seq`: runs at earlier source snapshots re-plan.
+        retract::mark_rebuilt(&mut change, seq);
         let ok = self
             .commit_tombstones(p, table, change, false, deadline)
             .await?;
@@ -305,6 +349,24 @@ impl Processor {
         }
         Ok(ok)
     }
+}
+
+/// `deletes` (output schema) as tombstone rows of a run or refresh at source sequence `seq`.
+pub(super) fn tombstone_rows(
+    latest: &Latest,
+    deletes: &RecordBatch,
+    seq: i64,
+) -> Result<RecordBatch> {
+    let schema = latest.tombstone_schema();
+    let mut cols = transform::conform(deletes, latest.schema())?
+        .columns()
+        .to_vec();
+    cols.push(std::sync::Arc::new(arrow::array::Int64Array::from(vec![
+        seq;
+        deletes.num_rows()
+    ])));
+    RecordBatch::try_new(schema, cols)
+        .map_err(|e| Error::new(ErrorKind::Internal, format!("tombstones: {e}")))
 }
 
 fn tombstone_change(
