@@ -91,9 +91,8 @@ impl Processor {
                 return Ok(None);
             }
         }
-        let rebuilt = self
-            .rebuild_buckets(p, pos, &latest, retraction, report)
-            .await?;
+        // Boxed: a rebuild's state would otherwise sit in every run's future (worker stacks).
+        let rebuilt = Box::pin(self.rebuild_buckets(p, pos, &latest, retraction, report)).await?;
         let context = format!("pipeline `{}` over `{}`", p.name, p.source);
         let mut reduced: Vec<RecordBatch> = Vec::new();
         for chunk in input::chunks(files) {
@@ -188,18 +187,17 @@ impl Processor {
         }
         let mut tombstones_rebuilt = false;
         if let Some(r) = rebuilt {
-            let w = self
-                .write_rebuilt(
-                    pos,
-                    &latest,
-                    r,
-                    &mut sink_files,
-                    &mut tomb_files,
-                    seq,
-                    &writer_id,
-                    report,
-                )
-                .await?;
+            let w = Box::pin(self.write_rebuilt(
+                pos,
+                &latest,
+                r,
+                &mut sink_files,
+                &mut tomb_files,
+                seq,
+                &writer_id,
+                report,
+            ))
+            .await?;
             report.buckets += report.buckets_rebuilt;
             tombstones_rebuilt = w.tombstones_rebuilt();
             done.added.extend(w.sink_added);
@@ -220,7 +218,7 @@ impl Processor {
                 );
                 let committed = match tombstones_rebuilt {
                     true => {
-                        self.commit_rebuilt_tombstones(p, t, change, seq, deadline)
+                        Box::pin(self.commit_rebuilt_tombstones(p, t, change, seq, deadline))
                             .await?
                     }
                     false => self.commit_tombstones(p, t, change, true, deadline).await?,
