@@ -428,52 +428,8 @@ impl Cell {
             | Site::Refresh
             | Site::RefreshAppend
             | Site::RefreshLatest => {
-                let name = match self.site {
-                    Site::ProcessAppend | Site::RefreshAppend => APPEND,
-                    Site::ProcessLatest | Site::ProcessLatestRetract | Site::RefreshLatest => {
-                        LATEST
-                    }
-                    _ => AGG,
-                };
-                let refresh = matches!(
-                    self.site,
-                    Site::Refresh | Site::RefreshAppend | Site::RefreshLatest
-                );
-                self.processor(None).await.run(name, soon()).await.unwrap();
-                self.load_orders(if refresh { 100 } else { 60 }, 2).await;
-                if self.site == Site::ProcessLatestRetract {
-                    self.delete_a_source_file().await;
-                }
-                let p = self.processor(Some(fault)).await;
-                let first = if refresh {
-                    p.refresh(name, soon()).await
-                } else {
-                    p.run(name, soon()).await
-                };
-                if fault.crashes() {
-                    let e = first.unwrap_err();
-                    assert!(e.to_string().contains("injected crash"), "{what}: {e}");
-                } else {
-                    let r = first.unwrap_or_else(|e| panic!("{what}: {e}"));
-                    assert!(r.sink_snapshot.is_some(), "{what}: {r:?}");
-                    if self.site == Site::ProcessLatestRetract {
-                        assert!(
-                            r.row_changes == 1 && r.buckets_rebuilt > 0,
-                            "{what}: the delete retracted: {r:?}"
-                        );
-                    }
-                    // A latest pipeline's refresh is one piece (tombstones, then the sink).
-                    if matches!(self.site, Site::Refresh | Site::RefreshAppend) {
-                        let g = r.refresh_progress.as_ref();
-                        assert!(
-                            g.is_some_and(|g| g.done && g.chunks >= 2),
-                            "{what}: a refresh in several chunks: {r:?}"
-                        );
-                    }
-                }
-                // The next trigger: nothing twice, nothing lost (a refresh the crash left in
-                // progress is continued by it).
-                self.processor(None).await.run(name, soon()).await.unwrap();
+                // Its own (boxed) future: one frame for every site overflows a worker's stack.
+                Box::pin(self.run_pipeline(fault, &what)).await;
             }
             Site::Compaction | Site::ManifestRewrite | Site::Expiration => {
                 match self.site {
@@ -521,6 +477,54 @@ impl Cell {
                 );
             }
         }
+    }
+
+    /// [`Cell::run`] for the sites that run a pipeline or a refresh.
+    async fn run_pipeline(&mut self, fault: Fault, what: &str) {
+        let name = match self.site {
+            Site::ProcessAppend | Site::RefreshAppend => APPEND,
+            Site::ProcessLatest | Site::ProcessLatestRetract | Site::RefreshLatest => LATEST,
+            _ => AGG,
+        };
+        let refresh = matches!(
+            self.site,
+            Site::Refresh | Site::RefreshAppend | Site::RefreshLatest
+        );
+        self.processor(None).await.run(name, soon()).await.unwrap();
+        self.load_orders(if refresh { 100 } else { 60 }, 2).await;
+        if self.site == Site::ProcessLatestRetract {
+            self.delete_a_source_file().await;
+        }
+        let p = self.processor(Some(fault)).await;
+        let first = if refresh {
+            p.refresh(name, soon()).await
+        } else {
+            p.run(name, soon()).await
+        };
+        if fault.crashes() {
+            let e = first.unwrap_err();
+            assert!(e.to_string().contains("injected crash"), "{what}: {e}");
+        } else {
+            let r = first.unwrap_or_else(|e| panic!("{what}: {e}"));
+            assert!(r.sink_snapshot.is_some(), "{what}: {r:?}");
+            if self.site == Site::ProcessLatestRetract {
+                assert!(
+                    r.row_changes == 1 && r.buckets_rebuilt > 0,
+                    "{what}: the delete retracted: {r:?}"
+                );
+            }
+            // A latest pipeline's refresh is one piece (tombstones, then the sink).
+            if matches!(self.site, Site::Refresh | Site::RefreshAppend) {
+                let g = r.refresh_progress.as_ref();
+                assert!(
+                    g.is_some_and(|g| g.done && g.chunks >= 2),
+                    "{what}: a refresh in several chunks: {r:?}"
+                );
+            }
+        }
+        // The next trigger: nothing twice, nothing lost (a refresh the crash left in
+        // progress is continued by it).
+        self.processor(None).await.run(name, soon()).await.unwrap();
     }
 
     /// Whether the cell involves the pipelines' sinks (else only `orders` is checked).
@@ -663,12 +667,24 @@ async fn matrix(catalog: &'static str, site: Site) {
     );
 }
 
+/// Runs `cell` on a two-worker runtime whose threads have 8 MiB stacks: a cell's futures (debug
+/// builds keep every branch's temporaries in a frame) outgrow tokio's default 2 MiB.
+fn on_large_stacks(cell: impl std::future::Future<Output = ()> + Send + 'static) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_stack_size(8 << 20)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async move { tokio::spawn(cell).await.unwrap() });
+}
+
 macro_rules! cells {
     ($($name:ident: $catalog:literal, $site:expr;)*) => {
         $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $name() {
-                matrix($catalog, $site).await;
+            #[test]
+            fn $name() {
+                on_large_stacks(matrix($catalog, $site));
             }
         )*
     };
