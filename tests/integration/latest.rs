@@ -663,7 +663,7 @@ async fn a_latest_sink_whose_bucket_spec_another_engine_changed_is_stale() {
 
 /// Another engine's merge-on-read delete of row 0 of `table`'s first live data file: a position
 /// delete file, a delete manifest and a `delete` snapshot on top of the current one.
-async fn delete_first_row(env: &TestEnv, p: &Processor, table: &str) {
+pub(crate) async fn delete_first_row(env: &TestEnv, p: &Processor, table: &str) {
     use arrow::array::{Int64Array, RecordBatch, StringArray};
     use arrow::datatypes::{DataType, Field, Schema};
     use iceberg::spec::{

@@ -237,3 +237,75 @@ async fn a_retraction_is_exactly_once_under_crashes_and_concurrent_runs() {
     let again = p.run(LATEST, soon()).await.unwrap();
     assert_eq!((again.row_changes, again.sink_snapshot), (0, None));
 }
+
+#[tokio::test]
+async fn a_source_merge_on_read_delete_stops_a_latest_run_naming_the_fix() {
+    let env = TestEnv::with_pipelines("sqlite", &pipeline()).await;
+    let ingestor = env.ingestor().await;
+    let p = env.processor().await;
+    let base = Utc::now() - chrono::Duration::hours(2);
+    let mut m = Model::default();
+    let a: [Version; 2] = [(1, "o1", "placed", 10), (2, "o2", "placed", 10)];
+    ingest(&env, &ingestor, "orders/a.jsonl", base, &mut m, &a).await;
+    p.run(LATEST, soon()).await.unwrap();
+    // Another engine's position delete (merge-on-read) in the source.
+    crate::latest::delete_first_row(&env, &p, "orders").await;
+    let e = p.run(LATEST, soon()).await.unwrap_err();
+    assert_eq!(e.kind(), floe::ErrorKind::Stale, "{e}");
+    let msg = e.to_string();
+    assert!(
+        msg.contains("delete file") && msg.contains("copy-on-write") && msg.contains("refresh"),
+        "{msg}"
+    );
+    assert_eq!(sink_rows(&env), m.live(), "nothing applied");
+}
+
+#[tokio::test]
+async fn a_run_behind_a_tombstone_rebuild_re_plans_instead_of_applying_them() {
+    let env = TestEnv::with_pipelines("sqlite", &pipeline()).await;
+    let ingestor = env.ingestor().await;
+    let p = env.processor().await;
+    let base = Utc::now() - chrono::Duration::hours(2);
+    let mut m = Model::default();
+    let a: [Version; 2] = [(1, "o1", "placed", 10), (2, "o2", "cancelled", 10)];
+    ingest(&env, &ingestor, "orders/a.jsonl", base, &mut m, &a).await;
+    p.run(LATEST, soon()).await.unwrap();
+    // The tombstones say they were rebuilt at a source sequence this source has not reached
+    // (as a run that read a later source snapshot leaves them): a run at the current one must
+    // not merge with them.
+    let source = p.committer().load(&env.ident()).await.unwrap();
+    let uuid = source.metadata().uuid().to_string();
+    let ahead = source.metadata().last_sequence_number() + 2;
+    let tt = floe::catalog::table_ident(&env.config, TOMBSTONES).unwrap();
+    let props = std::collections::HashMap::from([
+        (floe::summary::TOMBSTONES_SOURCE.to_string(), uuid),
+        (
+            floe::summary::TOMBSTONES_REBUILT.to_string(),
+            ahead.to_string(),
+        ),
+    ]);
+    let change = floe::snapshot::Change::append(Vec::new(), props);
+    let limits = floe::commit::CommitLimits {
+        max_attempts: 5,
+        deadline: soon(),
+        skew: std::time::Duration::from_secs(60),
+    };
+    p.committer()
+        .commit(&tt, &limits, move |_| {
+            Ok(floe::commit::Plan::Apply(change.clone()))
+        })
+        .await
+        .unwrap();
+    let b: [Version; 1] = [(1, "o1", "paid", 20)];
+    ingest(&env, &ingestor, "orders/b.jsonl", base, &mut m, &b).await;
+    let e = p.run(LATEST, soon()).await.unwrap_err();
+    assert!(
+        e.is_retryable() && e.to_string().contains("re-plans"),
+        "{e}"
+    );
+    // Once the source has reached that sequence, the run goes ahead.
+    let c: [Version; 1] = [(3, "o3", "placed", 5)];
+    ingest(&env, &ingestor, "orders/c.jsonl", base, &mut m, &c).await;
+    p.run(LATEST, soon()).await.unwrap();
+    assert_eq!(sink_rows(&env), m.live());
+}
