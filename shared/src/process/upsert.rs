@@ -10,6 +10,12 @@
 //! run at an earlier source snapshot ignores it ([`latest::SEQ`]). The tombstone commit
 //! replaces the files it read (the commit refuses if they changed: `Stale`, the run re-plans and
 //! re-reads both tables); the sink commit is the usual checkpoint-guarded overwrite.
+//!
+//! A delta with source row changes (another writer's `overwrite`/`delete`) also rebuilds the
+//! buckets they affect from the source (`retract.rs`): those buckets leave the merge, their
+//! files are replaced by the batch's, and the argument above holds with two additions made
+//! there — a tombstone commit that rebuilds applies only on the tombstone version read, and it
+//! records its source sequence, behind which a run re-plans ([`retract::behind_a_rebuild`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Instant;
