@@ -846,4 +846,21 @@ mod tests {
         )]);
         assert_eq!(source_modified(&modified), vec![5, 7]);
     }
+
+    #[test]
+    fn a_tombstone_rebuild_mark_is_carried_until_a_commit_sets_its_own() {
+        let parent = summary(vec![
+            (TOMBSTONES_SOURCE.into(), "u1".into()),
+            (TOMBSTONES_REBUILT.into(), "7".into()),
+        ]);
+        // A merge's tombstone commit (or a compaction) sets none: both are carried.
+        let mut props = HashMap::from([(OPERATION.to_string(), "tombstones".to_string())]);
+        carry_checkpoint(&mut props, Some(&parent));
+        assert_eq!(props.get(TOMBSTONES_REBUILT).map(String::as_str), Some("7"));
+        assert_eq!(props.get(TOMBSTONES_SOURCE).map(String::as_str), Some("u1"));
+        // A later rebuild records its own.
+        let mut props = HashMap::from([(TOMBSTONES_REBUILT.to_string(), "9".to_string())]);
+        carry_checkpoint(&mut props, Some(&parent));
+        assert_eq!(props.get(TOMBSTONES_REBUILT).map(String::as_str), Some("9"));
+    }
 }
