@@ -309,3 +309,52 @@ async fn a_run_behind_a_tombstone_rebuild_re_plans_instead_of_applying_them() {
     p.run(LATEST, soon()).await.unwrap();
     assert_eq!(sink_rows(&env), m.live());
 }
+
+#[tokio::test]
+async fn a_removed_file_already_gone_rebuilds_every_bucket() {
+    let env = TestEnv::with_pipelines("sqlite", &pipeline()).await;
+    let ingestor = env.ingestor().await;
+    let p = env.processor().await;
+    let base = Utc::now() - chrono::Duration::hours(2);
+    let mut m = Model::default();
+    for i in 0..2 {
+        let v = random_versions(80, 30, 500 + i);
+        ingest_random(
+            &env,
+            &ingestor,
+            &format!("orders/g{i}.jsonl"),
+            base,
+            &mut m,
+            &v,
+        )
+        .await;
+    }
+    p.run(LATEST, soon()).await.unwrap();
+    // Another writer deletes a whole file, and the file is gone from storage before the run
+    // (an engine that deletes eagerly): the affected keys are unknown.
+    let t = p.committer().load(&env.ident()).await.unwrap();
+    let victim = floe::scan::live_files(&t).await.unwrap().remove(0);
+    let path = victim.file.file_path().to_string();
+    let mut change = floe::snapshot::Change::append(Vec::new(), Default::default());
+    change.operation = iceberg::spec::Operation::Delete;
+    change.removed = vec![path.clone()];
+    let limits = floe::commit::CommitLimits {
+        max_attempts: 5,
+        deadline: soon(),
+        skew: std::time::Duration::from_secs(60),
+    };
+    p.committer()
+        .commit(&env.ident(), &limits, move |_| {
+            Ok(floe::commit::Plan::Apply(change.clone()))
+        })
+        .await
+        .unwrap();
+    t.file_io().delete(&path).await.unwrap();
+    let r = p.run(LATEST, soon()).await.unwrap();
+    assert_eq!(
+        (r.row_changes, r.buckets_rebuilt),
+        (1, 4),
+        "every bucket: {r:?}"
+    );
+    assert_reconciled(&p, "after the rebuild of every bucket").await;
+}
