@@ -21,7 +21,9 @@
 //! meanwhile: the run re-plans), and it records its source sequence
 //! ([`summary::TOMBSTONES_REBUILT`], carried on by later commits); a run that reads tombstones
 //! after such a commit while standing at an earlier source snapshot re-plans (a reload sees the
-//! row change, since the rebuild committed only after reading it). A rebuild whose sink commit
+//! row change, since the rebuild committed only after reading it); and a merging tombstone
+//! commit of a run that read the tombstones before a rebuild refuses to land after it (it could
+//! add, in a rebuilt bucket, a tombstone the correction took back). A rebuild whose sink commit
 //! is lost or never happens leaves the checkpoint where it was, so the next run meets the same
 //! row change and rebuilds the same buckets again, replacing the orphaned rebuild's tombstones.
 
@@ -125,6 +127,17 @@ pub(super) fn behind_a_rebuild(t: &Table, source_uuid: &str, seq: i64) -> bool {
         .get(summary::TOMBSTONES_REBUILT)
         .and_then(|v| v.parse::<i64>().ok());
     ours && at.is_some_and(|at| at > seq)
+}
+
+/// The rebuild mark of the tombstone table's current version (a commit that merges into
+/// tombstones refuses to land after a rebuild it did not read).
+pub(super) fn rebuild_mark(t: &Table) -> Option<String> {
+    t.metadata().current_snapshot().and_then(|s| {
+        s.summary()
+            .additional_properties
+            .get(summary::TOMBSTONES_REBUILT)
+            .cloned()
+    })
 }
 
 /// Records on a tombstone `change` that it rebuilt tombstones at source sequence `seq`.

@@ -250,6 +250,9 @@ impl Processor {
         no_deletes: bool,
         deadline: Instant,
     ) -> Result<bool> {
+        // A rebuild since `table` was read (retract.rs) may have taken back tombstones this
+        // change's merge relied on, in buckets it adds to: re-plan.
+        let mark = retract::rebuild_mark(table);
         let result = self
             .committer
             .commit_from(
@@ -260,6 +263,10 @@ impl Processor {
                     Ok(
                         if no_deletes && crate::summary::counts_deletes(t.metadata()) {
                             Plan::Skip(Skipped::Obsolete("delete files arrived meanwhile".into()))
+                        } else if retract::rebuild_mark(t) != mark {
+                            Plan::Skip(Skipped::Obsolete(
+                                "the tombstones were rebuilt meanwhile".into(),
+                            ))
                         } else {
                             Plan::Apply(change.clone())
                         },
