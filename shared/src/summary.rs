@@ -62,6 +62,15 @@ pub const BUCKETS_REPLACED: &str = "floe.buckets-replaced";
 /// A latest pipeline's tombstone table: the uuid of the source its tombstones were read from
 /// (every tombstone commit sets it; carried on by snapshots that set none, like compaction's).
 pub const TOMBSTONES_SOURCE: &str = "floe.tombstones-source";
+/// A latest pipeline's tombstone table: the source sequence number of the last commit that
+/// rebuilt tombstones from the source (a retraction's buckets, a refresh) rather than merging
+/// into them; a run standing at an earlier source snapshot re-plans (carried on like
+/// [`TOMBSTONES_SOURCE`]).
+pub const TOMBSTONES_REBUILT: &str = "floe.tombstones-rebuilt-at-sequence";
+/// Key buckets a latest-state pipeline run rebuilt from the source (a source row change).
+pub const BUCKETS_REBUILT: &str = "floe.buckets-rebuilt";
+/// Source `overwrite`/`delete` snapshots a latest-state pipeline run retracted.
+pub const ROW_CHANGES: &str = "floe.source-row-changes";
 /// Checkpoint key prefix: `floe.checkpoint.<source uuid>` = last source snapshot processed.
 pub const CHECKPOINT_PREFIX: &str = "floe.checkpoint.";
 /// Transform key prefix: `floe.transform.<source uuid>` = transform version of the checkpoint.
@@ -352,10 +361,10 @@ pub fn checkpoint_properties(
 /// position of its own (the refresh's next chunk) or a checkpoint (the refresh's last chunk,
 /// which ends the refresh: its position is cleared by not being carried).
 pub(crate) fn carry_checkpoint(props: &mut HashMap<String, String>, parent: Option<&Summary>) {
-    if let Some(v) = parent.and_then(|p| p.additional_properties.get(TOMBSTONES_SOURCE)) {
-        props
-            .entry(TOMBSTONES_SOURCE.to_string())
-            .or_insert_with(|| v.clone());
+    for key in [TOMBSTONES_SOURCE, TOMBSTONES_REBUILT] {
+        if let Some(v) = parent.and_then(|p| p.additional_properties.get(key)) {
+            props.entry(key.to_string()).or_insert_with(|| v.clone());
+        }
     }
     let own = props.keys().any(|k| k.starts_with(CHECKPOINT_PREFIX));
     let own_refresh = own || props.keys().any(|k| k.starts_with(REFRESH_PREFIX));
@@ -836,5 +845,22 @@ mod tests {
             source_modified_value(&[5, 7]),
         )]);
         assert_eq!(source_modified(&modified), vec![5, 7]);
+    }
+
+    #[test]
+    fn a_tombstone_rebuild_mark_is_carried_until_a_commit_sets_its_own() {
+        let parent = summary(vec![
+            (TOMBSTONES_SOURCE.into(), "u1".into()),
+            (TOMBSTONES_REBUILT.into(), "7".into()),
+        ]);
+        // A merge's tombstone commit (or a compaction) sets none: both are carried.
+        let mut props = HashMap::from([(OPERATION.to_string(), "tombstones".to_string())]);
+        carry_checkpoint(&mut props, Some(&parent));
+        assert_eq!(props.get(TOMBSTONES_REBUILT).map(String::as_str), Some("7"));
+        assert_eq!(props.get(TOMBSTONES_SOURCE).map(String::as_str), Some("u1"));
+        // A later rebuild records its own.
+        let mut props = HashMap::from([(TOMBSTONES_REBUILT.to_string(), "9".to_string())]);
+        carry_checkpoint(&mut props, Some(&parent));
+        assert_eq!(props.get(TOMBSTONES_REBUILT).map(String::as_str), Some("9"));
     }
 }

@@ -12,15 +12,15 @@ use iceberg::spec::TableMetadataBuilder;
 use crate::faults::{faulty, faulty_on, Fault};
 use crate::harness::TestEnv;
 
-const LATEST: &str = "customer_latest_order";
-const TOMBSTONES: &str = "customer_latest_order_tombstones";
+pub(crate) const LATEST: &str = "customer_latest_order";
+pub(crate) const TOMBSTONES: &str = "customer_latest_order_tombstones";
 
-fn soon() -> Instant {
+pub(crate) fn soon() -> Instant {
     Instant::now() + Duration::from_secs(120)
 }
 
 /// The sample latest pipeline with 4 key buckets.
-fn pipeline() -> String {
+pub(crate) fn pipeline() -> String {
     floe::sample::LATEST_PIPELINE_TOML.replace(
         "order_by = \"event_time\"",
         "order_by = \"event_time\"\nkey_buckets = 4",
@@ -41,12 +41,12 @@ fn version(base: DateTime<Utc>, customer: i64, order: &str, status: &str, t: i64
 
 /// What the sink must hold: per customer the greatest (time, line), unless it is cancelled.
 #[derive(Default)]
-struct Model {
+pub(crate) struct Model {
     latest: BTreeMap<i64, (i64, String, String)>,
 }
 
 impl Model {
-    fn apply(&mut self, customer: i64, order: &str, status: &str, t: i64) {
+    pub(crate) fn apply(&mut self, customer: i64, order: &str, status: &str, t: i64) {
         let v = (t, order.to_string(), status.to_string());
         let e = self.latest.entry(customer).or_insert(v.clone());
         if (v.0, &v.1, &v.2) > (e.0, &e.1, &e.2) {
@@ -55,7 +55,7 @@ impl Model {
     }
 
     /// `[customer_id, order_id, status]` of the live rows, sorted.
-    fn live(&self) -> Vec<Vec<String>> {
+    pub(crate) fn live(&self) -> Vec<Vec<String>> {
         sorted(
             self.latest
                 .iter()
@@ -67,7 +67,7 @@ impl Model {
 }
 
 /// Puts and ingests one object of versions, recording them in the model.
-async fn ingest(
+pub(crate) async fn ingest(
     env: &TestEnv,
     ingestor: &floe::ingest::Ingestor,
     key: &str,
@@ -84,7 +84,7 @@ async fn ingest(
     env.ingest(ingestor, key).await.unwrap();
 }
 
-async fn assert_reconciled(p: &Processor, what: &str) {
+pub(crate) async fn assert_reconciled(p: &Processor, what: &str) {
     let r = p.reconcile(LATEST).await.expect("reconcile");
     assert!(
         r.matches(),
@@ -103,7 +103,7 @@ async fn assert_reconciled(p: &Processor, what: &str) {
 }
 
 /// The sink as PyIceberg reads it: `[customer_id, order_id, status]` per row, sorted.
-fn sink_rows(env: &TestEnv) -> Vec<Vec<String>> {
+pub(crate) fn sink_rows(env: &TestEnv) -> Vec<Vec<String>> {
     let py = env.pyiceberg_rows(LATEST);
     let mut rows: Vec<Vec<String>> = py["data"]
         .as_array()
@@ -320,7 +320,7 @@ async fn a_latest_pipeline_names_the_key_its_sql_does_not_output() {
 
 /// `n` versions over `keys` customers, statuses (a quarter cancelled) and times drawn from
 /// `seed`, times spread over an hour (so later objects hold older versions too).
-fn random_versions(n: usize, keys: u64, seed: u64) -> Vec<(i64, String, String, i64)> {
+pub(crate) fn random_versions(n: usize, keys: u64, seed: u64) -> Vec<(i64, String, String, i64)> {
     let mut rng = floe::sample::Rng::new(seed);
     (0..n)
         .map(|i| {
@@ -332,7 +332,7 @@ fn random_versions(n: usize, keys: u64, seed: u64) -> Vec<(i64, String, String, 
         .collect()
 }
 
-async fn ingest_random(
+pub(crate) async fn ingest_random(
     env: &TestEnv,
     ingestor: &floe::ingest::Ingestor,
     key: &str,
@@ -663,7 +663,7 @@ async fn a_latest_sink_whose_bucket_spec_another_engine_changed_is_stale() {
 
 /// Another engine's merge-on-read delete of row 0 of `table`'s first live data file: a position
 /// delete file, a delete manifest and a `delete` snapshot on top of the current one.
-async fn delete_first_row(env: &TestEnv, p: &Processor, table: &str) {
+pub(crate) async fn delete_first_row(env: &TestEnv, p: &Processor, table: &str) {
     use arrow::array::{Int64Array, RecordBatch, StringArray};
     use arrow::datatypes::{DataType, Field, Schema};
     use iceberg::spec::{

@@ -30,6 +30,7 @@ mod quality;
 mod refresh;
 mod replay;
 mod rest;
+mod retract;
 mod second_pipeline;
 mod template;
 

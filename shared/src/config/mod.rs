@@ -140,7 +140,8 @@ pub struct PipelineConfig {
     /// `timestamp:<RFC 3339>`.
     #[serde(default = "default_start")]
     pub start: String,
-    /// What to do with source `overwrite`/`delete` snapshots: `fail` (default) or `skip`.
+    /// What to do with source `overwrite`/`delete` snapshots: `fail` (default; a `latest`
+    /// pipeline retracts their removed rows instead) or `skip`.
     #[serde(default)]
     pub on_row_change: RowChange,
     /// Optional alert output (append mode): every output row is also sent as a message.

@@ -24,8 +24,10 @@
 //! checkpoint), [`transform`] (the SQL), `input` (reading source rows in bounded chunks),
 //! `windows` (aggregate windows), `output` (sink files), `alerts`, `reconcile` (the batch result
 //! and reconcile), `refresh` (rebuilding a sink from the batch result), `trigger` (which
-//! pipelines an event concerns, and which messages of an SQS batch to receive again) and `joins` (the tables the SQL joins by name, at recorded
-//! snapshots).
+//! pipelines an event concerns, and which messages of an SQS batch to receive again), `joins`
+//! (the tables the SQL joins by name, at recorded snapshots), `latest`/`upsert` (latest-state
+//! pipelines) and `retract` (a latest run's retraction of source row changes: the buckets they
+//! affect rebuilt from the source).
 
 mod alerts;
 mod input;
@@ -36,6 +38,7 @@ pub mod plan;
 mod processor;
 mod reconcile;
 mod refresh;
+mod retract;
 pub(crate) mod transform;
 mod trigger;
 mod upsert;

@@ -7,7 +7,10 @@
 //! grows with the new snapshots, not with the table's history; each `append` contributes the
 //! data files it ADDED (read from its own manifest list, so later manifest merges do not hide
 //! them), `replace` snapshots (compaction) change no data and are skipped, and `overwrite`/`delete`
-//! follow an explicit policy that fails loudly by default.
+//! follow an explicit policy that fails loudly by default. A `latest` pipeline retracts them
+//! ([`RowChangePolicy::Retract`]): their added data files join the delta like an append's, and
+//! the data files they removed are listed ([`Delta::removed`]) for the run to rebuild the key
+//! buckets those files held (`retract.rs`).
 //!
 //! The processor runs the pipeline's SQL over what this plans.
 
@@ -27,6 +30,10 @@ pub enum RowChangePolicy {
     Fail,
     /// Skip them, logging each (for consumers that only care about new rows).
     Skip,
+    /// Process them (`latest` pipelines): the data files they added are new files, the data
+    /// files they removed are listed in [`Delta::removed`]. Delete files (row-level deletes,
+    /// merge-on-read) are refused: floe reads data files only.
+    Retract,
 }
 
 /// The exclusive lower bound a start strategy means on `source` (None: from the beginning).
@@ -86,6 +93,14 @@ pub struct Delta {
     pub row_changes_skipped: Vec<i64>,
     /// The files to process, oldest snapshot first.
     pub files: Vec<NewFile>,
+    /// Overwrite/delete snapshots in the delta under [`RowChangePolicy::Retract`], oldest first.
+    pub row_changes: Vec<i64>,
+    /// The data files they removed (files of the delta's own appends that a later row change
+    /// removed are here, not in `files`).
+    pub removed: Vec<NewFile>,
+    /// A row change whose removed files could not all be found in its manifests (their count
+    /// is below its summary's `deleted-data-files`): the removed keys are unknown.
+    pub removed_unknown: bool,
 }
 
 impl Delta {
@@ -143,13 +158,17 @@ pub async fn plan(
     chain.reverse();
     // The appends' manifest lists and new manifests are small GETs whose cost is their latency:
     // fetched several at once, used in the chain's order.
+    let retract = policy == RowChangePolicy::Retract;
     let fetch = |s: iceberg::spec::SnapshotRef| async move {
         match s.summary().operation {
             Operation::Append => added_files(source, &s).await.map(Some),
+            Operation::Overwrite | Operation::Delete if retract => {
+                changed_files(source, &s, consumer).await.map(Some)
+            }
             _ => Ok(None),
         }
     };
-    let added: Vec<Option<Vec<NewFile>>> = futures::stream::iter(chain.iter().cloned().map(fetch))
+    let added: Vec<Option<Changed>> = futures::stream::iter(chain.iter().cloned().map(fetch))
         .buffered(READ_CONCURRENCY)
         .try_collect()
         .await?;
@@ -157,9 +176,26 @@ pub async fn plan(
         match s.summary().operation {
             Operation::Append => {
                 delta.appends.push(s.snapshot_id());
-                delta.files.extend(added.unwrap_or_default());
+                delta.files.extend(added.unwrap_or_default().added);
             }
             Operation::Replace => delta.replaces_skipped += 1,
+            Operation::Overwrite | Operation::Delete if retract => {
+                let changed = added.unwrap_or_default();
+                delta.row_changes.push(s.snapshot_id());
+                delta.removed_unknown |= changed.incomplete;
+                for r in changed.removed {
+                    // A file this delta added and now removed: its rows are gone at `to`.
+                    match delta
+                        .files
+                        .iter()
+                        .position(|f| f.file.file_path() == r.file.file_path())
+                    {
+                        Some(i) => delta.removed.push(delta.files.remove(i)),
+                        None => delta.removed.push(r),
+                    }
+                }
+                delta.files.extend(changed.added);
+            }
             Operation::Overwrite | Operation::Delete => match policy {
                 RowChangePolicy::Fail => {
                     return Err(Error::new(
@@ -173,7 +209,7 @@ pub async fn plan(
                         ),
                     ))
                 }
-                RowChangePolicy::Skip => {
+                RowChangePolicy::Skip | RowChangePolicy::Retract => {
                     tracing::warn!(snapshot = s.snapshot_id(), operation = s.summary().operation.as_str(), consumer, "skipping a row-changing snapshot");
                     delta.row_changes_skipped.push(s.snapshot_id());
                 }
@@ -187,20 +223,75 @@ pub async fn plan(
 /// latency, not the CPU (iceberg's reader defaults to one data file per core).
 pub(super) const READ_CONCURRENCY: usize = 16;
 
+/// The data files one snapshot added and removed.
+#[derive(Debug, Default)]
+struct Changed {
+    added: Vec<NewFile>,
+    removed: Vec<NewFile>,
+    /// Fewer removed files found than its summary counts.
+    incomplete: bool,
+}
+
 /// The data files `s` (an append) added, from its own manifest list.
-async fn added_files(source: &Table, s: &iceberg::spec::SnapshotRef) -> Result<Vec<NewFile>> {
+async fn added_files(source: &Table, s: &iceberg::spec::SnapshotRef) -> Result<Changed> {
+    let (changed, _) = snapshot_files(source, s, false).await?;
+    Ok(changed)
+}
+
+/// The data files `s` (an overwrite or delete) added and removed; `Stale` when it added delete
+/// files (row-level deletes of another engine, merge-on-read), which floe does not read.
+async fn changed_files(
+    source: &Table,
+    s: &iceberg::spec::SnapshotRef,
+    consumer: &str,
+) -> Result<Changed> {
+    let (mut changed, deletes) = snapshot_files(source, s, true).await?;
+    if deletes > 0 {
+        return Err(Error::new(
+            ErrorKind::Stale,
+            format!(
+                "snapshot {} of {} ({}) added {deletes} delete file(s): row-level deletes by another                  engine in merge-on-read mode, which floe does not read yet; nothing was processed.                  Have the writer use copy-on-write (Spark: `write.delete.mode`, `write.update.mode`                  and `write.merge.mode` = `copy-on-write`), rewrite the table's data files with the                  deletes applied, then rebuild the pipeline: `floe process refresh --pipeline {consumer}`",
+                s.snapshot_id(),
+                source.identifier(),
+                s.summary().operation.as_str()
+            ),
+        ));
+    }
+    let counted = s
+        .summary()
+        .additional_properties
+        .get("deleted-data-files")
+        .and_then(|v| v.parse::<usize>().ok());
+    changed.incomplete = counted.is_some_and(|n| n > changed.removed.len());
+    Ok(changed)
+}
+
+/// What `s` wrote in its own manifests (those it added): the data files it added, those it
+/// removed (with `removed`), and how many delete files it added.
+async fn snapshot_files(
+    source: &Table,
+    s: &iceberg::spec::SnapshotRef,
+    removed: bool,
+) -> Result<(Changed, usize)> {
     let list = source.manifest_list_reader(s).load().await.map_err(|e| {
         Error::iceberg(
             format!("reading the manifest list of snapshot {}", s.snapshot_id()),
             e,
         )
     })?;
-    let mut files = Vec::new();
+    let mut out = Changed::default();
+    let mut deletes = 0;
     for mf in list.entries() {
-        if mf.content != ManifestContentType::Data
-            || mf.added_snapshot_id != s.snapshot_id()
-            || !mf.has_added_files()
-        {
+        if mf.added_snapshot_id != s.snapshot_id() {
+            continue;
+        }
+        if mf.content != ManifestContentType::Data {
+            if mf.has_added_files() {
+                deletes += mf.added_files_count.unwrap_or(1).max(1) as usize;
+            }
+            continue;
+        }
+        if !(mf.has_added_files() || (removed && mf.has_deleted_files())) {
             continue;
         }
         let m = mf
@@ -208,18 +299,22 @@ async fn added_files(source: &Table, s: &iceberg::spec::SnapshotRef) -> Result<V
             .await
             .map_err(|e| Error::iceberg("reading a manifest", e))?;
         for e in m.entries() {
-            let added_here = e.status() == ManifestStatus::Added
-                && e.snapshot_id().unwrap_or(s.snapshot_id()) == s.snapshot_id();
-            if added_here {
-                files.push(NewFile {
-                    file: e.data_file().clone(),
-                    spec_id: mf.partition_spec_id,
-                    snapshot_id: s.snapshot_id(),
-                });
+            if e.snapshot_id().unwrap_or(s.snapshot_id()) != s.snapshot_id() {
+                continue;
+            }
+            let file = || NewFile {
+                file: e.data_file().clone(),
+                spec_id: mf.partition_spec_id,
+                snapshot_id: s.snapshot_id(),
+            };
+            match e.status() {
+                ManifestStatus::Added => out.added.push(file()),
+                ManifestStatus::Deleted if removed => out.removed.push(file()),
+                _ => {}
             }
         }
     }
-    Ok(files)
+    Ok((out, deletes))
 }
 
 /// Every live data file of the current snapshot, as the delta of a consumer starting from the

@@ -61,7 +61,8 @@ pub struct RunReport {
     pub delta_files_read: usize,
     /// Bytes read from them.
     pub delta_bytes_read: u64,
-    /// Source data files opened to recompute the touched windows (aggregate mode).
+    /// Source data files opened to recompute the touched windows (aggregate mode), or to
+    /// rebuild the buckets a source row change affects (latest mode).
     pub recompute_files_read: usize,
     /// Bytes read from them.
     pub recompute_bytes_read: u64,
@@ -71,6 +72,11 @@ pub struct RunReport {
     pub keys_touched: u64,
     /// Key buckets the delta touches, whose sink files are read and rewritten (latest mode).
     pub buckets: usize,
+    /// Source `overwrite`/`delete` snapshots in the delta, retracted (latest mode).
+    pub row_changes: usize,
+    /// Key buckets rebuilt from the source because a row change removed rows in them (latest
+    /// mode; also counted in `buckets`).
+    pub buckets_rebuilt: usize,
     /// Sink and tombstone files read to merge the touched buckets (latest mode).
     pub sink_files_read: usize,
     /// Bytes read from them.
@@ -432,9 +438,11 @@ impl Processor {
         }
         self.check_sql(p, &pos.source).await?;
         let after = self.start_point(p, &pos)?;
-        let policy = match p.on_row_change {
-            RowChange::Fail => RowChangePolicy::Fail,
-            RowChange::Skip => RowChangePolicy::Skip,
+        // A latest sink follows row changes (their removed rows are retracted); `skip` opts out.
+        let policy = match (p.on_row_change, p.mode) {
+            (RowChange::Skip, _) => RowChangePolicy::Skip,
+            (RowChange::Fail, PipelineMode::Latest) => RowChangePolicy::Retract,
+            (RowChange::Fail, _) => RowChangePolicy::Fail,
         };
         let delta = plan::plan(&pos.source, after, policy, &p.name).await?;
         let mut report = RunReport {
@@ -444,6 +452,7 @@ impl Processor {
             source_snapshots: delta.appends.len(),
             files: delta.files.len(),
             rows_in: delta.records(),
+            row_changes: delta.row_changes.len(),
             lag_seconds: oldest_unprocessed_age(&pos.source, &delta.appends),
             ..Default::default()
         };
@@ -479,8 +488,9 @@ impl Processor {
                 (added, removed, schema)
             }
             PipelineMode::Latest => {
+                let retraction = super::retract::Retraction::of(&delta);
                 match self
-                    .upsert_latest(p, &pos, &files, to, &mut report, deadline)
+                    .upsert_latest(p, &pos, &files, &retraction, to, &mut report, deadline)
                     .await?
                 {
                     Some(f) => (f.added, f.removed, f.schema),
@@ -797,6 +807,13 @@ fn sink_change(
             report.keys_touched.to_string(),
         );
         props.insert(summary::BUCKETS_REPLACED.into(), report.buckets.to_string());
+        if report.row_changes > 0 {
+            props.insert(summary::ROW_CHANGES.into(), report.row_changes.to_string());
+            props.insert(
+                summary::BUCKETS_REBUILT.into(),
+                report.buckets_rebuilt.to_string(),
+            );
+        }
     }
     if removed.is_empty() {
         Change {

@@ -10,6 +10,12 @@
 //! run at an earlier source snapshot ignores it ([`latest::SEQ`]). The tombstone commit
 //! replaces the files it read (the commit refuses if they changed: `Stale`, the run re-plans and
 //! re-reads both tables); the sink commit is the usual checkpoint-guarded overwrite.
+//!
+//! A delta with source row changes (another writer's `overwrite`/`delete`) also rebuilds the
+//! buckets they affect from the source (`retract.rs`): those buckets leave the merge, their
+//! files are replaced by the batch's, and the argument above holds with two additions made
+//! there — a tombstone commit that rebuilds applies only on the tombstone version read, and it
+//! records its source sequence, behind which a run re-plans ([`retract::behind_a_rebuild`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Instant;
@@ -22,6 +28,7 @@ use iceberg::table::Table;
 use super::latest::{self, Bucket, Latest};
 use super::output::Output;
 use super::processor::{Position, RunReport};
+use super::retract::{self, Retraction};
 use super::{input, transform, Processor};
 use crate::commit::{Outcome, Plan, Skipped};
 use crate::config::PipelineConfig;
@@ -55,13 +62,16 @@ impl Processor {
         Ok((out, latest))
     }
 
-    /// `latest` mode: the delta's latest version per key merged into the buckets it touches.
+    /// `latest` mode: the delta's latest version per key merged into the buckets it touches,
+    /// and the buckets the delta's source row changes affect rebuilt (`retract.rs`).
     /// `None`: the tombstone table changed underneath (the run re-plans).
+    #[allow(clippy::too_many_arguments)]
     pub(super) async fn upsert_latest(
         &self,
         p: &PipelineConfig,
         pos: &Position,
         files: &[LiveFile],
+        retraction: &Retraction,
         to: i64,
         report: &mut RunReport,
         deadline: Instant,
@@ -77,6 +87,18 @@ impl Processor {
             }
         }
         let (_, latest) = self.latest_terms(p, &pos.source).await?;
+        let to_snapshot = pos.source.metadata().snapshot_by_id(to);
+        let seq = to_snapshot.map(|s| s.sequence_number()).unwrap_or_default();
+        // Retraction hook (retract.rs): tombstones rebuilt at a later source snapshot than
+        // this run's are not facts of it (re-plan); the buckets row changes affect, rebuilt.
+        if let Some(t) = &pos.tombstones {
+            if retract::behind_a_rebuild(t, &pos.source_uuid, seq) {
+                tracing::info!(pipeline = %p.name, "tombstones rebuilt at a later source snapshot; re-planning");
+                return Ok(None);
+            }
+        }
+        // Boxed: a rebuild's state would otherwise sit in every run's future (worker stacks).
+        let rebuilt = Box::pin(self.rebuild_buckets(p, pos, &latest, retraction, report)).await?;
         let context = format!("pipeline `{}` over `{}`", p.name, p.source);
         let mut reduced: Vec<RecordBatch> = Vec::new();
         for chunk in input::chunks(files) {
@@ -96,13 +118,15 @@ impl Processor {
             removed: Vec::new(),
             schema: None,
         };
-        if reduced.is_empty() {
+        if reduced.is_empty() && rebuilt.is_none() {
             return Ok(Some(done));
         }
-        let delta = latest.reduce(&reduced)?;
+        let delta = match reduced.is_empty() {
+            true => RecordBatch::new_empty(latest.schema().clone()),
+            false => latest.reduce(&reduced)?,
+        };
         drop(reduced);
         report.keys_touched = delta.num_rows() as u64;
-        let to_snapshot = pos.source.metadata().snapshot_by_id(to);
         // The newest order value that moves the horizon: the source commit time plus a skew
         // (the run's clock if the snapshot is unknown).
         let committed_ms = to_snapshot
@@ -112,9 +136,11 @@ impl Processor {
             .saturating_mul(1000)
             .saturating_add(latest::CLOCK_SKEW_MICROS);
         let horizon = latest.horizon(&delta, latest_micros);
-        let seq = to_snapshot.map(|s| s.sequence_number()).unwrap_or_default();
-        let touched = latest.by_bucket(&delta)?;
+        let mut touched = latest.by_bucket(&delta)?;
         drop(delta);
+        if let Some(r) = &rebuilt {
+            touched.retain(|b, _| !r.covers(b));
+        }
         report.buckets = touched.len();
         let mut sink_files = by_bucket(&pos.sink).await?;
         let mut tomb_files = match &pos.tombstones {
@@ -165,6 +191,28 @@ impl Processor {
                 tomb_removed.extend(tf.iter().map(|f| f.file.file_path().to_string()));
             }
         }
+        let mut tombstones_rebuilt = false;
+        if let Some(r) = rebuilt {
+            let w = Box::pin(self.write_rebuilt(
+                pos,
+                &latest,
+                r,
+                &mut sink_files,
+                &mut tomb_files,
+                seq,
+                &writer_id,
+                report,
+            ))
+            .await?;
+            report.buckets += report.buckets_rebuilt;
+            tombstones_rebuilt = w.tombstones_rebuilt();
+            done.added.extend(w.sink_added);
+            done.removed.extend(w.sink_removed);
+            done.schema = done.schema.or(w.sink_schema);
+            tomb_added.extend(w.tomb_added);
+            tomb_removed.extend(w.tomb_removed);
+            tomb_schema = tomb_schema.or(w.tomb_schema);
+        }
         if let Some(t) = &pos.tombstones {
             if !(tomb_added.is_empty() && tomb_removed.is_empty()) {
                 let change = tombstone_change(
@@ -174,7 +222,14 @@ impl Processor {
                     tomb_removed,
                     tomb_schema,
                 );
-                if !self.commit_tombstones(p, t, change, true, deadline).await? {
+                let committed = match tombstones_rebuilt {
+                    true => {
+                        Box::pin(self.commit_rebuilt_tombstones(p, t, change, seq, deadline))
+                            .await?
+                    }
+                    false => self.commit_tombstones(p, t, change, true, deadline).await?,
+                };
+                if !committed {
                     crate::write::delete_uncommitted(t, &tomb_added).await;
                     crate::write::delete_uncommitted(&pos.sink, &done.added).await;
                     return Ok(None);
@@ -195,6 +250,9 @@ impl Processor {
         no_deletes: bool,
         deadline: Instant,
     ) -> Result<bool> {
+        // A rebuild since `table` was read (retract.rs) may have taken back tombstones this
+        // change's merge relied on, in buckets it adds to: re-plan.
+        let mark = retract::rebuild_mark(table);
         let result = self
             .committer
             .commit_from(
@@ -205,6 +263,10 @@ impl Processor {
                     Ok(
                         if no_deletes && crate::summary::counts_deletes(t.metadata()) {
                             Plan::Skip(Skipped::Obsolete("delete files arrived meanwhile".into()))
+                        } else if retract::rebuild_mark(t) != mark {
+                            Plan::Skip(Skipped::Obsolete(
+                                "the tombstones were rebuilt meanwhile".into(),
+                            ))
                         } else {
                             Plan::Apply(change.clone())
                         },
@@ -274,16 +336,7 @@ impl Processor {
         seq: i64,
         deadline: Instant,
     ) -> Result<bool> {
-        let schema = latest.tombstone_schema();
-        let mut cols = transform::conform(&deletes, latest.schema())?
-            .columns()
-            .to_vec();
-        cols.push(std::sync::Arc::new(arrow::array::Int64Array::from(vec![
-            seq;
-            deletes.num_rows()
-        ])));
-        let rows = RecordBatch::try_new(schema, cols)
-            .map_err(|e| Error::new(ErrorKind::Internal, format!("tombstones: {e}")))?;
+        let rows = tombstone_rows(latest, &deletes, seq)?;
         let writer_id = format!("refresh-{}", uuid::Uuid::now_v7());
         let mut out = Output::new(table, &writer_id)?;
         out.write(vec![rows]).await?;
@@ -296,7 +349,9 @@ impl Processor {
         if added.is_empty() && removed.is_empty() {
             return Ok(true);
         }
-        let change = tombstone_change(p, source_uuid, added.clone(), removed, schema);
+        let mut change = tombstone_change(p, source_uuid, added.clone(), removed, schema);
+        // Every tombstone is rewritten at `seq`: runs at earlier source snapshots re-plan.
+        retract::mark_rebuilt(&mut change, seq);
         let ok = self
             .commit_tombstones(p, table, change, false, deadline)
             .await?;
@@ -305,6 +360,24 @@ impl Processor {
         }
         Ok(ok)
     }
+}
+
+/// `deletes` (output schema) as tombstone rows of a run or refresh at source sequence `seq`.
+pub(super) fn tombstone_rows(
+    latest: &Latest,
+    deletes: &RecordBatch,
+    seq: i64,
+) -> Result<RecordBatch> {
+    let schema = latest.tombstone_schema();
+    let mut cols = transform::conform(deletes, latest.schema())?
+        .columns()
+        .to_vec();
+    cols.push(std::sync::Arc::new(arrow::array::Int64Array::from(vec![
+        seq;
+        deletes.num_rows()
+    ])));
+    RecordBatch::try_new(schema, cols)
+        .map_err(|e| Error::new(ErrorKind::Internal, format!("tombstones: {e}")))
 }
 
 fn tombstone_change(

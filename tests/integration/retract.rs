@@ -1,0 +1,360 @@
+//! Source row changes into latest-state sinks (#12): another writer (PyIceberg, copy-on-write)
+//! deletes or overwrites rows of the source; the next run rebuilds the key buckets those rows
+//! were in, so keys fall back to their previous surviving version, corrected values replace
+//! the old ones, and the sink equals the batch — exactly once under crashes and concurrent runs.
+
+use chrono::Utc;
+use floe::process::Processor;
+
+use crate::faults::{faulty, faulty_on, Fault};
+use crate::harness::TestEnv;
+use crate::latest::{
+    assert_reconciled, ingest, ingest_random, pipeline, random_versions, sink_rows, soon, Model,
+    LATEST, TOMBSTONES,
+};
+
+type Version = (i64, &'static str, &'static str, i64);
+
+/// The model of the versions that survive in the source.
+fn model_of<'a>(versions: impl IntoIterator<Item = (i64, &'a str, &'a str, i64)>) -> Model {
+    let mut m = Model::default();
+    for (c, o, s, t) in versions {
+        m.apply(c, o, s, t);
+    }
+    m
+}
+
+fn row(c: &str, o: &str, s: &str) -> Vec<String> {
+    vec![c.to_string(), o.to_string(), s.to_string()]
+}
+
+#[tokio::test]
+async fn a_source_delete_retracts_rows_and_keys_fall_back_to_their_previous_version() {
+    let env = TestEnv::with_pipelines("sqlite", &pipeline()).await;
+    let ingestor = env.ingestor().await;
+    let p = env.processor().await;
+    let base = Utc::now() - chrono::Duration::hours(2);
+    let mut m = Model::default();
+    let a: [Version; 4] = [
+        (1, "o1", "placed", 10),
+        (2, "o2", "placed", 10),
+        (3, "o3", "placed", 10),
+        (4, "o4", "placed", 5),
+    ];
+    let b: [Version; 4] = [
+        (1, "o1", "shipped", 20),
+        (2, "o2", "cancelled", 20),
+        (3, "o3", "paid", 30),
+        (5, "o5", "placed", 1),
+    ];
+    ingest(&env, &ingestor, "orders/a.jsonl", base, &mut m, &a).await;
+    ingest(&env, &ingestor, "orders/b.jsonl", base, &mut m, &b).await;
+    p.run(LATEST, soon()).await.unwrap();
+    assert_eq!(sink_rows(&env), m.live(), "before the correction");
+    assert_eq!(env.pyiceberg_rows(TOMBSTONES)["rows"], 1, "c2's tombstone");
+
+    // Another writer corrects the source: c1's `shipped` and c2's `cancelled` versions were
+    // wrong, c5 never existed. (PyIceberg: a `delete` of whole files and an `overwrite`
+    // rewriting the partly matching ones.)
+    env.pyiceberg_run(
+        "orders",
+        "t.delete(\"status = 'shipped' or status = 'cancelled' or customer_id = 5\")",
+    );
+    let gone = |v: &&Version| v.2 == "shipped" || v.2 == "cancelled" || v.0 == 5;
+    let kept: Vec<Version> = a.iter().chain(&b).filter(|v| !gone(v)).copied().collect();
+    let m = model_of(kept.iter().copied());
+    let r = p.run(LATEST, soon()).await.unwrap();
+    assert!(
+        r.row_changes >= 1 && r.buckets_rebuilt >= 1 && r.sink_snapshot.is_some(),
+        "{r:?}"
+    );
+    let rows = sink_rows(&env);
+    assert_eq!(rows, m.live(), "after the correction");
+    assert_eq!(
+        rows,
+        vec![
+            row("1", "o1", "placed"),
+            row("2", "o2", "placed"),
+            row("3", "o3", "paid"),
+            row("4", "o4", "placed"),
+        ],
+        "c1 and c2 back to their previous version, c5 gone"
+    );
+    assert_eq!(
+        env.pyiceberg_rows(TOMBSTONES)["rows"],
+        0,
+        "c2's delete was taken back"
+    );
+    assert_reconciled(&p, "after the correction").await;
+
+    // Nothing new: no commit. A late older version of a corrected key changes nothing; a newer
+    // one wins as usual.
+    let again = p.run(LATEST, soon()).await.unwrap();
+    assert_eq!((again.row_changes, again.sink_snapshot), (0, None));
+    let mut m = m;
+    let c: [Version; 2] = [(2, "o2", "placed", 5), (1, "o1", "paid", 50)];
+    ingest(&env, &ingestor, "orders/c.jsonl", base, &mut m, &c).await;
+    p.run(LATEST, soon()).await.unwrap();
+    assert_eq!(sink_rows(&env), m.live(), "after later versions");
+    assert_reconciled(&p, "after later versions").await;
+}
+
+#[tokio::test]
+async fn a_source_overwrite_with_corrected_values_amid_appends_reaches_the_sink() {
+    let env = TestEnv::with_pipelines("sqlite", &pipeline()).await;
+    let ingestor = env.ingestor().await;
+    let p = env.processor().await;
+    let base = Utc::now() - chrono::Duration::hours(2);
+    let mut m = Model::default();
+    let a: [Version; 4] = [
+        (1, "o1", "placed", 10),
+        (2, "o2", "cancelled", 10),
+        (3, "o3", "placed", 10),
+        (4, "o4", "placed", 5),
+    ];
+    ingest(&env, &ingestor, "orders/a.jsonl", base, &mut m, &a).await;
+    p.run(LATEST, soon()).await.unwrap();
+    assert_eq!(sink_rows(&env), m.live());
+
+    // One delta: an append, an overwrite correcting c4's rows and taking back c2's delete
+    // (status replaced), another append.
+    let c: [Version; 2] = [(3, "o3", "paid", 30), (6, "o6", "placed", 3)];
+    ingest(&env, &ingestor, "orders/c.jsonl", base, &mut m, &c).await;
+    env.pyiceberg_run(
+        "orders",
+        r#"
+import pyarrow as pa
+df = t.scan(row_filter="customer_id = 4 or customer_id = 2").to_arrow()
+i = df.schema.get_field_index("status")
+f = df.schema.field(i)
+df = df.set_column(i, f, pa.array(["corrected"] * df.num_rows, type=f.type))
+t.overwrite(df, overwrite_filter="customer_id = 4 or customer_id = 2")
+"#,
+    );
+    let d: [Version; 2] = [(7, "o7", "placed", 2), (1, "o1", "shipped", 40)];
+    ingest(&env, &ingestor, "orders/d.jsonl", base, &mut m, &d).await;
+    let corrected = a.iter().chain(&c).chain(&d).map(|&(cu, o, s, t)| match cu {
+        2 | 4 => (cu, o, "corrected", t),
+        _ => (cu, o, s, t),
+    });
+    let m = model_of(corrected);
+    let r = p.run(LATEST, soon()).await.unwrap();
+    assert!(r.row_changes >= 1 && r.buckets_rebuilt >= 1, "{r:?}");
+    let rows = sink_rows(&env);
+    assert_eq!(rows, m.live());
+    assert!(rows.contains(&row("4", "o4", "corrected")), "{rows:?}");
+    assert!(rows.contains(&row("2", "o2", "corrected")), "{rows:?}");
+    assert!(rows.contains(&row("1", "o1", "shipped")), "{rows:?}");
+    assert_reconciled(&p, "after the overwrite").await;
+    let again = p.run(LATEST, soon()).await.unwrap();
+    assert_eq!((again.source_snapshots, again.sink_snapshot), (0, None));
+}
+
+#[tokio::test]
+async fn a_retraction_is_exactly_once_under_crashes_and_concurrent_runs() {
+    let env = TestEnv::with_pipelines("sqlite", &pipeline()).await;
+    let ingestor = env.ingestor().await;
+    let base = Utc::now() - chrono::Duration::hours(3);
+    let mut m = Model::default();
+    let mut all = Vec::new();
+    for i in 0..3 {
+        let v = random_versions(150, 60, 300 + i);
+        ingest_random(
+            &env,
+            &ingestor,
+            &format!("orders/r{i}.jsonl"),
+            base,
+            &mut m,
+            &v,
+        )
+        .await;
+        all.extend(v);
+    }
+    let p = env.processor().await;
+    p.run(LATEST, soon()).await.unwrap();
+    assert_eq!(sink_rows(&env), m.live());
+
+    // A correction (keys 0-9 gone, every delete taken back), then more appends.
+    env.pyiceberg_run(
+        "orders",
+        "t.delete(\"customer_id < 10 or status = 'cancelled'\")",
+    );
+    all.retain(|(c, _, s, _)| !(*c < 10 || s == "cancelled"));
+    // Versions ingested after the correction (keys 0-9 and deletes among them) stay.
+    let v = random_versions(100, 60, 400);
+    ingest_random(&env, &ingestor, "orders/s.jsonl", base, &mut m, &v).await;
+    all.extend(v);
+    let m = model_of(
+        all.iter()
+            .map(|(c, o, s, t)| (*c, o.as_str(), s.as_str(), *t)),
+    );
+
+    let ident = floe::catalog::table_ident(&env.config, LATEST).unwrap();
+    let sink_before = p.committer().load(&ident).await.unwrap();
+    // A crash before the tombstone commit lands; then one after the tombstones landed, before
+    // the sink commit: the sink and its checkpoint are untouched.
+    let crash = env.processor_with(faulty(Fault::AfterMetadata)).await;
+    let e = crash.run(LATEST, soon()).await.unwrap_err();
+    assert!(e.to_string().contains("injected crash"), "{e}");
+    let crash = env
+        .processor_with(faulty_on(LATEST, Fault::AfterMetadata))
+        .await;
+    let e = crash.run(LATEST, soon()).await.unwrap_err();
+    assert!(e.to_string().contains("injected crash"), "{e}");
+    let sink = p.committer().load(&ident).await.unwrap();
+    assert_eq!(
+        sink.metadata().current_snapshot_id(),
+        sink_before.metadata().current_snapshot_id(),
+        "no sink commit"
+    );
+    let tt = floe::catalog::table_ident(&env.config, TOMBSTONES).unwrap();
+    let tt = p.committer().load(&tt).await.unwrap();
+    let summary = &tt.metadata().current_snapshot().unwrap().summary();
+    assert!(
+        summary
+            .additional_properties
+            .contains_key(floe::summary::TOMBSTONES_REBUILT),
+        "the rebuilt tombstones landed: {summary:?}"
+    );
+
+    // Four processes race on the re-planned delta: one commits, nothing twice.
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        let config = env.config.clone();
+        tasks.push(tokio::spawn(async move {
+            let p = Processor::new(config).await.unwrap();
+            p.run(LATEST, soon()).await
+        }));
+    }
+    let mut committed = 0;
+    for t in tasks {
+        let r = t.await.unwrap().expect("run");
+        committed += r.sink_snapshot.is_some() as u32;
+    }
+    assert!(committed >= 1, "the delta committed");
+    assert_eq!(sink_rows(&env), m.live(), "one row per surviving key");
+    assert_reconciled(&p, "after the race").await;
+    let again = p.run(LATEST, soon()).await.unwrap();
+    assert_eq!((again.row_changes, again.sink_snapshot), (0, None));
+}
+
+#[tokio::test]
+async fn a_source_merge_on_read_delete_stops_a_latest_run_naming_the_fix() {
+    let env = TestEnv::with_pipelines("sqlite", &pipeline()).await;
+    let ingestor = env.ingestor().await;
+    let p = env.processor().await;
+    let base = Utc::now() - chrono::Duration::hours(2);
+    let mut m = Model::default();
+    let a: [Version; 2] = [(1, "o1", "placed", 10), (2, "o2", "placed", 10)];
+    ingest(&env, &ingestor, "orders/a.jsonl", base, &mut m, &a).await;
+    p.run(LATEST, soon()).await.unwrap();
+    // Another engine's position delete (merge-on-read) in the source.
+    crate::latest::delete_first_row(&env, &p, "orders").await;
+    let e = p.run(LATEST, soon()).await.unwrap_err();
+    assert_eq!(e.kind(), floe::ErrorKind::Stale, "{e}");
+    let msg = e.to_string();
+    assert!(
+        msg.contains("delete file") && msg.contains("copy-on-write") && msg.contains("refresh"),
+        "{msg}"
+    );
+    assert_eq!(sink_rows(&env), m.live(), "nothing applied");
+}
+
+#[tokio::test]
+async fn a_run_behind_a_tombstone_rebuild_re_plans_instead_of_applying_them() {
+    let env = TestEnv::with_pipelines("sqlite", &pipeline()).await;
+    let ingestor = env.ingestor().await;
+    let p = env.processor().await;
+    let base = Utc::now() - chrono::Duration::hours(2);
+    let mut m = Model::default();
+    let a: [Version; 2] = [(1, "o1", "placed", 10), (2, "o2", "cancelled", 10)];
+    ingest(&env, &ingestor, "orders/a.jsonl", base, &mut m, &a).await;
+    p.run(LATEST, soon()).await.unwrap();
+    // The tombstones say they were rebuilt at a source sequence this source has not reached
+    // (as a run that read a later source snapshot leaves them): a run at the current one must
+    // not merge with them.
+    let source = p.committer().load(&env.ident()).await.unwrap();
+    let uuid = source.metadata().uuid().to_string();
+    let ahead = source.metadata().last_sequence_number() + 2;
+    let tt = floe::catalog::table_ident(&env.config, TOMBSTONES).unwrap();
+    let props = std::collections::HashMap::from([
+        (floe::summary::TOMBSTONES_SOURCE.to_string(), uuid),
+        (
+            floe::summary::TOMBSTONES_REBUILT.to_string(),
+            ahead.to_string(),
+        ),
+    ]);
+    let change = floe::snapshot::Change::append(Vec::new(), props);
+    let limits = floe::commit::CommitLimits {
+        max_attempts: 5,
+        deadline: soon(),
+        skew: std::time::Duration::from_secs(60),
+    };
+    p.committer()
+        .commit(&tt, &limits, move |_| {
+            Ok(floe::commit::Plan::Apply(change.clone()))
+        })
+        .await
+        .unwrap();
+    let b: [Version; 1] = [(1, "o1", "paid", 20)];
+    ingest(&env, &ingestor, "orders/b.jsonl", base, &mut m, &b).await;
+    let e = p.run(LATEST, soon()).await.unwrap_err();
+    assert!(
+        e.is_retryable() && e.to_string().contains("re-plans"),
+        "{e}"
+    );
+    // Once the source has reached that sequence, the run goes ahead.
+    let c: [Version; 1] = [(3, "o3", "placed", 5)];
+    ingest(&env, &ingestor, "orders/c.jsonl", base, &mut m, &c).await;
+    p.run(LATEST, soon()).await.unwrap();
+    assert_eq!(sink_rows(&env), m.live());
+}
+
+#[tokio::test]
+async fn a_removed_file_already_gone_rebuilds_every_bucket() {
+    let env = TestEnv::with_pipelines("sqlite", &pipeline()).await;
+    let ingestor = env.ingestor().await;
+    let p = env.processor().await;
+    let base = Utc::now() - chrono::Duration::hours(2);
+    let mut m = Model::default();
+    for i in 0..2 {
+        let v = random_versions(80, 30, 500 + i);
+        ingest_random(
+            &env,
+            &ingestor,
+            &format!("orders/g{i}.jsonl"),
+            base,
+            &mut m,
+            &v,
+        )
+        .await;
+    }
+    p.run(LATEST, soon()).await.unwrap();
+    // Another writer deletes a whole file, and the file is gone from storage before the run
+    // (an engine that deletes eagerly): the affected keys are unknown.
+    let t = p.committer().load(&env.ident()).await.unwrap();
+    let victim = floe::scan::live_files(&t).await.unwrap().remove(0);
+    let path = victim.file.file_path().to_string();
+    let mut change = floe::snapshot::Change::append(Vec::new(), Default::default());
+    change.operation = iceberg::spec::Operation::Delete;
+    change.removed = vec![path.clone()];
+    let limits = floe::commit::CommitLimits {
+        max_attempts: 5,
+        deadline: soon(),
+        skew: std::time::Duration::from_secs(60),
+    };
+    p.committer()
+        .commit(&env.ident(), &limits, move |_| {
+            Ok(floe::commit::Plan::Apply(change.clone()))
+        })
+        .await
+        .unwrap();
+    t.file_io().delete(&path).await.unwrap();
+    let r = p.run(LATEST, soon()).await.unwrap();
+    assert_eq!(
+        (r.row_changes, r.buckets_rebuilt),
+        (1, 4),
+        "every bucket: {r:?}"
+    );
+    assert_reconciled(&p, "after the rebuild of every bucket").await;
+}
