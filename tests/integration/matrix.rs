@@ -422,6 +422,11 @@ impl Cell {
                 } else {
                     let r = first.unwrap_or_else(|e| panic!("{what}: {e}"));
                     assert!(r.sink_snapshot.is_some(), "{what}: {r:?}");
+                    // The aggregate merges the delta into its windows (not idempotent: a
+                    // second application would double its counts, and reconcile below says).
+                    if self.site == Site::ProcessAggregate {
+                        assert!(r.merged, "{what}: {r:?}");
+                    }
                     // A latest pipeline's refresh is one piece (tombstones, then the sink).
                     if matches!(self.site, Site::Refresh | Site::RefreshAppend) {
                         let g = r.refresh_progress.as_ref();
