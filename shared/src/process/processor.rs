@@ -140,10 +140,14 @@ pub struct Processor {
     pub(super) notifier: Option<crate::notify::Notifier>,
     /// Source schema id each pipeline's SQL was last checked against, and how an aggregate
     /// pipeline maintains its windows over it (Some: by merging, see `merge.rs`).
-    checked: std::sync::Mutex<HashMap<String, (i32, Option<Arc<Merge>>)>>,
+    checked: std::sync::Mutex<HashMap<String, Checked>>,
     /// Each pipeline's latest aggregate refresh plan, refined by counting (see `refresh.rs`).
     pub(super) refresh_plans: std::sync::Mutex<HashMap<String, super::refresh::CachedPlan>>,
 }
+
+/// A pipeline's SQL as last checked: the source schema id, and the merge of a decomposable
+/// aggregate (None: recomputed, or not an aggregate).
+type Checked = (i32, Option<Arc<Merge>>);
 
 /// One run's starting point.
 pub(super) struct Position {
