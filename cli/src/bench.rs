@@ -339,6 +339,7 @@ pub async fn run(args: BenchArgs) -> Result<()> {
             rates: args.rate.iter().map(|r| r.get()).collect(),
             seconds: args.seconds,
             shape,
+            recompute: args.recompute,
         };
         return crate::bench_freshness::run(&dir, opts).await;
     }

@@ -50,13 +50,7 @@ const RECOMPUTE_ENV: &str = "FLOE_BENCH_RECOMPUTE";
 
 fn config_text(work: &Path) -> String {
     let inputs = work.join("inputs");
-    let mut pipelines = sample::PIPELINES_TOML.to_string();
-    if std::env::var_os(RECOMPUTE_ENV).is_some() {
-        pipelines = pipelines.replace(
-            "mode = \"aggregate\"",
-            "mode = \"aggregate\"\nmerge = false",
-        );
-    }
+    let pipelines = crate::local::sample_pipelines(std::env::var_os(RECOMPUTE_ENV).is_some());
     format!(
         "{}{}",
         crate::bench::bench_config(work, &inputs)
