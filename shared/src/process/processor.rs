@@ -426,7 +426,7 @@ impl Processor {
         if let Some(r) = self.continue_refresh(p, &pos, deadline, meter).await? {
             return Ok(Some(r));
         }
-        let merge = self.check_sql(p, &pos.source).await?;
+        let merge = Box::pin(self.check_sql(p, &pos.source)).await?;
         let after = self.start_point(p, &pos)?;
         let policy = match p.on_row_change {
             RowChange::Fail => RowChangePolicy::Fail,
@@ -468,14 +468,31 @@ impl Processor {
                 (added, Vec::new(), schema)
             }
             PipelineMode::Aggregate => {
+                // Boxed: the run's future stays small (a deep stack of them overflows).
                 let removed = match &merge {
                     Some(m) => {
-                        self.merge_windows(p, &pos, &files, m, &joined, &mut out, &mut report)
-                            .await?
+                        Box::pin(self.merge_windows(
+                            p,
+                            &pos,
+                            &files,
+                            m,
+                            &joined,
+                            &mut out,
+                            &mut report,
+                        ))
+                        .await?
                     }
                     None => {
-                        self.replace_windows(p, &pos, &files, to, &joined, &mut out, &mut report)
-                            .await?
+                        Box::pin(self.replace_windows(
+                            p,
+                            &pos,
+                            &files,
+                            to,
+                            &joined,
+                            &mut out,
+                            &mut report,
+                        ))
+                        .await?
                     }
                 };
                 let (added, schema) = out.close().await?;
