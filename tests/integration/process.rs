@@ -1086,6 +1086,14 @@ async fn decomposable_aggregates_merge_the_delta_over_many_runs_and_equal_the_ba
             format!("orders/r{round}.jsonl"),
             with_nulls(&orders_between(80, 800 + round, 0, 900), 3),
         )];
+        if round == 4 {
+            // The racing round (below): rows of a day the sink has no file of yet, so the
+            // racing commits remove nothing and only the checkpoint keeps a second merge out.
+            objects = vec![(
+                "orders/new-day.jsonl".into(),
+                orders_between(60, 860, 9 * 86_400, 600),
+            )];
+        }
         if round % 2 == 1 {
             // Late rows into old windows (three days back), already in the sink.
             objects.push((
@@ -1117,7 +1125,8 @@ async fn decomposable_aggregates_merge_the_delta_over_many_runs_and_equal_the_ba
         for name in pipelines {
             let r = if round == 4 {
                 // Three processes race on the same delta: one merge commits, the others
-                // re-plan and find nothing left.
+                // re-plan and find nothing left (a second application would double the
+                // day's counts: reconcile below).
                 let mut tasks = Vec::new();
                 for _ in 0..3 {
                     let config = env.config.clone();
