@@ -13,7 +13,8 @@
 //! Merging: a group's count and sum add, min and max take the min and max, with SQL's nulls (a
 //! sum of only nulls stays null, a count counts no null). Integer sums and counts are added as
 //! `DECIMAL(38,0)` and cast back checked: an overflow is an error naming the column, never a
-//! wrap. Decimal sums are cast back to their type checked the same way. Floating-point sums are
+//! wrap (the SQL's own `sum` over one delta is DataFusion's, which wraps, as in a recompute).
+//! Decimal sums are cast back to their type checked the same way. Floating-point sums are
 //! added in another order than a recompute would, so they may differ from it in the last bits
 //! (reconcile compares doubles with a relative tolerance, see `reconcile.rs`).
 
