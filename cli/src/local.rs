@@ -33,7 +33,20 @@ const BUS: &str = "floe-local";
 /// Commit events per process invocation (template.yaml's FloeCommit `BatchSize`).
 const PROCESS_BATCH: usize = 10;
 
-fn config_text(endpoint: &str, dir: &str) -> String {
+/// The sample pipelines; `recompute`: the aggregate with `merge = false` (bench, before/after).
+pub(crate) fn sample_pipelines(recompute: bool) -> String {
+    let p = floe::sample::PIPELINES_TOML.to_string();
+    if recompute {
+        p.replace(
+            "mode = \"aggregate\"",
+            "mode = \"aggregate\"\nmerge = false",
+        )
+    } else {
+        p
+    }
+}
+
+fn config_text(endpoint: &str, dir: &str, recompute: bool) -> String {
     format!(
         r#"# floe local stack (written by `floe local`)
 [catalog]
@@ -66,7 +79,7 @@ table = "orders"
 format = "csv"
 {tables}{pipelines}"#,
         tables = floe::sample::ORDERS_TABLE_TOML,
-        pipelines = floe::sample::PIPELINES_TOML
+        pipelines = sample_pipelines(recompute)
     )
 }
 
@@ -183,6 +196,11 @@ impl Stack {
     /// Starts moto_server and creates bucket, queues, notification, bus and rule: what
     /// template.yaml deploys. `dir` holds floe.toml, the SQLite catalog and moto.log.
     pub(crate) async fn start(port: u16, dir: &str) -> Result<Self> {
+        Self::start_with(port, dir, false).await
+    }
+
+    /// [`Stack::start`]; `recompute`: the sample aggregate with `merge = false`.
+    pub(crate) async fn start_with(port: u16, dir: &str, recompute: bool) -> Result<Self> {
         std::fs::create_dir_all(dir)?;
         let dir = std::fs::canonicalize(dir)?.display().to_string();
         let py = String::from_utf8(
@@ -222,7 +240,7 @@ impl Stack {
         };
         let endpoint = format!("http://127.0.0.1:{port}");
         let config_path = format!("{dir}/floe.toml");
-        std::fs::write(&config_path, config_text(&endpoint, &dir))?;
+        std::fs::write(&config_path, config_text(&endpoint, &dir, recompute))?;
         let config = Config::load(&config_path).await?;
 
         let s3 = floe::store::s3_client(&config.storage).await;
