@@ -21,11 +21,11 @@ impl Maintainer {
         run: &RunMeter,
     ) -> Result<()> {
         let table = self.committer.load(ident).await?;
-        if snapshot::has_delete_files(&table).await? {
-            // Rewriting data files without applying another engine's row-level deletes would
-            // bring deleted rows back (and the deletes would no longer match the new files).
-            tracing::warn!(table = %ident, "compaction skipped: the table has delete files (merge-on-read deletes by another engine)");
-            report.compaction_skipped = Some("the table has delete files (merge-on-read row-level deletes); floe does not rewrite them".into());
+        if let Err(e) = snapshot::refuse_equality_deletes(&table, "compaction").await {
+            // Rewriting data files without applying another engine's equality deletes would
+            // bring deleted rows back. (Position deletes are applied: see below.)
+            tracing::warn!(table = %ident, error = %e, "compaction skipped");
+            report.compaction_skipped = Some(e.to_string());
             return Ok(());
         }
         let md = table.metadata();

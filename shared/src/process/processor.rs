@@ -421,6 +421,7 @@ impl Processor {
             .map(|f| LiveFile {
                 file: f.file.clone(),
                 spec_id: f.spec_id,
+                deletes: f.deletes.clone(),
             })
             .collect();
         // The joined tables at their current snapshots, recorded with the output.
