@@ -434,6 +434,15 @@ impl Cell {
                 // The next trigger: nothing twice, nothing lost (a refresh the crash left in
                 // progress is continued by it).
                 self.processor(None).await.run(name, soon()).await.unwrap();
+                if self.site == Site::ProcessLatest {
+                    // The faulty run was a merge-on-read one: the later orders' customers had
+                    // rows in the sink, replaced by position deletes (the new commit path).
+                    let ident = floe::catalog::table_ident(&self.env.config, LATEST).unwrap();
+                    let p = self.processor(None).await;
+                    let sink = p.committer().load(&ident).await.unwrap();
+                    let deletes = floe::scan::live_deletes(&sink).await.unwrap();
+                    assert!(!deletes.is_empty(), "{what}: the sink has position deletes");
+                }
             }
             Site::Compaction | Site::ManifestRewrite | Site::Expiration => {
                 match self.site {

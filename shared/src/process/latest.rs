@@ -9,11 +9,14 @@
 //! one batch over the whole source gives ([`Latest::reduce`] is that batch).
 //!
 //! The sink is partitioned by `bucket(N, <first key>)`. A run reduces its delta, and for each
-//! bucket the delta touches reads that bucket's sink files and tombstones only, merges, and
-//! rewrites them (copy-on-write), one bucket at a time: memory holds the delta's winners and one
-//! bucket. Tombstones live in the companion table `<sink>_tombstones` (the delete rows with the
-//! source sequence number of the run that wrote them, [`SEQ`]), bucketed like the sink; readers
-//! of the sink see exactly the live rows.
+//! bucket the delta touches merges on read: it reads the key and order columns of that bucket's
+//! sink files (position deletes applied) and its tombstones of the delta's keys, merges
+//! ([`Latest::merge_bucket`] over the committed rows of the touched keys only, stand-ins from
+//! their key and order values where the order decides: [`Latest::stand_ins`], [`Latest::ties`]),
+//! and writes position deletes for the rows no longer live plus the new rows, one bucket at a
+//! time. Tombstones live in the companion table `<sink>_tombstones` (the delete rows with the
+//! source sequence number of the run that wrote them, [`SEQ`]), bucketed like the sink and merged
+//! the same way; readers of the sink (applying its position deletes) see exactly the live rows.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;

@@ -1,15 +1,23 @@
-//! A `latest` run's side effects: the delta reduced to its latest version per key, the touched
-//! buckets' sink files and tombstones read and merged one bucket at a time, the new files
-//! written, and the tombstone table committed before the sink (the sink commit carries the
+//! A `latest` run's side effects, merge-on-read: the delta reduced to its latest version per
+//! key; for each touched bucket the key and order columns of its live sink files (their
+//! position deletes applied) and its tombstones of the delta's keys read, merged
+//! ([`merge_bucket_on_read`]), the rows no longer live position-deleted and the new ones
+//! appended; the tombstone table committed before the sink (the sink commit carries the
 //! checkpoint, as in every mode).
 //!
 //! Why two commits stay exactly once: a tombstone is a fact of the source (a delete that is
 //! the latest version of its key among rows the run read), and merging is a maximum, so a
 //! tombstone committed by a run whose sink commit then lost (or never happened) changes
 //! nothing once the sink catches up; it carries the source sequence number of its run, and a
-//! run at an earlier source snapshot ignores it ([`latest::SEQ`]). The tombstone commit
-//! replaces the files it read (the commit refuses if they changed: `Stale`, the run re-plans and
-//! re-reads both tables); the sink commit is the usual checkpoint-guarded overwrite.
+//! run at an earlier source snapshot ignores it ([`latest::SEQ`]). The tombstone commit appends
+//! the new tombstones and position-deletes only tombstones the merge no longer needs (dominated
+//! by a greater one known at or before it, past the horizon, or below a committed sink row), so
+//! it removes no fact a later run could need; a concurrent run's tombstones appended meanwhile
+//! are duplicates the merge deduplicates. Position deletes name rows as the run read them, so
+//! both commits record the snapshot they planned on ([`Change::planned_on`]): if the table moved
+//! since by anything but appends (a compaction rewrote the files, another run or engine wrote
+//! deletes), the commit is `Stale` and the run re-plans and re-reads both tables. The sink
+//! commit is the usual checkpoint-guarded one.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Instant;
