@@ -437,10 +437,14 @@ impl Cell {
                 if self.site == Site::ProcessLatest {
                     // The faulty run was a merge-on-read one: the later orders' customers had
                     // rows in the sink, replaced by position deletes (the new commit path).
-                    let ident = floe::catalog::table_ident(&self.env.config, LATEST).unwrap();
-                    let p = self.processor(None).await;
-                    let sink = p.committer().load(&ident).await.unwrap();
-                    let deletes = floe::scan::live_deletes(&sink).await.unwrap();
+                    // (Boxed: the cell's future is large already.)
+                    let deletes = Box::pin(async {
+                        let ident = floe::catalog::table_ident(&self.env.config, LATEST).unwrap();
+                        let p = self.processor(None).await;
+                        let sink = p.committer().load(&ident).await.unwrap();
+                        floe::scan::live_deletes(&sink).await.unwrap()
+                    })
+                    .await;
                     assert!(!deletes.is_empty(), "{what}: the sink has position deletes");
                 }
             }

@@ -450,8 +450,7 @@ impl Processor {
                 (added, removed, schema)
             }
             PipelineMode::Latest => {
-                match self
-                    .upsert_latest(p, &pos, &files, to, &mut report, deadline)
+                match Box::pin(self.upsert_latest(p, &pos, &files, to, &mut report, deadline))
                     .await?
                 {
                     Some(f) => {

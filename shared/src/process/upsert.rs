@@ -142,7 +142,8 @@ impl Processor {
         for (bucket, d) in touched {
             let sf = sink_files.remove(&bucket).unwrap_or_default();
             let tf = tomb_files.remove(&bucket).unwrap_or_default();
-            let change = merge_bucket_on_read(
+            // Boxed: the bucket's reads are deep futures, kept off the run's stack.
+            let change = Box::pin(merge_bucket_on_read(
                 &latest,
                 &pos.sink,
                 pos.tombstones.as_ref(),
@@ -152,7 +153,7 @@ impl Processor {
                 seq,
                 horizon,
                 report,
-            )
+            ))
             .await?;
             if let Some((part, spec, rows)) = change.sink_deletes {
                 report.rows_deleted += rows.len() as u64;
