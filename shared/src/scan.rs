@@ -115,7 +115,7 @@ pub async fn live_files(table: &Table) -> Result<Vec<LiveFile>> {
 pub(crate) async fn live_files_added_by(table: &Table) -> Result<Vec<(LiveFile, i64)>> {
     let mut out = Vec::new();
     let manifests = snapshot::current_manifests(table).await?;
-    let deletes = live_deletes_of(table, &manifests).await?;
+    let deletes = Box::pin(live_deletes_of(table, &manifests)).await?;
     for mf in manifests {
         if mf.content != ManifestContentType::Data {
             continue;
@@ -154,7 +154,7 @@ pub(crate) async fn live_files_at(
         .await
         .map_err(|e| Error::iceberg("reading a manifest list", e).with_retryable(true))?;
     let manifests: Vec<iceberg::spec::ManifestFile> = list.consume_entries().into_iter().collect();
-    let deletes = live_deletes_of(table, &manifests).await?;
+    let deletes = Box::pin(live_deletes_of(table, &manifests)).await?;
     let mut out = Vec::new();
     for mf in manifests {
         if mf.content != ManifestContentType::Data {

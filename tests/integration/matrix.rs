@@ -408,13 +408,16 @@ impl Cell {
                     self.site,
                     Site::Refresh | Site::RefreshAppend | Site::RefreshLatest
                 );
-                self.processor(None).await.run(name, soon()).await.unwrap();
+                // (Runs boxed: the cell's future is large already.)
+                Box::pin(self.processor(None).await.run(name, soon()))
+                    .await
+                    .unwrap();
                 self.load_orders(if refresh { 100 } else { 60 }, 2).await;
                 let p = self.processor(Some(fault)).await;
                 let first = if refresh {
-                    p.refresh(name, soon()).await
+                    Box::pin(p.refresh(name, soon())).await
                 } else {
-                    p.run(name, soon()).await
+                    Box::pin(p.run(name, soon())).await
                 };
                 if fault.crashes() {
                     let e = first.unwrap_err();
@@ -433,7 +436,9 @@ impl Cell {
                 }
                 // The next trigger: nothing twice, nothing lost (a refresh the crash left in
                 // progress is continued by it).
-                self.processor(None).await.run(name, soon()).await.unwrap();
+                Box::pin(self.processor(None).await.run(name, soon()))
+                    .await
+                    .unwrap();
                 if self.site == Site::ProcessLatest {
                     // The faulty run was a merge-on-read one: the later orders' customers had
                     // rows in the sink, replaced by position deletes (the new commit path).
