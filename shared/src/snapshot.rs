@@ -253,7 +253,12 @@ fn check_planned_on(table: &Table, planned_on: Option<i64>) -> Result<()> {
             return Ok(());
         }
         let props = &s.summary().additional_properties;
-        let count = |k: &str| props.get(k).and_then(|v| v.parse::<i64>().ok()).unwrap_or(0);
+        let count = |k: &str| {
+            props
+                .get(k)
+                .and_then(|v| v.parse::<i64>().ok())
+                .unwrap_or(0)
+        };
         let pure_append = s.summary().operation == Operation::Append
             && count("deleted-data-files") == 0
             && count("added-delete-files") == 0;
@@ -999,7 +1004,11 @@ fn snapshot_summary(
     // Delete files and rows, as Java counts them: the base's (none when they were left out)
     // plus this change's added minus its removed.
     for (total_key, added_key, removed_key) in [
-        ("total-delete-files", "added-delete-files", "removed-delete-files"),
+        (
+            "total-delete-files",
+            "added-delete-files",
+            "removed-delete-files",
+        ),
         (
             "total-position-deletes",
             "added-position-deletes",

@@ -588,7 +588,6 @@ pub fn total(md: &TableMetadata, key: &str) -> u64 {
     value(md.current_snapshot().map(|s| s.summary()), key).max(0) as u64
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

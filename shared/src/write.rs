@@ -133,9 +133,8 @@ pub(crate) const DELETE_FILE_PATH_ID: i32 = 2147483546;
 pub(crate) const DELETE_POS_ID: i32 = 2147483545;
 
 fn delete_schema() -> arrow_schema::SchemaRef {
-    let id = |n: i32| {
-        std::collections::HashMap::from([("PARQUET:field_id".to_string(), n.to_string())])
-    };
+    let id =
+        |n: i32| std::collections::HashMap::from([("PARQUET:field_id".to_string(), n.to_string())]);
     std::sync::Arc::new(arrow_schema::Schema::new(vec![
         arrow_schema::Field::new("file_path", arrow_schema::DataType::Utf8, false)
             .with_metadata(id(DELETE_FILE_PATH_ID)),
@@ -168,24 +167,47 @@ pub(crate) async fn write_position_deletes(
             std::sync::Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.1))),
         ],
     )
-    .map_err(|e| Error::new(crate::error::ErrorKind::Internal, format!("position deletes: {e}")))?;
+    .map_err(|e| {
+        Error::new(
+            crate::error::ErrorKind::Internal,
+            format!("position deletes: {e}"),
+        )
+    })?;
     let mut buf = Vec::new();
     let mut w = parquet::arrow::ArrowWriter::try_new(&mut buf, schema, Some(writer_properties()))
-        .map_err(|e| Error::new(crate::error::ErrorKind::Internal, format!("position deletes: {e}")))?;
+        .map_err(|e| {
+        Error::new(
+            crate::error::ErrorKind::Internal,
+            format!("position deletes: {e}"),
+        )
+    })?;
     w.write(&batch)
         .and_then(|_| w.close().map(|_| ()))
-        .map_err(|e| Error::new(crate::error::ErrorKind::Internal, format!("position deletes: {e}")))?;
+        .map_err(|e| {
+            Error::new(
+                crate::error::ErrorKind::Internal,
+                format!("position deletes: {e}"),
+            )
+        })?;
     let md = table.metadata();
     let spec = md.partition_spec_by_id(spec_id).cloned().ok_or_else(|| {
-        Error::new(crate::error::ErrorKind::Internal, format!("unknown partition spec {spec_id}"))
+        Error::new(
+            crate::error::ErrorKind::Internal,
+            format!("unknown partition spec {spec_id}"),
+        )
     })?;
-    let part_path = spec
-        .partition_to_path(&partition, md.current_schema().clone());
+    let part_path = spec.partition_to_path(&partition, md.current_schema().clone());
     let dir = format!("{}/data", md.location().trim_end_matches('/'));
     let path = if part_path.is_empty() {
-        format!("{dir}/floe-{writer_id}-deletes-{}.parquet", uuid::Uuid::now_v7())
+        format!(
+            "{dir}/floe-{writer_id}-deletes-{}.parquet",
+            uuid::Uuid::now_v7()
+        )
     } else {
-        format!("{dir}/{part_path}/floe-{writer_id}-deletes-{}.parquet", uuid::Uuid::now_v7())
+        format!(
+            "{dir}/{part_path}/floe-{writer_id}-deletes-{}.parquet",
+            uuid::Uuid::now_v7()
+        )
     };
     let size = buf.len() as u64;
     table
@@ -195,7 +217,10 @@ pub(crate) async fn write_position_deletes(
         .write(buf.into())
         .await
         .map_err(|e| Error::iceberg("writing a position delete file", e).with_retryable(true))?;
-    let single = rows.first().map(|r| r.0.clone()).filter(|p| rows.iter().all(|r| &r.0 == p));
+    let single = rows
+        .first()
+        .map(|r| r.0.clone())
+        .filter(|p| rows.iter().all(|r| &r.0 == p));
     iceberg::spec::DataFileBuilder::default()
         .content(iceberg::spec::DataContentType::PositionDeletes)
         .file_path(path)
@@ -206,7 +231,12 @@ pub(crate) async fn write_position_deletes(
         .file_size_in_bytes(size)
         .referenced_data_file(single)
         .build()
-        .map_err(|e| Error::new(crate::error::ErrorKind::Internal, format!("position delete entry: {e}")))
+        .map_err(|e| {
+            Error::new(
+                crate::error::ErrorKind::Internal,
+                format!("position delete entry: {e}"),
+            )
+        })
 }
 
 /// The positions each position delete file of `deletes` marks, by data file path (the files
@@ -235,7 +265,10 @@ pub(crate) async fn read_position_deletes(
                 .map_err(|e| Error::iceberg("position delete input", e))?
                 .read()
                 .await
-                .map_err(|e| Error::iceberg(format!("reading position delete file {p}"), e).with_retryable(true))
+                .map_err(|e| {
+                    Error::iceberg(format!("reading position delete file {p}"), e)
+                        .with_retryable(true)
+                })
         }
     }))
     .buffered(16)
@@ -244,10 +277,18 @@ pub(crate) async fn read_position_deletes(
     for bytes in contents {
         let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(bytes)
             .and_then(|b| b.build())
-            .map_err(|e| Error::new(crate::error::ErrorKind::Internal, format!("position delete file: {e}")))?;
+            .map_err(|e| {
+                Error::new(
+                    crate::error::ErrorKind::Internal,
+                    format!("position delete file: {e}"),
+                )
+            })?;
         for batch in reader {
             let batch = batch.map_err(|e| {
-                Error::new(crate::error::ErrorKind::Internal, format!("position delete file: {e}"))
+                Error::new(
+                    crate::error::ErrorKind::Internal,
+                    format!("position delete file: {e}"),
+                )
             })?;
             let col = |id: i32, fallback: usize| {
                 batch

@@ -483,7 +483,10 @@ async fn compacting_a_latest_sink_keeps_one_row_per_key() {
         before.is_disjoint(&after) && after.len() <= 4 && after.len() < before.len(),
         "every bucket's files rewritten into one: {before:?} → {after:?}"
     );
-    assert!(delete_paths(&p, &env, LATEST).await.is_empty(), "no delete file left");
+    assert!(
+        delete_paths(&p, &env, LATEST).await.is_empty(),
+        "no delete file left"
+    );
     let month = floe::maintain::Options {
         expire_older_than: Some(Duration::ZERO),
         dedup_window: Duration::ZERO,
@@ -960,7 +963,11 @@ fn chained() -> String {
 }
 
 /// `table`'s live data files.
-async fn live_paths(p: &Processor, env: &TestEnv, table: &str) -> std::collections::BTreeSet<String> {
+async fn live_paths(
+    p: &Processor,
+    env: &TestEnv,
+    table: &str,
+) -> std::collections::BTreeSet<String> {
     let ident = floe::catalog::table_ident(&env.config, table).unwrap();
     let t = p.committer().load(&ident).await.unwrap();
     floe::scan::live_files(&t)
@@ -1037,7 +1044,12 @@ async fn a_latest_run_merges_on_read_and_every_reader_applies_its_position_delet
     assert!(first.is_subset(&after), "{first:?} → {after:?}");
     assert!(!delete_paths(&p, &env, LATEST).await.is_empty());
     let sink = p.committer().load(&ident).await.unwrap();
-    let snap = sink.metadata().current_snapshot().unwrap().summary().clone();
+    let snap = sink
+        .metadata()
+        .current_snapshot()
+        .unwrap()
+        .summary()
+        .clone();
     assert_eq!(snap.operation, iceberg::spec::Operation::Overwrite);
     let count = |k: &str| {
         snap.additional_properties
@@ -1045,7 +1057,10 @@ async fn a_latest_run_merges_on_read_and_every_reader_applies_its_position_delet
             .and_then(|v| v.parse::<u64>().ok())
             .unwrap_or(0)
     };
-    assert_eq!(count("added-delete-files"), r.delete_files as u64 - tomb_deletes(&r));
+    assert_eq!(
+        count("added-delete-files"),
+        r.delete_files as u64 - tomb_deletes(&r)
+    );
     assert_eq!(count("added-position-deletes"), r.rows_deleted);
     assert_eq!(count("total-position-deletes"), r.rows_deleted);
     assert!(count("total-delete-files") >= 1);
@@ -1053,7 +1068,11 @@ async fn a_latest_run_merges_on_read_and_every_reader_applies_its_position_delet
     // floe's batch, PyIceberg and DuckDB all read the sink with its deletes applied.
     assert_reconciled(&p, "with position deletes").await;
     assert_eq!(sink_rows(&env), m.live(), "PyIceberg");
-    assert_eq!(duck_rows(&env, sink.metadata_location().unwrap()), m.live(), "DuckDB");
+    assert_eq!(
+        duck_rows(&env, sink.metadata_location().unwrap()),
+        m.live(),
+        "DuckDB"
+    );
 
     // A third run over the deletes of the second (a key updated twice, another deleted).
     let mut third = random_versions(30, 300, 502);
@@ -1080,15 +1099,25 @@ async fn a_latest_run_merges_on_read_and_every_reader_applies_its_position_delet
         })
         .collect();
     copied.sort();
-    assert_eq!(copied, m.live(), "the chained sink holds the live rows only");
+    assert_eq!(
+        copied,
+        m.live(),
+        "the chained sink holds the live rows only"
+    );
 
     // Compaction applies the deletes and removes the delete files; the content stays.
     let maintainer = env.maintainer().await;
     let opts = crate::maintain_opts(true, false, false);
     maintainer.run(LATEST, &opts).await.unwrap();
     maintainer.run(TOMBSTONES, &opts).await.unwrap();
-    assert!(delete_paths(&p, &env, LATEST).await.is_empty(), "compacted away");
-    assert!(delete_paths(&p, &env, TOMBSTONES).await.is_empty(), "compacted away");
+    assert!(
+        delete_paths(&p, &env, LATEST).await.is_empty(),
+        "compacted away"
+    );
+    assert!(
+        delete_paths(&p, &env, TOMBSTONES).await.is_empty(),
+        "compacted away"
+    );
     let sink = p.committer().load(&ident).await.unwrap();
     assert_eq!(
         floe::summary::total(sink.metadata(), "total-position-deletes"),
@@ -1096,7 +1125,11 @@ async fn a_latest_run_merges_on_read_and_every_reader_applies_its_position_delet
     );
     assert_reconciled(&p, "after compaction").await;
     assert_eq!(sink_rows(&env), m.live(), "after compaction");
-    assert_eq!(duck_rows(&env, sink.metadata_location().unwrap()), m.live(), "DuckDB after compaction");
+    assert_eq!(
+        duck_rows(&env, sink.metadata_location().unwrap()),
+        m.live(),
+        "DuckDB after compaction"
+    );
 }
 
 /// Delete files a run wrote to the tombstone table (a run's count is the sink's and theirs).
@@ -1111,7 +1144,15 @@ async fn orphan_cleanup_keeps_live_delete_files() {
     let p = env.processor().await;
     let base = Utc::now() - chrono::Duration::hours(3);
     let mut m = Model::default();
-    ingest_random(&env, &ingestor, "orders/o0.jsonl", base, &mut m, &random_versions(300, 100, 600)).await;
+    ingest_random(
+        &env,
+        &ingestor,
+        "orders/o0.jsonl",
+        base,
+        &mut m,
+        &random_versions(300, 100, 600),
+    )
+    .await;
     p.run(LATEST, soon()).await.unwrap();
     let mut newer = random_versions(20, 100, 601);
     for v in &mut newer {
@@ -1133,7 +1174,10 @@ async fn orphan_cleanup_keeps_live_delete_files() {
     for t in [LATEST, TOMBSTONES] {
         let r = maintainer.run(t, &month).await.unwrap();
         for d in &before {
-            assert!(!r.orphans_found.contains(d), "{t}: live delete file {d} is not an orphan");
+            assert!(
+                !r.orphans_found.contains(d),
+                "{t}: live delete file {d} is not an orphan"
+            );
         }
     }
     assert_eq!(delete_paths(&p, &env, LATEST).await, before);
@@ -1159,7 +1203,11 @@ impl floe::catalog::PointerSwap for CompactFirst {
     fn writes_metadata(&self) -> bool {
         self.inner.writes_metadata()
     }
-    async fn swap(&self, ident: &iceberg::TableIdent, staged: &floe::snapshot::Staged) -> floe::Result<()> {
+    async fn swap(
+        &self,
+        ident: &iceberg::TableIdent,
+        staged: &floe::snapshot::Staged,
+    ) -> floe::Result<()> {
         if ident.name() == LATEST && !self.done.swap(true, std::sync::atomic::Ordering::SeqCst) {
             let maintainer = floe::maintain::Maintainer::new(self.config.clone()).await?;
             let opts = floe::maintain::Options {
@@ -1181,7 +1229,15 @@ async fn a_compaction_between_plan_and_commit_makes_the_run_replan() {
     let p = env.processor().await;
     let base = Utc::now() - chrono::Duration::hours(3);
     let mut m = Model::default();
-    ingest_random(&env, &ingestor, "orders/c0.jsonl", base, &mut m, &random_versions(300, 100, 700)).await;
+    ingest_random(
+        &env,
+        &ingestor,
+        "orders/c0.jsonl",
+        base,
+        &mut m,
+        &random_versions(300, 100, 700),
+    )
+    .await;
     p.run(LATEST, soon()).await.unwrap();
     let mut newer = random_versions(40, 100, 701);
     for v in &mut newer {
@@ -1199,7 +1255,10 @@ async fn a_compaction_between_plan_and_commit_makes_the_run_replan() {
         })
         .await;
     let r = racing.run(LATEST, soon()).await.unwrap();
-    assert!(r.replans >= 1, "the run re-planned on the compacted sink: {r:?}");
+    assert!(
+        r.replans >= 1,
+        "the run re-planned on the compacted sink: {r:?}"
+    );
     assert!(r.sink_snapshot.is_some(), "{r:?}");
     assert_reconciled(&p, "after the race").await;
     assert_eq!(sink_rows(&env), m.live());

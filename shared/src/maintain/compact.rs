@@ -56,9 +56,8 @@ impl Maintainer {
             }
         }
         let heavy = |key: &(i32, String)| {
-            rows.get(key).is_some_and(|&(n, d)| {
-                d > 0 && d as f64 >= opts.delete_ratio * n.max(1) as f64
-            })
+            rows.get(key)
+                .is_some_and(|&(n, d)| d > 0 && d as f64 >= opts.delete_ratio * n.max(1) as f64)
         };
         let mut by_partition: BTreeMap<(i32, String), Vec<LiveFile>> = BTreeMap::new();
         for f in live {
@@ -83,7 +82,8 @@ impl Maintainer {
             groups.push(bin);
         }
         // A group that applies deletes is worth a rewrite however few files it has.
-        groups.retain(|g| g.len() >= opts.min_input_files || g.iter().any(|f| !f.deletes.is_empty()));
+        groups
+            .retain(|g| g.len() >= opts.min_input_files || g.iter().any(|f| !f.deletes.is_empty()));
         let total = groups.len();
         for (i, group) in groups.into_iter().enumerate() {
             if Instant::now() >= opts.deadline {
@@ -224,15 +224,19 @@ impl Maintainer {
         // The rows read are the group's rows less those its position deletes delete.
         let deleted = crate::write::read_position_deletes(
             &table,
-            &group.iter().flat_map(|f| f.deletes.iter().cloned()).collect::<Vec<_>>(),
+            &group
+                .iter()
+                .flat_map(|f| f.deletes.iter().cloned())
+                .collect::<Vec<_>>(),
         )
         .await?;
         let rows_deleted: u64 = group
             .iter()
             .map(|f| {
                 deleted.get(f.file.file_path()).map_or(0, |p| {
-                    p.iter().filter(|&&p| p >= 0 && (p as u64) < f.file.record_count()).count()
-                        as u64
+                    p.iter()
+                        .filter(|&&p| p >= 0 && (p as u64) < f.file.record_count())
+                        .count() as u64
                 })
             })
             .sum();

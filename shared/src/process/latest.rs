@@ -224,16 +224,19 @@ impl Latest {
 
     /// For each row of `batch` (any schema holding the key columns by name, conformed to
     /// the output's types), the delta row of its key, if the delta has that key.
-    pub(super) fn probe(&self, index: &KeyIndex, batch: &RecordBatch) -> Result<Vec<Option<usize>>> {
+    pub(super) fn probe(
+        &self,
+        index: &KeyIndex,
+        batch: &RecordBatch,
+    ) -> Result<Vec<Option<usize>>> {
         let cols: Vec<ArrayRef> = self
             .key_idx
             .iter()
             .map(|&i| {
                 let name = self.schema.field(i).name();
-                batch
-                    .column_by_name(name)
-                    .cloned()
-                    .ok_or_else(|| Error::new(ErrorKind::Internal, format!("probe: no key `{name}`")))
+                batch.column_by_name(name).cloned().ok_or_else(|| {
+                    Error::new(ErrorKind::Internal, format!("probe: no key `{name}`"))
+                })
             })
             .collect::<Result<_>>()?;
         let rows = index.conv.convert_columns(&cols).map_err(internal)?;
@@ -275,8 +278,8 @@ impl Latest {
         tombstones: &[RecordBatch],
     ) -> Result<Vec<bool>> {
         let field = self.schema.field(self.order_idx);
-        let conv = RowConverter::new(vec![SortField::new(field.data_type().clone())])
-            .map_err(internal)?;
+        let conv =
+            RowConverter::new(vec![SortField::new(field.data_type().clone())]).map_err(internal)?;
         let delta = transform::conform(delta, &self.schema)?;
         let probe = transform::conform(probe, &self.probe_schema())?;
         let order_at = self

@@ -157,8 +157,9 @@ impl Processor {
             .await?;
             if let Some((part, spec, rows)) = change.sink_deletes {
                 report.rows_deleted += rows.len() as u64;
-                let f = crate::write::write_position_deletes(&pos.sink, part, spec, rows, &writer_id)
-                    .await?;
+                let f =
+                    crate::write::write_position_deletes(&pos.sink, part, spec, rows, &writer_id)
+                        .await?;
                 report.bytes_written += f.file_size_in_bytes();
                 report.delete_files += 1;
                 done.added_deletes.push(f);
@@ -167,7 +168,8 @@ impl Processor {
                 sink_out.write(vec![change.added_live]).await?;
             }
             if let (Some(t), Some((part, spec, rows))) = (&pos.tombstones, change.tomb_deletes) {
-                let f = crate::write::write_position_deletes(t, part, spec, rows, &writer_id).await?;
+                let f =
+                    crate::write::write_position_deletes(t, part, spec, rows, &writer_id).await?;
                 report.bytes_written += f.file_size_in_bytes();
                 report.delete_files += 1;
                 report.tombstone_delete_files += 1;
@@ -186,7 +188,10 @@ impl Processor {
         done.schema = schema;
         if let (Some(t), Some(out)) = (&pos.tombstones, tomb_out) {
             let (tomb_added, tomb_schema) = out.close().await?;
-            report.bytes_written += tomb_added.iter().map(|f| f.file_size_in_bytes()).sum::<u64>();
+            report.bytes_written += tomb_added
+                .iter()
+                .map(|f| f.file_size_in_bytes())
+                .sum::<u64>();
             if !(tomb_added.is_empty() && tomb_deletes.is_empty()) {
                 let mut change = tombstone_change(
                     p,
@@ -317,9 +322,7 @@ impl Processor {
             return Ok(true);
         }
         let change = tombstone_change(p, source_uuid, added.clone(), removed, schema);
-        let ok = self
-            .commit_tombstones(p, table, change, deadline)
-            .await?;
+        let ok = self.commit_tombstones(p, table, change, deadline).await?;
         if !ok {
             crate::write::delete_uncommitted(table, &added).await;
         }
@@ -455,7 +458,10 @@ async fn probe_files(
             delta_rows,
         });
     }
-    let deletes: Vec<_> = files.iter().flat_map(|f| f.deletes.iter().cloned()).collect();
+    let deletes: Vec<_> = files
+        .iter()
+        .flat_map(|f| f.deletes.iter().cloned())
+        .collect();
     let deleted = crate::write::read_position_deletes(table, &deletes).await?;
     report.sink_files_read += deletes.len();
     report.sink_bytes_read += deletes.iter().map(|d| d.file_size_in_bytes).sum::<u64>();
@@ -534,27 +540,28 @@ async fn merge_bucket_on_read(
     )
     .await?;
     let tomb = match tombstones {
-        Some(t) if !tomb_files.is_empty() => {
-            Some(
-                probe_files(
-                    latest,
-                    &index,
-                    t,
-                    tomb_files,
-                    None,
-                    &latest.tombstone_schema(),
-                    report,
-                )
-                .await?,
+        Some(t) if !tomb_files.is_empty() => Some(
+            probe_files(
+                latest,
+                &index,
+                t,
+                tomb_files,
+                None,
+                &latest.tombstone_schema(),
+                report,
             )
-        }
+            .await?,
+        ),
         _ => None,
     };
     let tomb_rows: Vec<RecordBatch> = tomb.iter().map(|t| t.rows.clone()).collect();
     let ties = latest.ties(&d, &probed.rows, &probed.delta_rows, &tomb_rows)?;
     let stand_ins = latest.stand_ins(&d, &probed.rows, &probed.delta_rows)?;
     // The sink pool: stand-ins of untied rows, then the tied rows read whole.
-    let untied: Vec<u32> = (0..ties.len()).filter(|&i| !ties[i]).map(|i| i as u32).collect();
+    let untied: Vec<u32> = (0..ties.len())
+        .filter(|&i| !ties[i])
+        .map(|i| i as u32)
+        .collect();
     let mut at: Vec<(usize, i64)> = untied.iter().map(|&i| probed.at[i as usize]).collect();
     let mut pool = vec![arrow::compute::take_record_batch(
         &stand_ins,
@@ -576,7 +583,8 @@ async fn merge_bucket_on_read(
         for ((fi, positions), batches) in by_file.into_iter().zip(per_file) {
             let whole = arrow::compute::concat_batches(&schema, &batches)
                 .map_err(|e| Error::new(ErrorKind::Internal, format!("tied rows: {e}")))?;
-            let idx = arrow::array::UInt32Array::from_iter_values(positions.iter().map(|&p| p as u32));
+            let idx =
+                arrow::array::UInt32Array::from_iter_values(positions.iter().map(|&p| p as u32));
             pool.push(
                 arrow::compute::take_record_batch(&whole, &idx)
                     .map_err(|e| Error::new(ErrorKind::Internal, format!("tied rows: {e}")))?,
