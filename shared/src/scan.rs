@@ -3,8 +3,8 @@
 
 use std::sync::Arc;
 
-use iceberg::scan::FileScanTask;
-use iceberg::spec::{DataFile, ManifestContentType};
+use iceberg::scan::{FileScanTask, FileScanTaskDeleteFile};
+use iceberg::spec::{DataContentType, DataFile, ManifestContentType, ManifestFile};
 use iceberg::table::Table;
 
 use crate::error::{Error, Result};
@@ -17,6 +17,89 @@ pub struct LiveFile {
     pub file: DataFile,
     /// Its partition spec id.
     pub spec_id: i32,
+    /// The live position delete files that apply to it (same spec and partition, a data
+    /// sequence number at or above the file's): every read of it applies them.
+    pub deletes: Vec<FileScanTaskDeleteFile>,
+}
+
+impl LiveFile {
+    /// A file read as written (no delete files apply: a delta's new file).
+    pub fn new(file: DataFile, spec_id: i32) -> Self {
+        Self {
+            file,
+            spec_id,
+            deletes: Vec::new(),
+        }
+    }
+}
+
+/// A live delete file of the current snapshot.
+#[derive(Debug, Clone)]
+pub struct LiveDelete {
+    /// The delete file.
+    pub file: DataFile,
+    /// Its partition spec id.
+    pub spec_id: i32,
+    /// Its data sequence number (it applies to data files at or below it).
+    pub seq: i64,
+}
+
+impl LiveDelete {
+    /// Whether this delete file applies to data file `f` of data sequence number `data_seq`.
+    pub fn applies_to(&self, f: &DataFile, spec_id: i32, data_seq: i64) -> bool {
+        self.file.content_type() == DataContentType::PositionDeletes
+            && self.spec_id == spec_id
+            && self.file.partition() == f.partition()
+            && data_seq <= self.seq
+            && self
+                .file
+                .referenced_data_file()
+                .is_none_or(|r| r == f.file_path())
+    }
+
+    /// As a scan task's delete file.
+    pub fn task(&self) -> FileScanTaskDeleteFile {
+        FileScanTaskDeleteFile {
+            file_path: self.file.file_path().to_string(),
+            file_size_in_bytes: self.file.file_size_in_bytes(),
+            file_type: self.file.content_type(),
+            partition_spec_id: self.spec_id,
+            equality_ids: self.file.equality_ids(),
+        }
+    }
+}
+
+/// The live delete files of `manifests` (position and equality).
+pub(crate) async fn live_deletes_of(
+    table: &Table,
+    manifests: &[ManifestFile],
+) -> Result<Vec<LiveDelete>> {
+    let mut out = Vec::new();
+    for mf in manifests {
+        if mf.content != ManifestContentType::Deletes
+            || !(mf.has_added_files() || mf.has_existing_files())
+        {
+            continue;
+        }
+        let m = mf
+            .load_manifest(table.file_io())
+            .await
+            .map_err(|e| Error::iceberg("reading a delete manifest", e))?;
+        for e in m.entries().iter().filter(|e| e.is_alive()) {
+            out.push(LiveDelete {
+                file: e.data_file().clone(),
+                spec_id: mf.partition_spec_id,
+                seq: e.sequence_number().unwrap_or(0),
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// The live delete files of the current snapshot.
+pub async fn live_deletes(table: &Table) -> Result<Vec<LiveDelete>> {
+    let manifests = snapshot::current_manifests(table).await?;
+    live_deletes_of(table, &manifests).await
 }
 
 /// Live data files of the current snapshot.
@@ -31,7 +114,9 @@ pub async fn live_files(table: &Table) -> Result<Vec<LiveFile>> {
 /// Live data files of the current snapshot, each with the snapshot that added it.
 pub(crate) async fn live_files_added_by(table: &Table) -> Result<Vec<(LiveFile, i64)>> {
     let mut out = Vec::new();
-    for mf in snapshot::current_manifests(table).await? {
+    let manifests = snapshot::current_manifests(table).await?;
+    let deletes = Box::pin(live_deletes_of(table, &manifests)).await?;
+    for mf in manifests {
         if mf.content != ManifestContentType::Data {
             continue;
         }
@@ -40,9 +125,12 @@ pub(crate) async fn live_files_added_by(table: &Table) -> Result<Vec<(LiveFile, 
             .await
             .map_err(|e| Error::iceberg("reading a manifest", e))?;
         for e in m.entries().iter().filter(|e| e.is_alive()) {
+            let file = e.data_file().clone();
+            let seq = e.sequence_number().unwrap_or(0);
             out.push((
                 LiveFile {
-                    file: e.data_file().clone(),
+                    deletes: applicable(&deletes, &file, mf.partition_spec_id, seq),
+                    file,
                     spec_id: mf.partition_spec_id,
                 },
                 e.snapshot_id().unwrap_or(mf.added_snapshot_id),
@@ -66,6 +154,7 @@ pub(crate) async fn live_files_at(
         .await
         .map_err(|e| Error::iceberg("reading a manifest list", e).with_retryable(true))?;
     let manifests: Vec<iceberg::spec::ManifestFile> = list.consume_entries().into_iter().collect();
+    let deletes = Box::pin(live_deletes_of(table, &manifests)).await?;
     let mut out = Vec::new();
     for mf in manifests {
         if mf.content != ManifestContentType::Data {
@@ -76,13 +165,31 @@ pub(crate) async fn live_files_at(
             .await
             .map_err(|e| Error::iceberg("reading a manifest", e).with_retryable(true))?;
         for e in m.entries().iter().filter(|e| e.is_alive()) {
+            let file = e.data_file().clone();
+            let seq = e.sequence_number().unwrap_or(0);
             out.push(LiveFile {
-                file: e.data_file().clone(),
+                deletes: applicable(&deletes, &file, mf.partition_spec_id, seq),
+                file,
                 spec_id: mf.partition_spec_id,
             });
         }
     }
     Ok(Some(out))
+}
+
+/// The position delete files of `deletes` that apply to data file `file` (of spec `spec_id`,
+/// data sequence number `seq`).
+fn applicable(
+    deletes: &[LiveDelete],
+    file: &DataFile,
+    spec_id: i32,
+    seq: i64,
+) -> Vec<FileScanTaskDeleteFile> {
+    deletes
+        .iter()
+        .filter(|d| d.applies_to(file, spec_id, seq))
+        .map(LiveDelete::task)
+        .collect()
 }
 
 /// Scan tasks reading `files` with `table`'s current schema (older files: new columns null).
@@ -99,7 +206,8 @@ pub fn scan_tasks(table: &Table, files: &[LiveFile]) -> Vec<FileScanTask> {
 }
 
 /// Scan tasks reading only the columns `field_ids` (of the current schema) of `files`: Parquet
-/// fetches and decodes just those column chunks.
+/// fetches and decodes just those column chunks. Each file's position delete files
+/// ([`LiveFile::deletes`]) go with its task: iceberg's reader skips the rows they delete.
 pub fn projected_scan_tasks(
     table: &Table,
     files: &[LiveFile],
@@ -134,6 +242,7 @@ pub fn projected_scan_tasks(
                 .with_partition_spec(md.partition_spec_by_id(f.spec_id).cloned())
                 .with_name_mapping(name_mapping.clone())
                 .with_case_sensitive(true)
+                .with_deletes(f.deletes.clone())
                 .build()
         })
         .collect()

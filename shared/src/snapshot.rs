@@ -28,6 +28,18 @@ pub struct Change {
     pub added: Vec<DataFile>,
     /// Paths of files to remove; each must be live in the base, or the change conflicts.
     pub removed: Vec<String>,
+    /// Position delete files to add (content `PositionDeletes`, written with the default spec:
+    /// one per partition, [`crate::write::write_position_deletes`]).
+    pub added_deletes: Vec<DataFile>,
+    /// Paths of delete files to remove (compaction: they apply to no live data file any more);
+    /// each must be live in the base, or the change is `Stale`.
+    pub removed_deletes: Vec<String>,
+    /// The snapshot the change's delete files were planned on (Some(None): an empty table).
+    /// The base may have moved past it by appends only: a snapshot since that removed data
+    /// files (a compaction, an overwrite: the positions may name files no longer live, or rows
+    /// moved) or added delete files (another writer deleted rows the plan saw live) makes the
+    /// change `Stale`, and its writer re-plans.
+    pub planned_on: Option<Option<i64>>,
     /// Rewrite all live entries into one manifest per partition spec (manifest compaction).
     pub rewrite_manifests: bool,
     /// Extra snapshot-summary properties.
@@ -58,6 +70,9 @@ impl Change {
             operation: Operation::Append,
             added: files,
             removed: Vec::new(),
+            added_deletes: Vec::new(),
+            removed_deletes: Vec::new(),
+            planned_on: None,
             rewrite_manifests: false,
             properties,
             expire: Vec::new(),
@@ -74,6 +89,9 @@ impl Change {
             operation: Operation::Replace,
             added: Vec::new(),
             removed: Vec::new(),
+            added_deletes: Vec::new(),
+            removed_deletes: Vec::new(),
+            planned_on: None,
             rewrite_manifests: false,
             properties: HashMap::new(),
             expire: snapshot_ids,
@@ -90,6 +108,9 @@ impl Change {
             operation: Operation::Replace,
             added: Vec::new(),
             removed: Vec::new(),
+            added_deletes: Vec::new(),
+            removed_deletes: Vec::new(),
+            planned_on: None,
             rewrite_manifests: true,
             properties,
             expire: Vec::new(),
@@ -110,6 +131,9 @@ impl Change {
             operation: Operation::Replace,
             added,
             removed,
+            added_deletes: Vec::new(),
+            removed_deletes: Vec::new(),
+            planned_on: None,
             rewrite_manifests: false,
             properties,
             expire: Vec::new(),
@@ -192,13 +216,77 @@ fn ice(what: &str) -> impl Fn(iceberg::Error) -> Error + '_ {
     move |e| Error::iceberg(what.to_string(), e)
 }
 
-/// Whether the current snapshot has live delete files (row-level deletes written by another
-/// engine in merge-on-read mode). floe's own readers and compaction read data files only, so
-/// they must not run over such a table as if its rows were all live.
-pub(crate) async fn has_delete_files(table: &Table) -> Result<bool> {
-    Ok(current_manifests(table).await?.iter().any(|m| {
-        m.content == ManifestContentType::Deletes && (m.has_added_files() || m.has_existing_files())
-    }))
+/// `Stale` when the current snapshot has live equality delete files (another engine's
+/// row-level deletes by value). floe's readers apply position deletes (every scan task carries
+/// the ones of its file, [`crate::scan::LiveFile::deletes`]), not equality deletes, so they must
+/// not run over such a table as if its rows were all live.
+pub(crate) async fn refuse_equality_deletes(table: &Table, what: &str) -> Result<()> {
+    let eq: Vec<String> = crate::scan::live_deletes(table)
+        .await?
+        .into_iter()
+        .filter(|d| d.file.content_type() == DataContentType::EqualityDeletes)
+        .map(|d| d.file.file_path().to_string())
+        .collect();
+    if eq.is_empty() {
+        return Ok(());
+    }
+    Err(Error::new(
+        ErrorKind::Stale,
+        format!(
+            "{} has {} equality delete file(s) (row-level deletes by value, written by another \
+             engine: {}); floe applies position deletes only and would return deleted rows, so \
+             {what} did not run. Rewrite the table's deleted rows away with that engine (a \
+             compaction that applies deletes, or copy-on-write) first",
+            table.identifier(),
+            eq.len(),
+            eq.iter().take(3).cloned().collect::<Vec<_>>().join(", ")
+        ),
+    ))
+}
+
+/// `Stale` unless `table` moved past `planned_on` by appends only (see [`Change::planned_on`]).
+fn check_planned_on(table: &Table, planned_on: Option<i64>) -> Result<()> {
+    let md = table.metadata();
+    let mut cur = md.current_snapshot();
+    while let Some(s) = cur {
+        if Some(s.snapshot_id()) == planned_on {
+            return Ok(());
+        }
+        let props = &s.summary().additional_properties;
+        let count = |k: &str| {
+            props
+                .get(k)
+                .and_then(|v| v.parse::<i64>().ok())
+                .unwrap_or(0)
+        };
+        let pure_append = s.summary().operation == Operation::Append
+            && count("deleted-data-files") == 0
+            && count("added-delete-files") == 0;
+        if !pure_append {
+            return Err(Error::new(
+                ErrorKind::Stale,
+                format!(
+                    "{} changed since the delete files were planned: snapshot {} ({}) removed \
+                     data files or added delete files",
+                    table.identifier(),
+                    s.snapshot_id(),
+                    s.summary().operation.as_str()
+                ),
+            ));
+        }
+        cur = s.parent_snapshot_id().and_then(|p| md.snapshot_by_id(p));
+    }
+    if planned_on.is_none() {
+        return Ok(());
+    }
+    Err(Error::new(
+        ErrorKind::Stale,
+        format!(
+            "{}: snapshot {} the delete files were planned on is no longer in its history",
+            table.identifier(),
+            planned_on.unwrap_or_default()
+        ),
+    ))
 }
 
 /// Loads the manifest list of the table's current snapshot (empty for a new table): from
@@ -328,6 +416,19 @@ impl ManifestFiles<'_> {
             .build_v2_data();
         Ok((path, w))
     }
+
+    fn open_deletes(&mut self, spec: PartitionSpec) -> Result<(String, ManifestWriter)> {
+        let path = format!("{}/{}-m{}.avro", self.dir, self.uuid, self.count);
+        self.count += 1;
+        let out = self
+            .table
+            .file_io()
+            .new_output(&path)
+            .map_err(ice("manifest output"))?;
+        let w = ManifestWriterBuilder::new(out, Some(self.snapshot_id), self.schema.clone(), spec)
+            .build_v2_deletes();
+        Ok((path, w))
+    }
 }
 
 /// Writes manifests, manifest list, snapshot and metadata.json for `change` on top of `table`.
@@ -342,6 +443,9 @@ pub(crate) async fn stage(table: &Table, change: &Change, write: bool) -> Result
     }
     if let Some(spec) = &change.partition_spec {
         return stage_partition_spec(table, change, spec, write).await;
+    }
+    if let Some(planned_on) = change.planned_on {
+        check_planned_on(table, planned_on)?;
     }
     let md = table.metadata();
     let builder = base_builder(table)?;
@@ -371,6 +475,7 @@ pub(crate) async fn stage(table: &Table, change: &Change, write: bool) -> Result
     };
     m.carry_existing(change).await?;
     m.add_files(&change.added, seq).await?;
+    m.add_deletes(&change.added_deletes, seq).await?;
     let list_path = m.write_list(parent.map(|s| s.snapshot_id()), seq).await?;
     let mut props = snapshot_summary(
         change,
@@ -445,7 +550,12 @@ async fn stage_partition_spec(
     spec: &UnboundPartitionSpec,
     write: bool,
 ) -> Result<Staged> {
-    if !(change.added.is_empty() && change.removed.is_empty() && !change.rewrite_manifests) {
+    if !(change.added.is_empty()
+        && change.removed.is_empty()
+        && change.added_deletes.is_empty()
+        && change.removed_deletes.is_empty()
+        && !change.rewrite_manifests)
+    {
         return Err(Error::new(
             ErrorKind::Internal,
             "a partition spec change carries no file changes",
@@ -661,7 +771,8 @@ impl Manifests<'_> {
             .iter()
             .any(|m| m.has_added_files() || m.has_existing_files());
         if kept_live {
-            self.manifests.append(&mut deletes);
+            let carried = self.carry_deletes(deletes, &change.removed_deletes).await?;
+            self.manifests.extend(carried);
         } else {
             self.dropped_deletes = live_deletes;
         }
@@ -685,6 +796,108 @@ impl Manifests<'_> {
             );
             self.written.push(path);
         }
+        Ok(())
+    }
+
+    /// The base's delete manifests, carried unchanged, except those listing a delete file of
+    /// `removed` (rewritten with it as a deleted entry). `Stale` if one of `removed` is not live.
+    async fn carry_deletes(
+        &mut self,
+        deletes: Vec<ManifestFile>,
+        removed: &[String],
+    ) -> Result<Vec<ManifestFile>> {
+        if removed.is_empty() {
+            // A delete manifest of only deleted entries lists nothing live (as for data).
+            return Ok(deletes
+                .into_iter()
+                .filter(|m| m.has_added_files() || m.has_existing_files())
+                .collect());
+        }
+        let table = self.files.table;
+        let md = table.metadata();
+        let removed: HashSet<&str> = removed.iter().map(String::as_str).collect();
+        let mut found: HashSet<String> = HashSet::new();
+        let mut out = Vec::new();
+        for mf in deletes {
+            if !(mf.has_added_files() || mf.has_existing_files()) {
+                continue;
+            }
+            let manifest = mf
+                .load_manifest(table.file_io())
+                .await
+                .map_err(ice("reading a delete manifest"))?;
+            let hit = manifest
+                .entries()
+                .iter()
+                .any(|e| e.is_alive() && removed.contains(e.data_file().file_path()));
+            if !hit {
+                out.push(mf);
+                continue;
+            }
+            let part_spec = spec_by_id(md, mf.partition_spec_id)?;
+            let (path, mut w) = self.files.open_deletes(part_spec.clone())?;
+            for e in manifest.entries().iter().filter(|e| e.is_alive()) {
+                let df = e.data_file().clone();
+                let data_seq = e.sequence_number().unwrap_or(0);
+                let file_seq = e.file_sequence_number.or(Some(data_seq));
+                if removed.contains(df.file_path()) {
+                    found.insert(df.file_path().to_string());
+                    self.collector.remove_file(
+                        &df,
+                        self.schema.clone(),
+                        std::sync::Arc::new(part_spec.clone()),
+                    );
+                    w.add_delete_file(df, data_seq, file_seq)
+                        .map_err(ice("manifest entry"))?;
+                } else {
+                    let sid = e.snapshot_id().unwrap_or(mf.added_snapshot_id);
+                    w.add_existing_file(df, sid, data_seq, file_seq)
+                        .map_err(ice("manifest entry"))?;
+                }
+            }
+            out.push(
+                w.write_manifest_file()
+                    .await
+                    .map_err(ice("writing a delete manifest"))?,
+            );
+            self.written.push(path);
+        }
+        if let Some(missing) = removed.iter().find(|p| !found.contains(**p)) {
+            return Err(Error::new(
+                ErrorKind::Stale,
+                format!(
+                    "delete file {missing} is no longer live in {}",
+                    table.identifier()
+                ),
+            ));
+        }
+        Ok(out)
+    }
+
+    /// One delete manifest for the added position delete files (in the table's default spec).
+    async fn add_deletes(&mut self, added: &[DataFile], seq: i64) -> Result<()> {
+        if added.is_empty() {
+            return Ok(());
+        }
+        let spec = self.files.table.metadata().default_partition_spec().clone();
+        let (path, mut w) = self.files.open_deletes(spec.as_ref().clone())?;
+        for df in added {
+            if df.content_type() != DataContentType::PositionDeletes {
+                return Err(Error::new(
+                    ErrorKind::Internal,
+                    "only position delete files can be added as deletes",
+                ));
+            }
+            self.collector
+                .add_file(df, self.schema.clone(), spec.clone());
+            w.add_file(df.clone(), seq).map_err(ice("manifest entry"))?;
+        }
+        self.manifests.push(
+            w.write_manifest_file()
+                .await
+                .map_err(ice("writing a delete manifest"))?,
+        );
+        self.written.push(path);
         Ok(())
     }
 
@@ -788,17 +1001,38 @@ fn snapshot_summary(
         let value = summary::value(parent, total_key) + get(added_key) - get(deleted_key);
         props.insert(total_key.into(), value.max(0).to_string());
     }
-    for key in [
-        "total-delete-files",
-        "total-position-deletes",
-        "total-equality-deletes",
+    // Delete files and rows, as Java counts them: the base's (none when they were left out)
+    // plus this change's added minus its removed.
+    for (total_key, added_key, removed_key) in [
+        (
+            "total-delete-files",
+            "added-delete-files",
+            "removed-delete-files",
+        ),
+        (
+            "total-position-deletes",
+            "added-position-deletes",
+            "removed-position-deletes",
+        ),
+        (
+            "total-equality-deletes",
+            "added-equality-deletes",
+            "removed-equality-deletes",
+        ),
     ] {
+        let get = |k: &str| {
+            counts
+                .get(k)
+                .and_then(|v| v.parse::<i64>().ok())
+                .unwrap_or(0)
+        };
         let carried = if dropped_deletes {
             0
         } else {
-            summary::value(parent, key)
+            summary::value(parent, total_key)
         };
-        props.insert(key.into(), carried.to_string());
+        let value = carried + get(added_key) - get(removed_key);
+        props.insert(total_key.into(), value.max(0).to_string());
     }
     props
 }

@@ -597,18 +597,6 @@ pub fn total(md: &TableMetadata, key: &str) -> u64 {
     value(md.current_snapshot().map(|s| s.summary()), key).max(0) as u64
 }
 
-/// Whether the summary of the current snapshot counts delete files (the check a commit plan can
-/// make without reading manifests; floe and Java write these totals).
-pub(crate) fn counts_deletes(md: &TableMetadata) -> bool {
-    [
-        "total-delete-files",
-        "total-position-deletes",
-        "total-equality-deletes",
-    ]
-    .iter()
-    .any(|k| total(md, k) > 0)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -126,3 +126,197 @@ pub(crate) async fn delete_uncommitted(table: &Table, files: &[DataFile]) {
         }
     }
 }
+
+/// Field id of a position delete file's `file_path` column (Iceberg spec, reserved).
+pub(crate) const DELETE_FILE_PATH_ID: i32 = 2147483546;
+/// Field id of a position delete file's `pos` column (Iceberg spec, reserved).
+pub(crate) const DELETE_POS_ID: i32 = 2147483545;
+
+fn delete_schema() -> arrow_schema::SchemaRef {
+    let id =
+        |n: i32| std::collections::HashMap::from([("PARQUET:field_id".to_string(), n.to_string())]);
+    std::sync::Arc::new(arrow_schema::Schema::new(vec![
+        arrow_schema::Field::new("file_path", arrow_schema::DataType::Utf8, false)
+            .with_metadata(id(DELETE_FILE_PATH_ID)),
+        arrow_schema::Field::new("pos", arrow_schema::DataType::Int64, false)
+            .with_metadata(id(DELETE_POS_ID)),
+    ]))
+}
+
+/// Writes one Iceberg v2 position delete file for `table`: the rows `(file_path, pos)` (sorted
+/// here by path, then position, as the spec requires), in the partition `partition` of spec
+/// `spec_id` (a position delete applies to data files of its own partition only). Its data
+/// file entry (content `PositionDeletes`; `referenced_data_file` when it names one file only).
+pub(crate) async fn write_position_deletes(
+    table: &Table,
+    partition: iceberg::spec::Struct,
+    spec_id: i32,
+    mut rows: Vec<(String, i64)>,
+    writer_id: &str,
+) -> Result<DataFile> {
+    use arrow::array::{Int64Array, StringArray};
+    rows.sort();
+    rows.dedup();
+    let schema = delete_schema();
+    let batch = RecordBatch::try_new(
+        schema.clone(),
+        vec![
+            std::sync::Arc::new(StringArray::from_iter_values(
+                rows.iter().map(|r| r.0.as_str()),
+            )),
+            std::sync::Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.1))),
+        ],
+    )
+    .map_err(|e| {
+        Error::new(
+            crate::error::ErrorKind::Internal,
+            format!("position deletes: {e}"),
+        )
+    })?;
+    let mut buf = Vec::new();
+    let mut w = parquet::arrow::ArrowWriter::try_new(&mut buf, schema, Some(writer_properties()))
+        .map_err(|e| {
+        Error::new(
+            crate::error::ErrorKind::Internal,
+            format!("position deletes: {e}"),
+        )
+    })?;
+    w.write(&batch)
+        .and_then(|_| w.close().map(|_| ()))
+        .map_err(|e| {
+            Error::new(
+                crate::error::ErrorKind::Internal,
+                format!("position deletes: {e}"),
+            )
+        })?;
+    let md = table.metadata();
+    let spec = md.partition_spec_by_id(spec_id).cloned().ok_or_else(|| {
+        Error::new(
+            crate::error::ErrorKind::Internal,
+            format!("unknown partition spec {spec_id}"),
+        )
+    })?;
+    let part_path = spec.partition_to_path(&partition, md.current_schema().clone());
+    let dir = format!("{}/data", md.location().trim_end_matches('/'));
+    let path = if part_path.is_empty() {
+        format!(
+            "{dir}/floe-{writer_id}-deletes-{}.parquet",
+            uuid::Uuid::now_v7()
+        )
+    } else {
+        format!(
+            "{dir}/{part_path}/floe-{writer_id}-deletes-{}.parquet",
+            uuid::Uuid::now_v7()
+        )
+    };
+    let size = buf.len() as u64;
+    table
+        .file_io()
+        .new_output(&path)
+        .map_err(|e| Error::iceberg("position delete output", e))?
+        .write(buf.into())
+        .await
+        .map_err(|e| Error::iceberg("writing a position delete file", e).with_retryable(true))?;
+    let single = rows
+        .first()
+        .map(|r| r.0.clone())
+        .filter(|p| rows.iter().all(|r| &r.0 == p));
+    iceberg::spec::DataFileBuilder::default()
+        .content(iceberg::spec::DataContentType::PositionDeletes)
+        .file_path(path)
+        .file_format(DataFileFormat::Parquet)
+        .partition(partition)
+        .partition_spec_id(spec_id)
+        .record_count(rows.len() as u64)
+        .file_size_in_bytes(size)
+        .referenced_data_file(single)
+        .build()
+        .map_err(|e| {
+            Error::new(
+                crate::error::ErrorKind::Internal,
+                format!("position delete entry: {e}"),
+            )
+        })
+}
+
+/// The positions each position delete file of `deletes` marks, by data file path (the files
+/// are read whole: a file path column and a position column, by field id or else by order).
+pub(crate) async fn read_position_deletes(
+    table: &Table,
+    deletes: &[iceberg::scan::FileScanTaskDeleteFile],
+) -> Result<std::collections::HashMap<String, std::collections::HashSet<i64>>> {
+    use arrow::array::{Array, Int64Array, StringArray};
+    use futures::{StreamExt, TryStreamExt};
+    let mut out: std::collections::HashMap<String, std::collections::HashSet<i64>> =
+        Default::default();
+    let mut seen = std::collections::HashSet::new();
+    let paths: Vec<String> = deletes
+        .iter()
+        .filter(|d| d.file_type == iceberg::spec::DataContentType::PositionDeletes)
+        .filter(|d| seen.insert(d.file_path.clone()))
+        .map(|d| d.file_path.clone())
+        .collect();
+    let file_io = table.file_io().clone();
+    let contents: Vec<bytes::Bytes> = futures::stream::iter(paths.into_iter().map(|p| {
+        let file_io = file_io.clone();
+        async move {
+            file_io
+                .new_input(&p)
+                .map_err(|e| Error::iceberg("position delete input", e))?
+                .read()
+                .await
+                .map_err(|e| {
+                    Error::iceberg(format!("reading position delete file {p}"), e)
+                        .with_retryable(true)
+                })
+        }
+    }))
+    .buffered(16)
+    .try_collect()
+    .await?;
+    for bytes in contents {
+        let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(bytes)
+            .and_then(|b| b.build())
+            .map_err(|e| {
+                Error::new(
+                    crate::error::ErrorKind::Internal,
+                    format!("position delete file: {e}"),
+                )
+            })?;
+        for batch in reader {
+            let batch = batch.map_err(|e| {
+                Error::new(
+                    crate::error::ErrorKind::Internal,
+                    format!("position delete file: {e}"),
+                )
+            })?;
+            let col = |id: i32, fallback: usize| {
+                batch
+                    .schema()
+                    .fields()
+                    .iter()
+                    .position(|f| f.metadata().get("PARQUET:field_id") == Some(&id.to_string()))
+                    .unwrap_or(fallback)
+            };
+            let paths = batch.column(col(DELETE_FILE_PATH_ID, 0));
+            let pos = batch.column(col(DELETE_POS_ID, 1));
+            let (Some(paths), Some(pos)) = (
+                paths.as_any().downcast_ref::<StringArray>(),
+                pos.as_any().downcast_ref::<Int64Array>(),
+            ) else {
+                return Err(Error::new(
+                    crate::error::ErrorKind::Internal,
+                    "a position delete file without (file_path string, pos long)",
+                ));
+            };
+            for i in 0..batch.num_rows() {
+                if paths.is_valid(i) && pos.is_valid(i) {
+                    out.entry(paths.value(i).to_string())
+                        .or_default()
+                        .insert(pos.value(i));
+                }
+            }
+        }
+    }
+    Ok(out)
+}

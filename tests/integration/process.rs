@@ -862,6 +862,7 @@ async fn newest_files(t: &iceberg::table::Table) -> (Vec<floe::process::NewFile>
         let live = floe::scan::LiveFile {
             file: f.file.clone(),
             spec_id: f.spec_id,
+            deletes: Vec::new(),
         };
         let (min, max) = bounds(&live, field);
         lo = lo.min(min.div_euclid(60_000_000) * 60_000_000);

@@ -21,11 +21,11 @@ impl Maintainer {
         run: &RunMeter,
     ) -> Result<()> {
         let table = self.committer.load(ident).await?;
-        if snapshot::has_delete_files(&table).await? {
-            // Rewriting data files without applying another engine's row-level deletes would
-            // bring deleted rows back (and the deletes would no longer match the new files).
-            tracing::warn!(table = %ident, "compaction skipped: the table has delete files (merge-on-read deletes by another engine)");
-            report.compaction_skipped = Some("the table has delete files (merge-on-read row-level deletes); floe does not rewrite them".into());
+        if let Err(e) = snapshot::refuse_equality_deletes(&table, "compaction").await {
+            // Rewriting data files without applying another engine's equality deletes would
+            // bring deleted rows back. (Position deletes are applied: see below.)
+            tracing::warn!(table = %ident, error = %e, "compaction skipped");
+            report.compaction_skipped = Some(e.to_string());
             return Ok(());
         }
         let md = table.metadata();
@@ -34,13 +34,36 @@ impl Maintainer {
             .or_else(|| prop(md, "write.target-file-size-bytes"))
             .unwrap_or(512 << 20);
         let small = (target as f64 * opts.small_file_fraction) as u64;
+        let live = live_files(&table).await?;
+        let delete_rows: HashMap<String, u64> = crate::scan::live_deletes(&table)
+            .await?
+            .into_iter()
+            .map(|d| (d.file.file_path().to_string(), d.file.record_count()))
+            .collect();
+        // Position deletes per partition: the rows they delete against the rows of its files.
+        let mut rows: HashMap<(i32, String), (u64, u64)> = HashMap::new();
+        let mut deletes_seen: HashMap<(i32, String), std::collections::HashSet<String>> =
+            HashMap::new();
+        for f in &live {
+            let key = (f.spec_id, format!("{:?}", f.file.partition()));
+            let e = rows.entry(key.clone()).or_default();
+            e.0 += f.file.record_count();
+            let seen = deletes_seen.entry(key).or_default();
+            for d in &f.deletes {
+                if seen.insert(d.file_path.clone()) {
+                    e.1 += delete_rows.get(&d.file_path).copied().unwrap_or(0);
+                }
+            }
+        }
+        let heavy = |key: &(i32, String)| {
+            rows.get(key)
+                .is_some_and(|&(n, d)| d > 0 && d as f64 >= opts.delete_ratio * n.max(1) as f64)
+        };
         let mut by_partition: BTreeMap<(i32, String), Vec<LiveFile>> = BTreeMap::new();
-        for f in live_files(&table).await? {
-            if f.file.file_size_in_bytes() < small {
-                by_partition
-                    .entry((f.spec_id, format!("{:?}", f.file.partition())))
-                    .or_default()
-                    .push(f);
+        for f in live {
+            let key = (f.spec_id, format!("{:?}", f.file.partition()));
+            if f.file.file_size_in_bytes() < small || (!f.deletes.is_empty() && heavy(&key)) {
+                by_partition.entry(key).or_default().push(f);
             }
         }
         let mut groups: Vec<Vec<LiveFile>> = Vec::new();
@@ -58,7 +81,9 @@ impl Maintainer {
             }
             groups.push(bin);
         }
-        groups.retain(|g| g.len() >= opts.min_input_files);
+        // A group that applies deletes is worth a rewrite however few files it has.
+        groups
+            .retain(|g| g.len() >= opts.min_input_files || g.iter().any(|f| !f.deletes.is_empty()));
         let total = groups.len();
         for (i, group) in groups.into_iter().enumerate() {
             if Instant::now() >= opts.deadline {
@@ -71,8 +96,11 @@ impl Maintainer {
                 continue;
             }
             match self.compact_group(ident, &group, target, opts, run).await? {
-                true => report.groups_compacted += 1,
-                false => report.groups_obsolete += 1,
+                Some(dropped) => {
+                    report.groups_compacted += 1;
+                    report.delete_files_removed += dropped;
+                }
+                None => report.groups_obsolete += 1,
             }
             report.compaction_bytes_read += group
                 .iter()
@@ -82,7 +110,9 @@ impl Maintainer {
         Ok(())
     }
 
-    /// Rewrites one group; false if its files were replaced meanwhile (nothing committed).
+    /// Rewrites one group with its position deletes applied, removing the delete files that
+    /// then apply to no live file: how many it removed, or None if its files were replaced
+    /// (or got deletes) meanwhile (nothing committed).
     async fn compact_group(
         &self,
         ident: &TableIdent,
@@ -90,8 +120,21 @@ impl Maintainer {
         target: u64,
         opts: &Options,
         run: &RunMeter,
-    ) -> Result<bool> {
+    ) -> Result<Option<usize>> {
         let table = self.committer.load(ident).await?;
+        // The group as the version read now holds it (its files' delete files may have grown
+        // since the plan); a file no longer live: obsolete.
+        let live_now = live_files(&table).await?;
+        let by_path: HashMap<&str, &LiveFile> =
+            live_now.iter().map(|f| (f.file.file_path(), f)).collect();
+        let mut fresh = Vec::with_capacity(group.len());
+        for f in group {
+            match by_path.get(f.file.file_path()) {
+                Some(f) => fresh.push((*f).clone()),
+                None => return Ok(None),
+            }
+        }
+        let group = &fresh[..];
         let md = table.metadata();
         let schema = md.current_schema().clone();
         let tasks = scan_tasks(&table, group);
@@ -178,7 +221,41 @@ impl Maintainer {
             .iter()
             .map(|f| f.file.file_path().to_string())
             .collect();
-        let rows_in: u64 = group.iter().map(|f| f.file.record_count()).sum();
+        // The rows read are the group's rows less those its position deletes delete.
+        let deleted = crate::write::read_position_deletes(
+            &table,
+            &group
+                .iter()
+                .flat_map(|f| f.deletes.iter().cloned())
+                .collect::<Vec<_>>(),
+        )
+        .await?;
+        let rows_deleted: u64 = group
+            .iter()
+            .map(|f| {
+                deleted.get(f.file.file_path()).map_or(0, |p| {
+                    p.iter()
+                        .filter(|&&p| p >= 0 && (p as u64) < f.file.record_count())
+                        .count() as u64
+                })
+            })
+            .sum();
+        let rows_in: u64 = group.iter().map(|f| f.file.record_count()).sum::<u64>() - rows_deleted;
+        // Delete files that apply to no live file once the group is replaced.
+        let gone: std::collections::HashSet<&str> = removed.iter().map(String::as_str).collect();
+        let mut still: std::collections::HashSet<String> = Default::default();
+        for f in &live_now {
+            if !gone.contains(f.file.file_path()) {
+                still.extend(f.deletes.iter().map(|d| d.file_path.clone()));
+            }
+        }
+        let mut dropped_deletes: Vec<String> = group
+            .iter()
+            .flat_map(|f| f.deletes.iter().map(|d| d.file_path.clone()))
+            .filter(|p| !still.contains(p))
+            .collect();
+        dropped_deletes.sort();
+        dropped_deletes.dedup();
         let rows_out: u64 = added.iter().map(|f| f.record_count()).sum();
         if rows_in != rows_out {
             delete_paths(&table, added.iter().map(|f| f.file_path().to_string())).await;
@@ -194,36 +271,36 @@ impl Maintainer {
                 removed.len().to_string(),
             ),
         ]);
-        let change = Change::replace(added.clone(), removed.clone(), props);
+        let n_dropped = dropped_deletes.len();
+        let change = Change {
+            removed_deletes: dropped_deletes,
+            // Deletes (or a rewrite) since the group was read would be lost by it: `Stale`.
+            planned_on: Some(md.current_snapshot_id()),
+            ..Change::replace(added.clone(), removed.clone(), props)
+        };
         let result = self
             .committer
             .commit(
                 ident,
                 &self.limits(opts),
-                run.plan(move |t: &Table| {
-                    // Deletes that arrived since planning would be lost by the rewrite.
-                    Ok(if summary::counts_deletes(t.metadata()) {
-                        Plan::Skip(Skipped::Obsolete("delete files arrived meanwhile".into()))
-                    } else {
-                        Plan::Apply(change.clone())
-                    })
-                }),
+                run.plan(move |_: &Table| Ok(Plan::Apply(change.clone()))),
             )
             .await;
         match result {
             Ok(Outcome::Committed { .. }) => {
                 run.committed();
-                Ok(true)
+                tracing::info!(table = %ident, files = removed.len(), rows_deleted, delete_files_removed = n_dropped, "compacted");
+                Ok(Some(n_dropped))
             }
             Ok(Outcome::Skipped(why)) => {
                 tracing::info!(table = %ident, ?why, "compaction group obsolete; dropped");
                 delete_paths(&table, added.iter().map(|f| f.file_path().to_string())).await;
-                Ok(false)
+                Ok(None)
             }
             Err(e) if e.kind() == ErrorKind::Stale => {
                 tracing::info!(table = %ident, error = %e, "compaction group obsolete; dropped");
                 delete_paths(&table, added.iter().map(|f| f.file_path().to_string())).await;
-                Ok(false)
+                Ok(None)
             }
             Err(e) => Err(e),
         }

@@ -67,6 +67,10 @@ pub struct Options {
     pub deadline: Instant,
     /// Most rows (Arrow bytes) a sorted compaction holds before writing a sorted run.
     pub sort_memory_bytes: usize,
+    /// A partition whose position deletes delete at least this fraction of its rows has every
+    /// file they apply to rewritten with them applied, whatever its size (default 0.1: a
+    /// merge-on-read `latest` sink is compacted as its deletes pile up).
+    pub delete_ratio: f64,
 }
 
 impl Default for Options {
@@ -88,6 +92,7 @@ impl Default for Options {
             manifest_threshold: 50,
             deadline: Instant::now() + Duration::from_secs(600),
             sort_memory_bytes: 256 << 20,
+            delete_ratio: 0.1,
         }
     }
 }
@@ -135,6 +140,8 @@ pub struct Report {
     pub bytes_after: u64,
     /// Compaction groups committed.
     pub groups_compacted: usize,
+    /// Position delete files compaction removed (they applied to no live file any more).
+    pub delete_files_removed: usize,
     /// Groups dropped because their files changed meanwhile.
     pub groups_obsolete: usize,
     /// Groups left for the next run (deadline).

@@ -34,6 +34,7 @@ impl Processor {
             .map(|f| LiveFile {
                 file: f.clone(),
                 spec_id: sink.metadata().default_partition_spec_id(),
+                deletes: Vec::new(),
             })
             .collect();
         let (_, batches) = input::read_rows(sink, &live).await?;

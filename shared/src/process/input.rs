@@ -280,3 +280,63 @@ pub(super) async fn scan_rows(
         .collect::<Result<Vec<_>>>()?;
     Ok((batches, cost))
 }
+
+/// The rows of each of `files` as written (their delete files not applied), in file order:
+/// row `r` of a file's batches is its position `r`, what a position delete names. Only the
+/// columns `columns` (by name, of the current schema; None: all), conformed to `schema`.
+/// Files are read several at once, each by a reader of its own (so its rows stay in order).
+pub(super) async fn read_positioned(
+    table: &Table,
+    files: &[LiveFile],
+    columns: Option<&[String]>,
+    schema: &SchemaRef,
+) -> Result<(Vec<Vec<RecordBatch>>, ReadCost)> {
+    use futures::StreamExt;
+    let current = table.metadata().current_schema().clone();
+    let ids: Vec<i32> = match columns {
+        None => current.as_struct().fields().iter().map(|f| f.id).collect(),
+        Some(names) => names
+            .iter()
+            .map(|n| {
+                current.field_by_name(n).map(|f| f.id).ok_or_else(|| {
+                    Error::new(
+                        ErrorKind::Transform,
+                        format!("{} has no column `{n}`", table.identifier()),
+                    )
+                })
+            })
+            .collect::<Result<_>>()?,
+    };
+    let read = |f: &LiveFile| {
+        let bare = LiveFile::new(f.file.clone(), f.spec_id);
+        let tasks = projected_scan_tasks(table, std::slice::from_ref(&bare), &ids);
+        let expect = f.file.record_count();
+        let path = f.file.file_path().to_string();
+        async move {
+            let (batches, cost) = read_tasks(table, tasks).await?;
+            let rows: u64 = batches.iter().map(|b| b.num_rows() as u64).sum();
+            if rows != expect {
+                return Err(Error::new(
+                    ErrorKind::Internal,
+                    format!("{path}: read {rows} rows, its manifest entry says {expect}"),
+                ));
+            }
+            let batches = batches
+                .iter()
+                .map(|b| transform::conform(b, schema))
+                .collect::<Result<Vec<_>>>()?;
+            Ok::<_, Error>((batches, cost))
+        }
+    };
+    let results: Vec<(Vec<RecordBatch>, ReadCost)> = futures::stream::iter(files.iter().map(read))
+        .buffered(super::plan::READ_CONCURRENCY)
+        .try_collect()
+        .await?;
+    let mut cost = ReadCost::default();
+    let mut out = Vec::with_capacity(results.len());
+    for (b, c) in results {
+        cost += c;
+        out.push(b);
+    }
+    Ok((out, cost))
+}

@@ -9,11 +9,14 @@
 //! one batch over the whole source gives ([`Latest::reduce`] is that batch).
 //!
 //! The sink is partitioned by `bucket(N, <first key>)`. A run reduces its delta, and for each
-//! bucket the delta touches reads that bucket's sink files and tombstones only, merges, and
-//! rewrites them (copy-on-write), one bucket at a time: memory holds the delta's winners and one
-//! bucket. Tombstones live in the companion table `<sink>_tombstones` (the delete rows with the
-//! source sequence number of the run that wrote them, [`SEQ`]), bucketed like the sink; readers
-//! of the sink see exactly the live rows.
+//! bucket the delta touches merges on read: it reads the key and order columns of that bucket's
+//! sink files (position deletes applied) and its tombstones of the delta's keys, merges
+//! ([`Latest::merge_bucket`] over the committed rows of the touched keys only, stand-ins from
+//! their key and order values where the order decides: [`Latest::stand_ins`], [`Latest::ties`]),
+//! and writes position deletes for the rows no longer live plus the new rows, one bucket at a
+//! time. Tombstones live in the companion table `<sink>_tombstones` (the delete rows with the
+//! source sequence number of the run that wrote them, [`SEQ`]), bucketed like the sink and merged
+//! the same way; readers of the sink (applying its position deletes) see exactly the live rows.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -182,6 +185,143 @@ impl Latest {
             RowConverter::new(keys).map_err(internal)?,
             RowConverter::new(rank).map_err(internal)?,
         ))
+    }
+
+    /// The columns a merge-on-read run reads of the sink's files: the keys, then the order
+    /// column (unless it is a key), as indices of the output schema.
+    pub(super) fn probe_columns(&self) -> Vec<usize> {
+        let mut cols = self.key_idx.clone();
+        if !cols.contains(&self.order_idx) {
+            cols.push(self.order_idx);
+        }
+        cols
+    }
+
+    /// The output schema's fields [`Latest::probe_columns`].
+    pub(super) fn probe_schema(&self) -> SchemaRef {
+        Arc::new(
+            self.schema
+                .project(&self.probe_columns())
+                .unwrap_or_else(|_| ArrowSchema::empty()),
+        )
+    }
+
+    /// The delta's winners of a bucket by key (row format), for probing the bucket's files.
+    pub(super) fn key_index(&self, delta: &RecordBatch) -> Result<KeyIndex> {
+        let (kc, _) = self.converters()?;
+        let delta = transform::conform(delta, &self.schema)?;
+        let cols: Vec<ArrayRef> = self
+            .key_idx
+            .iter()
+            .map(|&i| delta.column(i).clone())
+            .collect();
+        let rows = kc.convert_columns(&cols).map_err(internal)?;
+        let map = (0..rows.num_rows())
+            .map(|r| (rows.row(r).data().to_vec(), r))
+            .collect();
+        Ok(KeyIndex { conv: kc, map })
+    }
+
+    /// For each row of `batch` (any schema holding the key columns by name, conformed to
+    /// the output's types), the delta row of its key, if the delta has that key.
+    pub(super) fn probe(
+        &self,
+        index: &KeyIndex,
+        batch: &RecordBatch,
+    ) -> Result<Vec<Option<usize>>> {
+        let cols: Vec<ArrayRef> = self
+            .key_idx
+            .iter()
+            .map(|&i| {
+                let name = self.schema.field(i).name();
+                batch.column_by_name(name).cloned().ok_or_else(|| {
+                    Error::new(ErrorKind::Internal, format!("probe: no key `{name}`"))
+                })
+            })
+            .collect::<Result<_>>()?;
+        let rows = index.conv.convert_columns(&cols).map_err(internal)?;
+        Ok((0..rows.num_rows())
+            .map(|r| index.map.get(rows.row(r).data()).copied())
+            .collect())
+    }
+
+    /// Sink rows standing in for committed rows a merge compares with the delta, from their
+    /// key and order values only (`probe`, probe schema): the other columns are those of the
+    /// delta's row of the key (`delta_rows`). Whenever the order values differ, a rank is
+    /// decided by the order column, so the rest of the row never counts; where a committed
+    /// row's order value equals the delta's or a tombstone's of its key ([`Latest::ties`]), the
+    /// caller uses the committed row itself.
+    pub(super) fn stand_ins(
+        &self,
+        delta: &RecordBatch,
+        probe: &RecordBatch,
+        delta_rows: &[usize],
+    ) -> Result<RecordBatch> {
+        let delta = transform::conform(delta, &self.schema)?;
+        let base = take(&delta, delta_rows.iter().map(|&r| r as u32))?;
+        let probe = transform::conform(probe, &self.probe_schema())?;
+        let mut cols = base.columns().to_vec();
+        for (j, &i) in self.probe_columns().iter().enumerate() {
+            cols[i] = probe.column(j).clone();
+        }
+        RecordBatch::try_new(self.schema.clone(), cols).map_err(internal)
+    }
+
+    /// Which committed rows (`probe`, probe schema; `delta_rows` the delta row of each one's
+    /// key) have an order value equal to the delta's of their key or to one of `tombstones`'
+    /// (tombstone schema) of their key: their rank needs the whole row.
+    pub(super) fn ties(
+        &self,
+        delta: &RecordBatch,
+        probe: &RecordBatch,
+        delta_rows: &[usize],
+        tombstones: &[RecordBatch],
+    ) -> Result<Vec<bool>> {
+        let field = self.schema.field(self.order_idx);
+        let conv =
+            RowConverter::new(vec![SortField::new(field.data_type().clone())]).map_err(internal)?;
+        let delta = transform::conform(delta, &self.schema)?;
+        let probe = transform::conform(probe, &self.probe_schema())?;
+        let order_at = self
+            .probe_columns()
+            .iter()
+            .position(|&i| i == self.order_idx)
+            .unwrap_or_default();
+        let mine = conv
+            .convert_columns(&[probe.column(order_at).clone()])
+            .map_err(internal)?;
+        let theirs = conv
+            .convert_columns(&[delta.column(self.order_idx).clone()])
+            .map_err(internal)?;
+        // Tombstones' (key, order) pairs.
+        let (kc, _) = self.converters()?;
+        let mut tomb: std::collections::HashSet<(Vec<u8>, Vec<u8>)> = Default::default();
+        for b in tombstones {
+            let b = transform::conform(b, &self.tombstone_schema())?;
+            let keys: Vec<ArrayRef> = self.key_idx.iter().map(|&i| b.column(i).clone()).collect();
+            let k = kc.convert_columns(&keys).map_err(internal)?;
+            let o = conv
+                .convert_columns(&[b.column(self.order_idx).clone()])
+                .map_err(internal)?;
+            for r in 0..b.num_rows() {
+                tomb.insert((k.row(r).data().to_vec(), o.row(r).data().to_vec()));
+            }
+        }
+        let keys: Vec<ArrayRef> = self
+            .key_idx
+            .iter()
+            .map(|&i| delta.column(i).clone())
+            .collect();
+        let dk = kc.convert_columns(&keys).map_err(internal)?;
+        Ok(delta_rows
+            .iter()
+            .enumerate()
+            .map(|(j, &d)| {
+                mine.row(j) == theirs.row(d)
+                    || (!tomb.is_empty()
+                        && tomb.contains(&(dk.row(d).data().to_vec(), mine.row(j).data().to_vec())))
+            })
+            .collect())
     }
 
     /// The key of every row of the pool, per batch.
@@ -353,9 +493,11 @@ impl Latest {
             .iter()
             .map(|b| self.deletes(b))
             .collect::<Result<_>>()?;
+        // A committed sink row is live by construction (the sink holds no deletes): a probe
+        // row of a merge-on-read run carries the delta's other columns, not its own.
         let is_del = |i: usize| {
             let (b, r) = pool.loc(i);
-            del[b].value(r)
+            !is_sink(i) && del[b].value(r)
         };
         let keys = self.keys(&pool)?;
         let sorted = by_key(&pool, &keys);
@@ -376,6 +518,15 @@ impl Latest {
             .filter(|&i| !is_del(i))
             .collect();
         let sink_changed = live_idx.len() != ns || live_idx.iter().any(|&i| !is_sink(i));
+        let mut kept_sink = vec![false; ns];
+        for &i in live_idx.iter().filter(|&&i| is_sink(i)) {
+            kept_sink[i] = true;
+        }
+        let sink_dropped: Vec<usize> = (0..ns).filter(|&i| !kept_sink[i]).collect();
+        let added_live = pool.take(
+            &self.schema,
+            live_idx.iter().copied().filter(|&i| !is_sink(i)),
+        )?;
         let live = pool.take(&self.schema, live_idx.into_iter())?;
         let new_deletes: HashMap<&[u8], usize> = winners
             .iter()
@@ -452,17 +603,38 @@ impl Latest {
             tombstones_changed |= !same;
         }
         kept.sort_by(|a, b| a.0.cmp(b.0).then(ranks.cmp(a.1, b.1)));
-        let rows = pool.take(&self.schema, kept.iter().map(|&(_, i, _)| i))?;
-        let mut cols = rows.columns().to_vec();
-        cols.push(Arc::new(Int64Array::from_iter_values(
-            kept.iter().map(|&(_, _, s)| s),
-        )) as ArrayRef);
-        let tombstones = RecordBatch::try_new(tomb_schema, cols).map_err(internal)?;
+        let with_seq = |kept: &[(&[u8], usize, i64)]| -> Result<RecordBatch> {
+            let rows = pool.take(&self.schema, kept.iter().map(|&(_, i, _)| i))?;
+            let mut cols = rows.columns().to_vec();
+            cols.push(Arc::new(Int64Array::from_iter_values(
+                kept.iter().map(|&(_, _, s)| s),
+            )) as ArrayRef);
+            RecordBatch::try_new(tomb_schema.clone(), cols).map_err(internal)
+        };
+        // A kept old tombstone keeps its sequence: unchanged. The rest are new.
+        let mut kept_tomb = vec![false; nt];
+        for &(_, i, _) in &kept {
+            if let Some(t) = tomb(i) {
+                kept_tomb[t] = true;
+            }
+        }
+        let tombstones_dropped: Vec<usize> = (0..nt).filter(|&t| !kept_tomb[t]).collect();
+        let new: Vec<(&[u8], usize, i64)> = kept
+            .iter()
+            .copied()
+            .filter(|&(_, i, _)| tomb(i).is_none())
+            .collect();
+        let added_tombstones = with_seq(&new)?;
+        let tombstones = with_seq(&kept)?;
         Ok(Merged {
             live,
             tombstones,
             sink_changed,
             tombstones_changed,
+            sink_dropped,
+            added_live,
+            tombstones_dropped,
+            added_tombstones,
         })
     }
 }
@@ -511,6 +683,13 @@ impl Pool {
         let refs: Vec<&RecordBatch> = self.batches.iter().collect();
         arrow::compute::interleave_record_batch(&refs, &locs).map_err(internal)
     }
+}
+
+/// A bucket's delta winners by key (row format): what a merge-on-read run probes the
+/// bucket's committed rows with.
+pub(super) struct KeyIndex {
+    conv: RowConverter,
+    map: HashMap<Vec<u8>, usize>,
 }
 
 /// Ranks of the rows of a batch whose key has competitors.
@@ -562,6 +741,7 @@ fn contested(groups: &[&[(&[u8], usize)]]) -> Vec<usize> {
 }
 
 /// One merged bucket.
+#[cfg_attr(not(test), allow(dead_code))]
 pub(super) struct Merged {
     /// The bucket's new sink rows (sorted by key).
     pub(super) live: RecordBatch,
@@ -571,6 +751,15 @@ pub(super) struct Merged {
     pub(super) sink_changed: bool,
     /// Whether the tombstones differ from the committed ones.
     pub(super) tombstones_changed: bool,
+    /// The merge as a change (merge-on-read): the sink rows given (by index, in order across
+    /// the sink batches) that are no longer live: each gets a position delete.
+    pub(super) sink_dropped: Vec<usize>,
+    /// The live rows that are not committed sink rows: appended.
+    pub(super) added_live: RecordBatch,
+    /// The tombstones given (by index) that are not kept: each gets a position delete.
+    pub(super) tombstones_dropped: Vec<usize>,
+    /// The kept tombstones that are not committed ones (tombstone schema): appended.
+    pub(super) added_tombstones: RecordBatch,
 }
 
 /// The bucket a sink or tombstone file holds (its partition value); an error for a file not

@@ -76,6 +76,9 @@ pub struct NewFile {
     pub spec_id: i32,
     /// The snapshot that added it.
     pub snapshot_id: i64,
+    /// The position delete files that apply to it (a delta read from the current state: the
+    /// table's live deletes; a new file of an append: none).
+    pub deletes: Vec<iceberg::scan::FileScanTaskDeleteFile>,
 }
 
 /// What a consumer has to process.
@@ -306,6 +309,7 @@ async fn snapshot_files(
                 file: e.data_file().clone(),
                 spec_id: mf.partition_spec_id,
                 snapshot_id: s.snapshot_id(),
+                deletes: Vec::new(),
             };
             match e.status() {
                 ManifestStatus::Added => out.added.push(file()),
@@ -324,17 +328,10 @@ async fn current_state(source: &Table, mut delta: Delta) -> Result<Delta> {
     let Some(current) = md.current_snapshot() else {
         return Ok(delta);
     };
-    if crate::snapshot::has_delete_files(source).await? {
-        return Err(Error::new(
-            ErrorKind::Stale,
-            format!(
-                "{} has delete files (row-level deletes by another engine); floe reads data files \
-                 only and would return deleted rows. Rewrite the table without delete files \
-                 (copy-on-write) before starting a pipeline from its current state",
-                source.identifier()
-            ),
-        ));
-    }
+    // Its position deletes are applied by every read of its files (each file carries the
+    // ones that apply to it); equality deletes are not.
+    crate::snapshot::refuse_equality_deletes(source, "a pipeline starting from its current state")
+        .await?;
     let mut cur = Some(current);
     while let Some(s) = cur {
         if s.summary().operation == Operation::Append {
@@ -350,6 +347,7 @@ async fn current_state(source: &Table, mut delta: Delta) -> Result<Delta> {
             file: f.file,
             spec_id: f.spec_id,
             snapshot_id,
+            deletes: f.deletes,
         })
         .collect();
     // Oldest first (by the sequence number of the commit that added each), as for a delta.

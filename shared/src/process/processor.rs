@@ -88,8 +88,15 @@ pub struct RunReport {
     pub sink_bytes_read: u64,
     /// Bytes of the files written (latest mode: the rewritten buckets and tombstones).
     pub bytes_written: u64,
-    /// Tombstones the rewritten buckets hold (latest mode with `delete_when`).
+    /// Tombstones the run added (latest mode with `delete_when`).
     pub tombstones: u64,
+    /// Sink rows the run deleted by position (latest mode: rows replaced by a newer version,
+    /// or deleted).
+    pub rows_deleted: u64,
+    /// Position delete files the run wrote (latest mode: sink and tombstone table).
+    pub delete_files: usize,
+    /// Of those, the tombstone table's.
+    pub tombstone_delete_files: usize,
     /// The sink snapshot committed (None: nothing new).
     pub sink_snapshot: Option<i64>,
     /// Times the run lost to a concurrent run and re-planned.
@@ -502,12 +509,14 @@ impl Processor {
             .map(|f| LiveFile {
                 file: f.file.clone(),
                 spec_id: f.spec_id,
+                deletes: f.deletes.clone(),
             })
             .collect();
         // The joined tables at their current snapshots, recorded with the output.
         let joined = self.joined(p, true).await?;
         let writer_id = format!("process-{}", uuid::Uuid::now_v7());
         let mut out = Output::new(&pos.sink, &writer_id)?;
+        let mut added_deletes = Vec::new();
         let (added, removed, schema) = match p.mode {
             PipelineMode::Append => {
                 self.append_rows(p, &pos, &files, &joined, &mut out).await?;
@@ -547,11 +556,21 @@ impl Processor {
             }
             PipelineMode::Latest => {
                 let retraction = super::retract::Retraction::of(&delta);
-                match self
-                    .upsert_latest(p, &pos, &files, &retraction, to, &mut report, deadline)
+                match Box::pin(self.upsert_latest(
+                    p,
+                    &pos,
+                    &files,
+                    &retraction,
+                    to,
+                    &mut report,
+                    deadline,
+                ))
                     .await?
                 {
-                    Some(f) => (f.added, f.removed, f.schema),
+                    Some(f) => {
+                        added_deletes = f.added_deletes;
+                        (f.added, f.removed, f.schema)
+                    }
                     None => return Ok(None),
                 }
             }
@@ -561,6 +580,13 @@ impl Processor {
             report.alerts = self.send_alerts(p, alert, &pos.sink, &added).await?;
         }
         let mut change = sink_change(p, &pos, to, &report, added, removed, schema);
+        if !added_deletes.is_empty() {
+            // Merge-on-read: the deletes name rows of the sink as planned; a compaction or
+            // another writer's deletes since make the commit `Stale` (the run re-plans).
+            change.operation = iceberg::spec::Operation::Overwrite;
+            change.added_deletes = added_deletes;
+            change.planned_on = Some(pos.sink.metadata().current_snapshot_id());
+        }
         change.properties.extend(joined.properties());
         self.commit_with_checkpoint(p, &pos, to, change, report, deadline, meter)
             .await
@@ -747,13 +773,13 @@ impl Processor {
         deadline: Instant,
         meter: &Meter,
     ) -> Result<Option<RunReport>> {
-        let added = change.added.clone();
+        let mut added = change.added.clone();
+        added.extend(change.added_deletes.iter().cloned());
         let expected = pos.checkpoint.as_ref().map(|c| c.snapshot_id);
         let source_uuid = pos.source_uuid.clone();
         let sink_ident = pos.sink.identifier().clone();
-        // A latest run rewrote buckets from their data files: delete files another engine
-        // committed meanwhile would be undone (the re-plan refuses them, naming them).
-        let latest = p.mode == PipelineMode::Latest;
+        // A latest run's position deletes are guarded by the change itself
+        // ([`Change::planned_on`]): a compaction or another writer's deletes since → `Stale`.
         let (pipeline, sink) = (p.name.clone(), p.sink.clone());
         let result = self
             .committer
@@ -768,8 +794,6 @@ impl Processor {
                     Plan::Skip(Skipped::Obsolete(format!(
                         "the checkpoint moved from {expected:?} to {now:?}: another run processed this delta"
                     )))
-                } else if latest && summary::counts_deletes(t.metadata()) {
-                    Plan::Skip(Skipped::Obsolete("delete files arrived in the sink meanwhile".into()))
                 } else {
                     Plan::Apply(change.clone())
                 })

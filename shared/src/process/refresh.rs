@@ -1253,6 +1253,7 @@ mod tests {
                 .build()
                 .unwrap(),
             spec_id: 0,
+            deletes: Vec::new(),
         }
     }
 

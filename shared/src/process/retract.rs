@@ -311,9 +311,7 @@ impl Processor {
                 Some(table.clone()),
                 &self.limits(deadline),
                 move |t: &Table| {
-                    Ok(if crate::summary::counts_deletes(t.metadata()) {
-                        Plan::Skip(Skipped::Obsolete("delete files arrived meanwhile".into()))
-                    } else if t.metadata().current_snapshot_id() != base {
+                    Ok(if t.metadata().current_snapshot_id() != base {
                         Plan::Skip(Skipped::Obsolete(
                             "the tombstones changed since the run read them".into(),
                         ))

@@ -1,15 +1,23 @@
-//! A `latest` run's side effects: the delta reduced to its latest version per key, the touched
-//! buckets' sink files and tombstones read and merged one bucket at a time, the new files
-//! written, and the tombstone table committed before the sink (the sink commit carries the
+//! A `latest` run's side effects, merge-on-read: the delta reduced to its latest version per
+//! key; for each touched bucket the key and order columns of its live sink files (their
+//! position deletes applied) and its tombstones of the delta's keys read, merged
+//! ([`merge_bucket_on_read`]), the rows no longer live position-deleted and the new ones
+//! appended; the tombstone table committed before the sink (the sink commit carries the
 //! checkpoint, as in every mode).
 //!
 //! Why two commits stay exactly once: a tombstone is a fact of the source (a delete that is
 //! the latest version of its key among rows the run read), and merging is a maximum, so a
 //! tombstone committed by a run whose sink commit then lost (or never happened) changes
 //! nothing once the sink catches up; it carries the source sequence number of its run, and a
-//! run at an earlier source snapshot ignores it ([`latest::SEQ`]). The tombstone commit
-//! replaces the files it read (the commit refuses if they changed: `Stale`, the run re-plans and
-//! re-reads both tables); the sink commit is the usual checkpoint-guarded overwrite.
+//! run at an earlier source snapshot ignores it ([`latest::SEQ`]). The tombstone commit appends
+//! the new tombstones and position-deletes only tombstones the merge no longer needs (dominated
+//! by a greater one known at or before it, past the horizon, or below a committed sink row), so
+//! it removes no fact a later run could need; a concurrent run's tombstones appended meanwhile
+//! are duplicates the merge deduplicates. Position deletes name rows as the run read them, so
+//! both commits record the snapshot they planned on ([`Change::planned_on`]): if the table moved
+//! since by anything but appends (a compaction rewrote the files, another run or engine wrote
+//! deletes), the commit is `Stale` and the run re-plans and re-reads both tables. The sink
+//! commit is the usual checkpoint-guarded one.
 //!
 //! A delta with source row changes (another writer's `overwrite`/`delete`) also rebuilds the
 //! buckets they affect from the source (`retract.rs`): those buckets leave the merge, their
@@ -22,7 +30,7 @@ use std::time::Instant;
 
 use arrow::array::RecordBatch;
 use arrow_schema::SchemaRef;
-use iceberg::spec::{DataFile, ManifestContentType};
+use iceberg::spec::DataFile;
 use iceberg::table::Table;
 
 use super::latest::{self, Bucket, Latest};
@@ -44,6 +52,8 @@ const REDUCE_EVERY: usize = 8;
 pub(super) struct SinkFiles {
     pub(super) added: Vec<DataFile>,
     pub(super) removed: Vec<String>,
+    /// Position delete files (one per touched bucket with rows no longer live).
+    pub(super) added_deletes: Vec<DataFile>,
     pub(super) schema: Option<iceberg::spec::Schema>,
 }
 
@@ -116,6 +126,7 @@ impl Processor {
         let mut done = SinkFiles {
             added: Vec::new(),
             removed: Vec::new(),
+            added_deletes: Vec::new(),
             schema: None,
         };
         if reduced.is_empty() && rebuilt.is_none() {
@@ -148,49 +159,68 @@ impl Processor {
             None => BTreeMap::new(),
         };
         let writer_id = format!("process-{}", uuid::Uuid::now_v7());
-        let (mut tomb_added, mut tomb_removed, mut tomb_schema) = (Vec::new(), Vec::new(), None);
+        let mut sink_out = Output::new(&pos.sink, &writer_id)?;
+        let mut tomb_out = match &pos.tombstones {
+            Some(t) => Some(Output::new(t, &writer_id)?),
+            None => None,
+        };
+        let mut tomb_deletes: Vec<DataFile> = Vec::new();
         for (bucket, d) in touched {
             let sf = sink_files.remove(&bucket).unwrap_or_default();
             let tf = tomb_files.remove(&bucket).unwrap_or_default();
-            let (_, sink_rows, cost) = input::read_rows_costed(&pos.sink, &sf).await?;
-            report.sink_files_read += cost.files;
-            report.sink_bytes_read += cost.bytes;
-            let tomb_rows = match &pos.tombstones {
-                Some(t) if !tf.is_empty() => {
-                    let (_, rows, cost) = input::read_rows_costed(t, &tf).await?;
-                    report.sink_files_read += cost.files;
-                    report.sink_bytes_read += cost.bytes;
-                    rows
-                }
-                _ => Vec::new(),
-            };
-            // By value: the merge holds the bucket's decoded rows once.
-            let merged = latest.merge_bucket(sink_rows, tomb_rows, &d, seq, horizon)?;
-            drop(d);
-            if merged.sink_changed {
-                let mut out = Output::new(&pos.sink, &writer_id)?;
-                out.write(vec![merged.live]).await?;
-                let (added, schema) = out.close().await?;
-                report.bytes_written += added.iter().map(|f| f.file_size_in_bytes()).sum::<u64>();
-                done.added.extend(added);
-                done.schema = done.schema.or(schema);
-                report.files_replaced += sf.len();
-                report.sink_bytes_replaced +=
-                    sf.iter().map(|f| f.file.file_size_in_bytes()).sum::<u64>();
-                done.removed
-                    .extend(sf.iter().map(|f| f.file.file_path().to_string()));
+            // Boxed: the bucket's reads are deep futures, kept off the run's stack.
+            let change = Box::pin(merge_bucket_on_read(
+                &latest,
+                &pos.sink,
+                pos.tombstones.as_ref(),
+                &sf,
+                &tf,
+                d,
+                seq,
+                horizon,
+                report,
+            ))
+            .await?;
+            if let Some((part, spec, rows)) = change.sink_deletes {
+                report.rows_deleted += rows.len() as u64;
+                let f =
+                    crate::write::write_position_deletes(&pos.sink, part, spec, rows, &writer_id)
+                        .await?;
+                report.bytes_written += f.file_size_in_bytes();
+                report.delete_files += 1;
+                done.added_deletes.push(f);
             }
-            if let (true, Some(t)) = (merged.tombstones_changed, &pos.tombstones) {
-                report.tombstones += merged.tombstones.num_rows() as u64;
-                let mut out = Output::new(t, &writer_id)?;
-                out.write(vec![merged.tombstones]).await?;
-                let (added, schema) = out.close().await?;
-                report.bytes_written += added.iter().map(|f| f.file_size_in_bytes()).sum::<u64>();
-                tomb_added.extend(added);
-                tomb_schema = tomb_schema.or(schema);
-                tomb_removed.extend(tf.iter().map(|f| f.file.file_path().to_string()));
+            if change.added_live.num_rows() > 0 {
+                sink_out.write(vec![change.added_live]).await?;
+            }
+            if let (Some(t), Some((part, spec, rows))) = (&pos.tombstones, change.tomb_deletes) {
+                let f =
+                    crate::write::write_position_deletes(t, part, spec, rows, &writer_id).await?;
+                report.bytes_written += f.file_size_in_bytes();
+                report.delete_files += 1;
+                report.tombstone_delete_files += 1;
+                tomb_deletes.push(f);
+            }
+            if let Some(out) = tomb_out.as_mut() {
+                if change.added_tombstones.num_rows() > 0 {
+                    report.tombstones += change.added_tombstones.num_rows() as u64;
+                    out.write(vec![change.added_tombstones]).await?;
+                }
             }
         }
+        let (added, schema) = sink_out.close().await?;
+        report.bytes_written += added.iter().map(|f| f.file_size_in_bytes()).sum::<u64>();
+        done.added = added;
+        done.schema = schema;
+        let (mut tomb_added, mut tomb_schema) = match tomb_out {
+            Some(out) => out.close().await?,
+            None => (Vec::new(), None),
+        };
+        report.bytes_written += tomb_added
+            .iter()
+            .map(|f| f.file_size_in_bytes())
+            .sum::<u64>();
+        let mut tomb_removed: Vec<String> = Vec::new();
         let mut tombstones_rebuilt = false;
         if let Some(r) = rebuilt {
             let w = Box::pin(self.write_rebuilt(
@@ -214,24 +244,31 @@ impl Processor {
             tomb_schema = tomb_schema.or(w.tomb_schema);
         }
         if let Some(t) = &pos.tombstones {
-            if !(tomb_added.is_empty() && tomb_removed.is_empty()) {
-                let change = tombstone_change(
+            if !(tomb_added.is_empty() && tomb_removed.is_empty() && tomb_deletes.is_empty()) {
+                let mut change = tombstone_change(
                     p,
                     &pos.source_uuid,
                     tomb_added.clone(),
                     tomb_removed,
                     tomb_schema,
                 );
+                if !tomb_deletes.is_empty() {
+                    change.operation = iceberg::spec::Operation::Overwrite;
+                }
+                change.added_deletes = tomb_deletes.clone();
+                change.planned_on = Some(t.metadata().current_snapshot_id());
                 let committed = match tombstones_rebuilt {
                     true => {
                         Box::pin(self.commit_rebuilt_tombstones(p, t, change, seq, deadline))
                             .await?
                     }
-                    false => self.commit_tombstones(p, t, change, true, deadline).await?,
+                    false => self.commit_tombstones(p, t, change, deadline).await?,
                 };
                 if !committed {
                     crate::write::delete_uncommitted(t, &tomb_added).await;
+                    crate::write::delete_uncommitted(t, &tomb_deletes).await;
                     crate::write::delete_uncommitted(&pos.sink, &done.added).await;
+                    crate::write::delete_uncommitted(&pos.sink, &done.added_deletes).await;
                     return Ok(None);
                 }
             }
@@ -239,15 +276,15 @@ impl Processor {
         Ok(Some(done))
     }
 
-    /// Commits the tombstone table's change; false when the files it replaces changed meanwhile
-    /// (another run, a compaction: the run re-plans on the new state) or, for a run
-    /// (`no_deletes`), when delete files arrived meanwhile (the re-plan refuses them).
+    /// Commits the tombstone table's change; false when the rows its delete files name moved
+    /// or were deleted meanwhile (another run, a compaction: `Stale` from
+    /// [`Change::planned_on`], and the run re-plans on the new state), or, for a refresh, when
+    /// the files it replaces changed.
     async fn commit_tombstones(
         &self,
         p: &PipelineConfig,
         table: &Table,
         change: Change,
-        no_deletes: bool,
         deadline: Instant,
     ) -> Result<bool> {
         // A rebuild since `table` was read (retract.rs) may have taken back tombstones this
@@ -260,17 +297,13 @@ impl Processor {
                 Some(table.clone()),
                 &self.limits(deadline),
                 move |t: &Table| {
-                    Ok(
-                        if no_deletes && crate::summary::counts_deletes(t.metadata()) {
-                            Plan::Skip(Skipped::Obsolete("delete files arrived meanwhile".into()))
-                        } else if retract::rebuild_mark(t) != mark {
-                            Plan::Skip(Skipped::Obsolete(
-                                "the tombstones were rebuilt meanwhile".into(),
-                            ))
-                        } else {
-                            Plan::Apply(change.clone())
-                        },
-                    )
+                    Ok(if retract::rebuild_mark(t) != mark {
+                        Plan::Skip(Skipped::Obsolete(
+                            "the tombstones were rebuilt meanwhile".into(),
+                        ))
+                    } else {
+                        Plan::Apply(change.clone())
+                    })
                 },
             )
             .await;
@@ -352,9 +385,7 @@ impl Processor {
         let mut change = tombstone_change(p, source_uuid, added.clone(), removed, schema);
         // Every tombstone is rewritten at `seq`: runs at earlier source snapshots re-plan.
         retract::mark_rebuilt(&mut change, seq);
-        let ok = self
-            .commit_tombstones(p, table, change, false, deadline)
-            .await?;
+        let ok = self.commit_tombstones(p, table, change, deadline).await?;
         if !ok {
             crate::write::delete_uncommitted(table, &added).await;
         }
@@ -405,48 +436,20 @@ fn tombstone_change(
     }
 }
 
-/// `Stale` when `table` (the sink or the tombstone table) has live delete files: row-level
-/// deletes another engine wrote in merge-on-read mode. A run rewrites whole buckets from their
-/// data files, so it would undo them (as compaction would, which skips such tables).
+/// `Stale` when `table` (the sink or the tombstone table) has live equality delete files
+/// (another engine's row-level deletes by value): a run finds a key's committed row by position
+/// and cannot tell whether such a delete applies to it. Position deletes (floe's own, or another
+/// engine's) are applied as every read applies them.
 async fn refuse_delete_files(p: &PipelineConfig, table: &Table) -> Result<()> {
-    let mut paths = Vec::new();
-    for mf in crate::snapshot::current_manifests(table).await? {
-        if mf.content != ManifestContentType::Deletes
-            || !(mf.has_added_files() || mf.has_existing_files())
-        {
-            continue;
-        }
-        let m = mf
-            .load_manifest(table.file_io())
-            .await
-            .map_err(|e| Error::iceberg("reading a delete manifest", e))?;
-        paths.extend(
-            m.entries()
-                .iter()
-                .filter(|e| e.is_alive())
-                .map(|e| e.data_file().file_path().to_string()),
-        );
-    }
-    if paths.is_empty() {
-        return Ok(());
-    }
-    let n = paths.len();
-    paths.truncate(3);
-    Err(Error::new(
-        ErrorKind::Stale,
-        format!(
-            "pipeline `{}`: `{}` has {n} delete file(s) (row-level deletes by another engine: {}); \
-             a latest run rewrites whole buckets from their data files and would undo them, so \
-             nothing was processed. `floe process refresh --pipeline {}` rebuilds the sink and its \
-             tombstones from the source (their delete files go with the files they apply to; a \
-             row deleted only in the sink comes back: delete it in the source, or match it with \
-             `delete_when`)",
-            p.name,
-            table.identifier(),
-            paths.join(", "),
-            p.name
+    crate::snapshot::refuse_equality_deletes(
+        table,
+        &format!(
+            "pipeline `{}` (`floe process refresh --pipeline {}` rebuilds the sink and its \
+             tombstones from the source, without them)",
+            p.name, p.name
         ),
-    ))
+    )
+    .await
 }
 
 /// For a sink without a checkpoint on the source: `Stale` when the tombstone table holds
@@ -494,4 +497,200 @@ async fn by_bucket(table: &Table) -> Result<BTreeMap<Bucket, Vec<LiveFile>>> {
         out.entry(b).or_default().push(f);
     }
     Ok(out)
+}
+
+/// What merging one bucket on read changes: the sink rows no longer live (their positions) and
+/// the new live rows; the tombstones no longer kept and the new ones.
+struct BucketChange {
+    /// (partition, spec id, (data file, position)) of the sink rows to delete.
+    sink_deletes: Option<(iceberg::spec::Struct, i32, Vec<(String, i64)>)>,
+    added_live: RecordBatch,
+    tomb_deletes: Option<(iceberg::spec::Struct, i32, Vec<(String, i64)>)>,
+    added_tombstones: RecordBatch,
+}
+
+/// Committed rows of one bucket whose key the delta has, and where each is.
+struct Probed {
+    /// The rows (in `schema`).
+    rows: RecordBatch,
+    /// (index in the bucket's files, position) of each row.
+    at: Vec<(usize, i64)>,
+    /// The delta row of each one's key.
+    delta_rows: Vec<usize>,
+}
+
+/// Reads `columns` (None: all) of `files` with their positions, drops the rows their position
+/// deletes delete, and keeps those whose key the delta (`index`) has.
+async fn probe_files(
+    latest: &Latest,
+    index: &latest::KeyIndex,
+    table: &Table,
+    files: &[LiveFile],
+    columns: Option<&[String]>,
+    schema: &SchemaRef,
+    report: &mut RunReport,
+) -> Result<Probed> {
+    let mut rows = Vec::new();
+    let (mut at, mut delta_rows) = (Vec::new(), Vec::new());
+    if files.is_empty() {
+        return Ok(Probed {
+            rows: RecordBatch::new_empty(schema.clone()),
+            at,
+            delta_rows,
+        });
+    }
+    let deletes: Vec<_> = files
+        .iter()
+        .flat_map(|f| f.deletes.iter().cloned())
+        .collect();
+    let deleted = crate::write::read_position_deletes(table, &deletes).await?;
+    report.sink_files_read += deletes.len();
+    report.sink_bytes_read += deletes.iter().map(|d| d.file_size_in_bytes).sum::<u64>();
+    let (per_file, cost) = input::read_positioned(table, files, columns, schema).await?;
+    report.sink_files_read += cost.files;
+    report.sink_bytes_read += cost.bytes;
+    for (fi, batches) in per_file.into_iter().enumerate() {
+        let gone = deleted.get(files[fi].file.file_path());
+        let mut base = 0i64;
+        for b in batches {
+            let hits = latest.probe(index, &b)?;
+            let mut take = Vec::new();
+            for (r, hit) in hits.into_iter().enumerate() {
+                let pos = base + r as i64;
+                if let Some(d) = hit {
+                    if gone.is_none_or(|g| !g.contains(&pos)) {
+                        take.push(r as u32);
+                        at.push((fi, pos));
+                        delta_rows.push(d);
+                    }
+                }
+            }
+            base += b.num_rows() as i64;
+            if !take.is_empty() {
+                let idx = arrow::array::UInt32Array::from(take);
+                rows.push(
+                    arrow::compute::take_record_batch(&b, &idx)
+                        .map_err(|e| Error::new(ErrorKind::Internal, format!("probe: {e}")))?,
+                );
+            }
+        }
+    }
+    let rows = arrow::compute::concat_batches(schema, &rows)
+        .map_err(|e| Error::new(ErrorKind::Internal, format!("probe: {e}")))?;
+    Ok(Probed {
+        rows,
+        at,
+        delta_rows,
+    })
+}
+
+/// Merges one bucket on read (merge-on-read): the delta's winners `d` of the bucket against
+/// the bucket's committed rows of the same keys only. Of the sink's files it reads the key and
+/// order columns (and the whole row only of a committed row whose order value ties with the
+/// delta's or a tombstone's of its key, for the whole-row tie-break); of the tombstone table's,
+/// the tombstones of the delta's keys. The rows the merge ([`Latest::merge_bucket`]) no longer
+/// keeps get position deletes, the new ones are appended: a run's work is bounded by the keys
+/// it touches (and the key columns of their buckets), not by the sink's size.
+#[allow(clippy::too_many_arguments)]
+async fn merge_bucket_on_read(
+    latest: &Latest,
+    sink: &Table,
+    tombstones: Option<&Table>,
+    sink_files: &[LiveFile],
+    tomb_files: &[LiveFile],
+    d: RecordBatch,
+    seq: i64,
+    horizon: Option<i64>,
+    report: &mut RunReport,
+) -> Result<BucketChange> {
+    let index = latest.key_index(&d)?;
+    let probe_schema = latest.probe_schema();
+    let names: Vec<String> = probe_schema
+        .fields()
+        .iter()
+        .map(|f| f.name().clone())
+        .collect();
+    let probed = probe_files(
+        latest,
+        &index,
+        sink,
+        sink_files,
+        Some(&names),
+        &probe_schema,
+        report,
+    )
+    .await?;
+    let tomb = match tombstones {
+        Some(t) if !tomb_files.is_empty() => Some(
+            probe_files(
+                latest,
+                &index,
+                t,
+                tomb_files,
+                None,
+                &latest.tombstone_schema(),
+                report,
+            )
+            .await?,
+        ),
+        _ => None,
+    };
+    let tomb_rows: Vec<RecordBatch> = tomb.iter().map(|t| t.rows.clone()).collect();
+    let ties = latest.ties(&d, &probed.rows, &probed.delta_rows, &tomb_rows)?;
+    let stand_ins = latest.stand_ins(&d, &probed.rows, &probed.delta_rows)?;
+    // The sink pool: stand-ins of untied rows, then the tied rows read whole.
+    let untied: Vec<u32> = (0..ties.len())
+        .filter(|&i| !ties[i])
+        .map(|i| i as u32)
+        .collect();
+    let mut at: Vec<(usize, i64)> = untied.iter().map(|&i| probed.at[i as usize]).collect();
+    let mut pool = vec![arrow::compute::take_record_batch(
+        &stand_ins,
+        &arrow::array::UInt32Array::from(untied),
+    )
+    .map_err(|e| Error::new(ErrorKind::Internal, format!("stand-ins: {e}")))?];
+    let tied: Vec<usize> = (0..ties.len()).filter(|&i| ties[i]).collect();
+    if !tied.is_empty() {
+        let mut by_file: BTreeMap<usize, Vec<i64>> = BTreeMap::new();
+        for &i in &tied {
+            let (fi, pos) = probed.at[i];
+            by_file.entry(fi).or_default().push(pos);
+        }
+        let files: Vec<LiveFile> = by_file.keys().map(|&fi| sink_files[fi].clone()).collect();
+        let schema = transform::table_schema(sink)?;
+        let (per_file, cost) = input::read_positioned(sink, &files, None, &schema).await?;
+        report.sink_files_read += cost.files;
+        report.sink_bytes_read += cost.bytes;
+        for ((fi, positions), batches) in by_file.into_iter().zip(per_file) {
+            let whole = arrow::compute::concat_batches(&schema, &batches)
+                .map_err(|e| Error::new(ErrorKind::Internal, format!("tied rows: {e}")))?;
+            let idx =
+                arrow::array::UInt32Array::from_iter_values(positions.iter().map(|&p| p as u32));
+            pool.push(
+                arrow::compute::take_record_batch(&whole, &idx)
+                    .map_err(|e| Error::new(ErrorKind::Internal, format!("tied rows: {e}")))?,
+            );
+            at.extend(positions.into_iter().map(|p| (fi, p)));
+        }
+    }
+    let merged = latest.merge_bucket(pool, tomb_rows, &d, seq, horizon)?;
+    let deletes_of = |files: &[LiveFile], at: &[(usize, i64)], dropped: &[usize]| {
+        let first = dropped.first()?;
+        let f = &files[at[*first].0];
+        let rows = dropped
+            .iter()
+            .map(|&i| (files[at[i].0].file.file_path().to_string(), at[i].1))
+            .collect();
+        Some((f.file.partition().clone(), f.spec_id, rows))
+    };
+    let sink_deletes = deletes_of(sink_files, &at, &merged.sink_dropped);
+    let tomb_deletes = tomb
+        .as_ref()
+        .and_then(|t| deletes_of(tomb_files, &t.at, &merged.tombstones_dropped));
+    Ok(BucketChange {
+        sink_deletes,
+        added_live: merged.added_live,
+        tomb_deletes,
+        added_tombstones: merged.added_tombstones,
+    })
 }
