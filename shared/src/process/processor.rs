@@ -565,7 +565,7 @@ impl Processor {
                     &mut report,
                     deadline,
                 ))
-                    .await?
+                .await?
                 {
                     Some(f) => {
                         added_deletes = f.added_deletes;

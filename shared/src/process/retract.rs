@@ -66,6 +66,8 @@ impl Retraction {
                 .map(|f| LiveFile {
                     file: f.file.clone(),
                     spec_id: f.spec_id,
+                    // Read whole: every key they held may have changed.
+                    deletes: Vec::new(),
                 })
                 .collect(),
             unknown: delta.removed_unknown,
@@ -162,21 +164,12 @@ impl Processor {
         if r.snapshots == 0 {
             return Ok(None);
         }
-        if crate::snapshot::has_delete_files(&pos.source).await? {
-            return Err(Error::new(
-                ErrorKind::Stale,
-                format!(
-                    "pipeline `{}`: `{}` has delete files (row-level deletes by another engine, \
-                     merge-on-read), which floe does not read yet; retracting its row changes \
-                     would read deleted rows, so nothing was processed. Have the writer use \
-                     copy-on-write, rewrite the table's data files with the deletes applied, then \
-                     `floe process refresh --pipeline {}`",
-                    p.name,
-                    pos.source.identifier(),
-                    p.name
-                ),
-            ));
-        }
+        // Position deletes are applied by every floe read; equality deletes are not read.
+        crate::snapshot::refuse_equality_deletes(
+            &pos.source,
+            &format!("pipeline `{}`'s retraction", p.name),
+        )
+        .await?;
         let context = format!("pipeline `{}` over `{}` (retraction)", p.name, p.source);
         let affected = affected(p, pos, latest, r, &context, report).await?;
         if matches!(&affected, Affected::Some(s) if s.is_empty()) {

@@ -499,13 +499,16 @@ async fn by_bucket(table: &Table) -> Result<BTreeMap<Bucket, Vec<LiveFile>>> {
     Ok(out)
 }
 
+/// The rows of one partition to delete by position: (partition, spec id, (data file, position)).
+type PartitionDeletes = (iceberg::spec::Struct, i32, Vec<(String, i64)>);
+
 /// What merging one bucket on read changes: the sink rows no longer live (their positions) and
 /// the new live rows; the tombstones no longer kept and the new ones.
 struct BucketChange {
-    /// (partition, spec id, (data file, position)) of the sink rows to delete.
-    sink_deletes: Option<(iceberg::spec::Struct, i32, Vec<(String, i64)>)>,
+    /// The sink rows to delete.
+    sink_deletes: Option<PartitionDeletes>,
     added_live: RecordBatch,
-    tomb_deletes: Option<(iceberg::spec::Struct, i32, Vec<(String, i64)>)>,
+    tomb_deletes: Option<PartitionDeletes>,
     added_tombstones: RecordBatch,
 }
 
