@@ -107,13 +107,6 @@ pub(super) struct Replaced {
     pub(super) tomb_schema: Option<iceberg::spec::Schema>,
 }
 
-impl Replaced {
-    /// Whether the tombstone commit rebuilds (rather than merges into) tombstones.
-    pub(super) fn tombstones_rebuilt(&self) -> bool {
-        !(self.tomb_added.is_empty() && self.tomb_removed.is_empty())
-    }
-}
-
 /// Whether the tombstone table `t` was rebuilt from this source at a later source sequence
 /// than `seq` (the run's): its tombstones are not facts of the run's source snapshot, which
 /// must re-plan.
@@ -291,15 +284,17 @@ impl Processor {
         Ok(done)
     }
 
-    /// Commits a tombstone change that rebuilt buckets, marked with its source sequence `seq`,
-    /// on the tombstone table version `table` only (false: it changed meanwhile, or delete
-    /// files arrived; the run re-plans).
+    /// Commits a tombstone change that rebuilt buckets (a run's, or a refresh's of all of them),
+    /// marked with its source sequence `seq`, on the tombstone table version `table` only
+    /// (false: it changed meanwhile, or, for a run (`no_deletes`), delete files arrived; the run
+    /// re-plans). `change` may add and remove nothing: the commit still fences (upsert.rs).
     pub(super) async fn commit_rebuilt_tombstones(
         &self,
         p: &PipelineConfig,
         table: &Table,
         mut change: Change,
         seq: i64,
+        no_deletes: bool,
         deadline: Instant,
     ) -> Result<bool> {
         mark_rebuilt(&mut change, seq);
@@ -311,15 +306,17 @@ impl Processor {
                 Some(table.clone()),
                 &self.limits(deadline),
                 move |t: &Table| {
-                    Ok(if crate::summary::counts_deletes(t.metadata()) {
-                        Plan::Skip(Skipped::Obsolete("delete files arrived meanwhile".into()))
-                    } else if t.metadata().current_snapshot_id() != base {
-                        Plan::Skip(Skipped::Obsolete(
-                            "the tombstones changed since the run read them".into(),
-                        ))
-                    } else {
-                        Plan::Apply(change.clone())
-                    })
+                    Ok(
+                        if no_deletes && crate::summary::counts_deletes(t.metadata()) {
+                            Plan::Skip(Skipped::Obsolete("delete files arrived meanwhile".into()))
+                        } else if t.metadata().current_snapshot_id() != base {
+                            Plan::Skip(Skipped::Obsolete(
+                                "the tombstones changed since the run read them".into(),
+                            ))
+                        } else {
+                            Plan::Apply(change.clone())
+                        },
+                    )
                 },
             )
             .await;
