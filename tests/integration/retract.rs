@@ -488,3 +488,101 @@ async fn a_rebuild_without_tombstone_changes_still_fences_an_older_runs_tombston
     assert_eq!(sink_rows(&env), m.live(), "k still live");
     assert_reconciled(&p, "after B's tombstone").await;
 }
+
+/// Another writer's `delete` of one of the source's live files (a row change every later run
+/// of the latest pipeline retracts).
+async fn delete_a_source_file(env: &TestEnv, p: &Processor) {
+    let t = p.committer().load(&env.ident()).await.unwrap();
+    let victim = floe::scan::live_files(&t).await.unwrap().remove(0);
+    let mut change = floe::snapshot::Change::append(Vec::new(), Default::default());
+    change.operation = iceberg::spec::Operation::Delete;
+    change.removed = vec![victim.file.file_path().to_string()];
+    p.committer()
+        .commit(&env.ident(), &limits(), move |_| {
+            Ok(floe::commit::Plan::Apply(change.clone()))
+        })
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_rebuild_past_the_deadline_stops_with_a_retryable_error_naming_the_refresh() {
+    let env = TestEnv::with_pipelines("sqlite", &pipeline()).await;
+    let ingestor = env.ingestor().await;
+    let p = env.processor().await;
+    let base = Utc::now() - chrono::Duration::hours(2);
+    let mut m = Model::default();
+    for i in 0..4 {
+        let v = random_versions(40, 20, 700 + i);
+        let key = format!("orders/d{i}.jsonl");
+        ingest_random(&env, &ingestor, &key, base, &mut m, &v).await;
+    }
+    p.run(LATEST, soon()).await.unwrap();
+    delete_a_source_file(&env, &p).await;
+    let tt = floe::catalog::table_ident(&env.config, TOMBSTONES).unwrap();
+    let before = p.committer().load(&tt).await.unwrap();
+    let e = p
+        .run(
+            LATEST,
+            std::time::Instant::now() + std::time::Duration::from_millis(1),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), floe::ErrorKind::DeadlineExceeded, "{e}");
+    assert!(e.is_retryable(), "{e}");
+    assert!(
+        e.to_string()
+            .contains("floe process refresh --pipeline customer_latest_order"),
+        "{e}"
+    );
+    let after = p.committer().load(&tt).await.unwrap();
+    assert_eq!(
+        after.metadata().current_snapshot_id(),
+        before.metadata().current_snapshot_id(),
+        "nothing committed"
+    );
+    // With time, the run rebuilds.
+    let r = p.run(LATEST, soon()).await.unwrap();
+    assert!(r.buckets_rebuilt >= 1, "{r:?}");
+    assert_reconciled(&p, "after the rebuild").await;
+}
+
+#[tokio::test]
+async fn a_failing_latest_pipeline_does_not_stop_the_other_pipelines_of_a_batch() {
+    let append = r#"
+[[pipelines]]
+name = "order_ids"
+source = "orders"
+sink = "order_ids"
+mode = "append"
+keys = ["order_id"]
+sql = "SELECT order_id, customer_id FROM source"
+"#;
+    let env = TestEnv::with_pipelines("sqlite", &format!("{}{append}", pipeline())).await;
+    let ingestor = env.ingestor().await;
+    let p = env.processor().await;
+    let base = Utc::now() - chrono::Duration::hours(2);
+    let mut m = Model::default();
+    let a: [Version; 2] = [(1, "o1", "placed", 10), (2, "o2", "placed", 10)];
+    ingest(&env, &ingestor, "orders/a.jsonl", base, &mut m, &a).await;
+    let batch = serde_json::json!({"detail-type": "Scheduled Event"});
+    let names = p.pipelines_for(&batch);
+    assert_eq!(names[names.len() - 2..], [LATEST, "order_ids"], "{names:?}");
+    let (reports, errors) = p.handle_payload(&batch, soon()).await;
+    assert!(
+        errors.is_empty() && reports.len() == names.len(),
+        "{errors:?}"
+    );
+    // The latest pipeline fails (another engine's merge-on-read delete in its sink); the
+    // append pipeline after it in the batch still commits the new rows.
+    crate::latest::delete_first_row(&env, &p, LATEST).await;
+    let b: [Version; 1] = [(3, "o3", "placed", 20)];
+    ingest(&env, &ingestor, "orders/b.jsonl", base, &mut m, &b).await;
+    let (reports, errors) = p.handle_payload(&batch, soon()).await;
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(errors[0].to_string().contains(LATEST), "{}", errors[0]);
+    assert_eq!(reports.len(), names.len() - 1, "{reports:?}");
+    let after = reports.iter().find(|r| r.pipeline == "order_ids").unwrap();
+    assert!(after.sink_snapshot.is_some(), "{after:?}");
+    assert!(floe::lambda::process_response(&reports, &errors).is_err());
+}

@@ -254,8 +254,10 @@ impl Processor {
     ) -> (Vec<RunReport>, Vec<Error>) {
         let mut reports = Vec::new();
         let mut errors = Vec::new();
-        for name in self.pipelines_for(payload) {
-            match self.source_exists(&name).await {
+        let names = self.pipelines_for(payload);
+        for (i, name) in names.iter().enumerate() {
+            let name = name.as_str();
+            match self.source_exists(name).await {
                 Ok(true) => {}
                 Ok(false) => {
                     tracing::info!(pipeline = %name, "source table not created yet: nothing to process");
@@ -266,7 +268,9 @@ impl Processor {
                     continue;
                 }
             }
-            match self.run(&name, deadline).await {
+            // A latest rebuild stops in time for the pipelines after it (retract.rs).
+            let rebuild_by = rebuild_by(Instant::now(), deadline, names.len() - i - 1);
+            match self.run_within(name, deadline, rebuild_by).await {
                 Ok(r) => {
                     r.emit();
                     reports.push(r)
@@ -304,13 +308,23 @@ impl Processor {
     /// Processes everything the pipeline has not seen yet, committing output and checkpoint in
     /// one sink snapshot. Safe to call concurrently and repeatedly.
     pub async fn run(&self, name: &str, deadline: Instant) -> Result<RunReport> {
+        self.run_within(name, deadline, deadline).await
+    }
+
+    /// [`Self::run`], a latest run's rebuild (retract.rs) stopping at `rebuild_by`.
+    async fn run_within(
+        &self,
+        name: &str,
+        deadline: Instant,
+        rebuild_by: Instant,
+    ) -> Result<RunReport> {
         let p = self.pipeline(name)?;
         let started = Instant::now();
         // The whole run, re-plans included: what its sink commit records.
         let meter = self.meter();
         let mut replans = 0;
         loop {
-            match self.run_once(p, deadline, &meter).await? {
+            match self.run_once(p, deadline, rebuild_by, &meter).await? {
                 Some(mut report) => {
                     report.replans = replans;
                     report.seconds = started.elapsed().as_secs_f64();
@@ -392,6 +406,7 @@ impl Processor {
         &self,
         p: &PipelineConfig,
         deadline: Instant,
+        rebuild_by: Instant,
         meter: &Meter,
     ) -> Result<Option<RunReport>> {
         let pos = self.position(p).await?;
@@ -450,7 +465,7 @@ impl Processor {
                 (added, removed, schema)
             }
             PipelineMode::Latest => {
-                let retraction = super::retract::Retraction::of(&delta);
+                let retraction = super::retract::Retraction::of(&delta, rebuild_by);
                 match self
                     .upsert_latest(p, &pos, &files, &retraction, to, &mut report, deadline)
                     .await?
@@ -807,4 +822,40 @@ async fn commit_latency(
     let t = committer.load(sink).await.ok()?;
     let s = t.metadata().snapshot_by_id(snapshot?)?.timestamp_ms();
     Some(s - src)
+}
+
+/// The time a batch keeps for each pipeline after the running one.
+const RESERVE_PER_PIPELINE: Duration = Duration::from_secs(20);
+
+/// When a run's rebuild must stop (`deadline` being the batch's) so that the `later` pipelines
+/// of its batch still run: [`RESERVE_PER_PIPELINE`] each, at most half of the time left.
+fn rebuild_by(now: Instant, deadline: Instant, later: usize) -> Instant {
+    let left = deadline.saturating_duration_since(now);
+    let reserve = RESERVE_PER_PIPELINE
+        .saturating_mul(u32::try_from(later).unwrap_or(u32::MAX))
+        .min(left / 2);
+    now + (left - reserve)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rebuild_leaves_time_for_the_pipelines_after_it() {
+        let now = Instant::now();
+        let at = |secs| now + Duration::from_secs(secs);
+        assert_eq!(
+            rebuild_by(now, at(300), 0),
+            at(300),
+            "the last one: all of it"
+        );
+        assert_eq!(
+            rebuild_by(now, at(300), 2),
+            at(260),
+            "20 s for each later one"
+        );
+        assert_eq!(rebuild_by(now, at(300), 40), at(150), "at most half");
+        assert_eq!(rebuild_by(now, now, 3), now, "past: none");
+    }
 }

@@ -54,11 +54,15 @@ pub(super) struct Retraction {
     snapshots: usize,
     removed: Vec<LiveFile>,
     unknown: bool,
+    /// When the rebuild must have read the source (checked between chunks).
+    by: Instant,
 }
 
 impl Retraction {
-    pub(super) fn of(delta: &Delta) -> Self {
+    /// The row changes of `delta`, whose rebuild must be read by `by`.
+    pub(super) fn of(delta: &Delta, by: Instant) -> Self {
         Self {
+            by,
             snapshots: delta.row_changes.len(),
             removed: delta
                 .removed
@@ -171,6 +175,7 @@ impl Processor {
             ));
         }
         let context = format!("pipeline `{}` over `{}` (retraction)", p.name, p.source);
+        in_time(p, r.by)?;
         let affected = affected(p, pos, latest, r, &context, report).await?;
         if matches!(&affected, Affected::Some(s) if s.is_empty()) {
             return Ok(None);
@@ -182,6 +187,7 @@ impl Processor {
         let files = crate::scan::live_files(&pos.source).await?;
         let mut reduced: Vec<RecordBatch> = Vec::new();
         for chunk in input::chunks(&files) {
+            in_time(p, r.by)?;
             let (schema, rows, cost) = input::read_rows_costed(&pos.source, chunk).await?;
             report.recompute_files_read += cost.files;
             report.recompute_bytes_read += cost.bytes;
@@ -333,6 +339,26 @@ impl Processor {
             Err(e) => Err(e),
         }
     }
+}
+
+/// A retryable `DeadlineExceeded` once `by` has passed: a rebuild reads the whole source, which
+/// may not fit in a run (the function's time limit); it stops before committing anything, so
+/// the pipelines after it in a batch still run, and names the way out.
+fn in_time(p: &PipelineConfig, by: Instant) -> Result<()> {
+    if Instant::now() < by {
+        return Ok(());
+    }
+    Err(Error::new(
+        ErrorKind::DeadlineExceeded,
+        format!(
+            "pipeline `{}`: rebuilding the key buckets another writer's row change affects reads \
+             the whole source and did not finish in the time the run had; nothing was committed \
+             and the next run starts it over. If it keeps running out of time, rebuild the sink \
+             from the CLI (no function time limit): `floe process refresh --pipeline {}`",
+            p.name, p.name
+        ),
+    )
+    .with_retryable(true))
 }
 
 /// The buckets of the SQL's output over the removed files (all: one cannot be read).
