@@ -15,6 +15,19 @@ Freshness (with the deploy config):
     the table's freshness_objective_seconds (its own, else [defaults], else floe's 120 s);
   * the ingest function's SQS batching window (MaximumBatchingWindowInSeconds) is below the
     smallest objective: waiting for a batch must not use up the objective by itself.
+Queues (every SQS queue feeding a function through an SQS event):
+  * MessageRetentionPeriod is SQS's maximum, 14 days (1209600): an outage must not drop
+    notifications;
+  * the event source reports partial batch failures (FunctionResponseTypes
+    [ReportBatchItemFailures]): one failed message must not send its whole batch back;
+  * an AWS/SQS ApproximateAgeOfOldestMessage alarm on the queue; with the deploy config its
+    threshold is the tightest freshness objective for the queue of floe-ingest and the tightest
+    pipeline lag objective for the queue of floe-process;
+  * the ingest function's ScalingConfig.MaximumConcurrency is a template parameter (it caps
+    every table's ingest together), not a literal.
+Process triggers: floe-process has no EventBridgeRule event (direct invocations race each other
+  from one checkpoint): floe.commit and Glue table-change events reach it through its queue, so
+  an AWS::Events::Rule matching aws.glue must target that queue.
 Backfill (every AWS::Serverless::StateMachine):
   * a Distributed Map whose ItemReader lists S3 (s3:listObjectsV2) or reads a manifest, with an
     ItemBatcher passing the bucket in BatchInput, MaxConcurrency and ToleratedFailurePercentage
@@ -99,6 +112,97 @@ def freshness_errors(resources, functions, objectives):
                 if isinstance(window, (int, float)) and window >= tightest:
                     errors.append(f"{name}: event {ev_name} waits up to {window} s for a batch, not below "
                                   f"the tightest freshness objective ({tightest} s)")
+    return errors
+
+
+# SQS's longest retention (14 days).
+MAX_RETENTION = 1209600
+# floe's default pipeline lag objective (LAG_OBJECTIVE_SECONDS in shared/src/config/defaults.rs).
+DEFAULT_LAG_OBJECTIVE = 600
+
+
+def lag_objectives(config_path):
+    """{pipeline: lag objective in seconds} of the deploy config."""
+    with open(config_path, "rb") as f:
+        cfg = tomllib.load(f)
+    default = (cfg.get("defaults") or {}).get("lag_objective_seconds", DEFAULT_LAG_OBJECTIVE)
+    return {p["name"]: p.get("lag_objective_seconds", default) for p in cfg.get("pipelines", [])}
+
+
+def ref_name(v, attr):
+    """The logical id of `!GetAtt X.<attr>` (either decoded form), else None."""
+    if not isinstance(v, dict) or "Fn::GetAtt" not in v:
+        return None
+    g = v["Fn::GetAtt"]
+    parts = g.split(".", 1) if isinstance(g, str) else list(g)
+    return parts[0] if len(parts) == 2 and parts[1] == attr else None
+
+
+def binary_of(fn):
+    return (fn.get("Metadata", {}).get("BuildProperties") or {}).get("Binary")
+
+
+def queue_errors(template, resources, functions, objectives, lags):
+    """The queue rules of the module docstring; objectives/lags are None without a deploy config."""
+    errors = []
+    params = template.get("Parameters", {})
+    alarms = [r.get("Properties", {}) for r in resources.values() if r.get("Type") == "AWS::CloudWatch::Alarm"]
+    fed = {}  # queue logical id -> binaries it feeds
+    for name, fn in functions.items():
+        binary = binary_of(fn)
+        events = (fn.get("Properties") or {}).get("Events") or {}
+        for ev_name, ev in events.items():
+            props = ev.get("Properties") or {}
+            if binary == "floe-process" and ev.get("Type") == "EventBridgeRule":
+                errors.append(f"{name}: event {ev_name} invokes floe-process directly from EventBridge; "
+                              "route it into the process queue (an AWS::Events::Rule targeting it)")
+            if ev.get("Type") != "SQS":
+                continue
+            queue = ref_name(props.get("Queue"), "Arn")
+            if queue is None:
+                errors.append(f"{name}: event {ev_name} names its queue other than !GetAtt <queue>.Arn")
+                continue
+            fed.setdefault(queue, set()).add(binary)
+            if "ReportBatchItemFailures" not in as_list(props.get("FunctionResponseTypes") or []):
+                errors.append(f"{name}: event {ev_name} needs FunctionResponseTypes [ReportBatchItemFailures] "
+                              "(one failed message must not send its whole batch back)")
+            if binary == "floe-ingest":
+                cap = (props.get("ScalingConfig") or {}).get("MaximumConcurrency")
+                ref = cap.get("Ref") if isinstance(cap, dict) else None
+                if ref is None or ref not in params:
+                    errors.append(f"{name}: event {ev_name} ScalingConfig.MaximumConcurrency must be a template "
+                                  f"parameter (!Ref), not {cap!r}: it caps every table's ingest together")
+    for queue, binaries in sorted(fed.items()):
+        q = resources.get(queue) or {}
+        if q.get("Type") != "AWS::SQS::Queue":
+            errors.append(f"queue {queue} fed to {sorted(binaries)} is not an AWS::SQS::Queue of the template")
+            continue
+        retention = (q.get("Properties") or {}).get("MessageRetentionPeriod")
+        if retention != MAX_RETENTION:
+            errors.append(f"{queue}: MessageRetentionPeriod {retention} is not {MAX_RETENTION} (14 days; "
+                          "the default, 4 days, drops messages over a long outage)")
+        mine = [a for a in alarms if a.get("Namespace") == "AWS/SQS"
+                and a.get("MetricName") == "ApproximateAgeOfOldestMessage"
+                and any(d.get("Name") == "QueueName" and ref_name(d.get("Value"), "QueueName") == queue
+                        for d in as_list(a.get("Dimensions") or []) if isinstance(d, dict))]
+        if not mine:
+            errors.append(f"{queue}: no ApproximateAgeOfOldestMessage alarm (run `floe template`)")
+        want = []
+        if "floe-ingest" in binaries and objectives:
+            want.append(("freshness", min(objectives.values())))
+        if "floe-process" in binaries and lags:
+            want.append(("pipeline lag", min(lags.values())))
+        for a in mine:
+            for what, objective in want:
+                if float(a.get("Threshold", -1)) != float(objective):
+                    errors.append(f"{queue}: queue-age alarm threshold {a.get('Threshold')} is not the tightest "
+                                  f"{what} objective ({objective} s; run `floe template`)")
+    process_queues = {q for q, b in fed.items() if "floe-process" in b}
+    glue_rules = [r for r in resources.values() if r.get("Type") == "AWS::Events::Rule"
+                  and "aws.glue" in as_list(((r.get("Properties") or {}).get("EventPattern") or {}).get("source") or [])]
+    if process_queues and not any(ref_name(t.get("Arn"), "Arn") in process_queues
+                                  for r in glue_rules for t in as_list((r.get("Properties") or {}).get("Targets") or [])):
+        errors.append("no AWS::Events::Rule sends Glue table changes (source aws.glue) to the process queue")
     return errors
 
 
@@ -261,6 +365,10 @@ def main():
         errors.extend(policy_errors(name, props.get("Policies"), scope))
     if len(sys.argv) > 3:
         errors.extend(freshness_errors(resources, functions, freshness_objectives(sys.argv[3])))
+    config = sys.argv[3] if len(sys.argv) > 3 else None
+    errors.extend(queue_errors(template, resources, functions,
+                               freshness_objectives(config) if config else None,
+                               lag_objectives(config) if config else None))
     ingest_names = {k for k, v in functions.items()
                     if (v.get("Metadata", {}).get("BuildProperties") or {}).get("Binary") == "floe-ingest"}
     machines = {k: v for k, v in resources.items() if v.get("Type") == "AWS::Serverless::StateMachine"}

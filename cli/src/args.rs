@@ -709,6 +709,10 @@ pub struct BenchArgs {
     /// Rows of the big source (--delta).
     #[arg(long, value_name = "N", default_value = "10000000", requires = "delta")]
     pub delta_rows: u64,
+    /// Run the aggregate with `merge = false` (--delta, --freshness): its touched windows
+    /// recomputed from the source, as before decomposable aggregates were merged.
+    #[arg(long)]
+    pub recompute: bool,
     /// Latest-state benchmark: 100 k new versions over 1 % of --latest-keys customers per
     /// round; the incremental run beside a full rebuild: wall time, bytes read and written.
     #[arg(long)]

@@ -339,6 +339,7 @@ pub async fn run(args: BenchArgs) -> Result<()> {
             rates: args.rate.iter().map(|r| r.get()).collect(),
             seconds: args.seconds,
             shape,
+            recompute: args.recompute,
         };
         return crate::bench_freshness::run(&dir, opts).await;
     }
@@ -352,7 +353,7 @@ pub async fn run(args: BenchArgs) -> Result<()> {
     }
     if args.delta {
         let dir = args.dir_or("target/floe-bench-delta");
-        return crate::bench_delta::run(&dir, args.delta_rows);
+        return crate::bench_delta::run(&dir, args.delta_rows, args.recompute);
     }
     if args.latest {
         let dir = args.dir_or("target/floe-bench-latest");

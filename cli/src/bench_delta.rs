@@ -45,13 +45,17 @@ const SMALL_ROWS: u64 = 100_000;
 const PIPELINE: &str = "revenue_per_region_minute";
 const DAY_US: i64 = 86_400_000_000;
 
+/// Set (by `--recompute`) in the children's environment: the aggregate runs with `merge = false`.
+const RECOMPUTE_ENV: &str = "FLOE_BENCH_RECOMPUTE";
+
 fn config_text(work: &Path) -> String {
     let inputs = work.join("inputs");
+    let pipelines = crate::local::sample_pipelines(std::env::var_os(RECOMPUTE_ENV).is_some());
     format!(
         "{}{}",
         crate::bench::bench_config(work, &inputs)
             .replace("format = \"jsonl\"", "format = \"parquet\""),
-        sample::PIPELINES_TOML
+        pipelines
     )
 }
 
@@ -248,13 +252,14 @@ pub(crate) async fn child_run(work: &Path) -> Result<Value> {
         "rows_recomputed": r.rows_recomputed,
         "sink_files": r.files_replaced,
         "sink_bytes": r.sink_bytes_replaced,
+        "sink_read_bytes": r.sink_bytes_read,
         "rows_out": r.rows_out,
         "rss_mb": peak_rss_mb(),
     }))
 }
 
 /// Runs the benchmark in `dir` (deleted first): a 100 k-row and a `big_rows` source.
-pub(crate) fn run(dir: &Path, big_rows: u64) -> Result<()> {
+pub(crate) fn run(dir: &Path, big_rows: u64, recompute: bool) -> Result<()> {
     let _ = std::fs::remove_dir_all(dir);
     std::fs::create_dir_all(dir)?;
     let dir = std::fs::canonicalize(dir)?;
@@ -268,6 +273,9 @@ pub(crate) fn run(dir: &Path, big_rows: u64) -> Result<()> {
             .arg("--child-rows")
             .arg(rows.to_string());
         c.env("FLOE_METRICS", "off").env("RUST_LOG", "warn");
+        if recompute {
+            c.env(RECOMPUTE_ENV, "1");
+        }
         c
     };
     let sizes = [SMALL_ROWS, big_rows];
@@ -311,14 +319,19 @@ pub(crate) fn run(dir: &Path, big_rows: u64) -> Result<()> {
             )
         })
         .collect();
+    let strategy = if recompute {
+        "windows recomputed, merge = false"
+    } else {
+        "partial aggregates merged"
+    };
     let build = if cfg!(debug_assertions) {
         "debug build"
     } else {
         "release build"
     };
     println!(
-        "\n## Aggregate pipeline after one new object ({NEW_EVENTS} events in the latest hour), \
-         {} vs {} source at {ROWS_PER_DAY} events/day, {build}\n",
+        "\n## Aggregate pipeline ({strategy}) after one new object ({NEW_EVENTS} events in the \
+         latest hour), {} vs {} source at {ROWS_PER_DAY} events/day, {build}\n",
         label(sizes[0]),
         label(sizes[1])
     );
@@ -345,16 +358,22 @@ pub(crate) fn run(dir: &Path, big_rows: u64) -> Result<()> {
     row("wall time", "secs", 1e-3, " (ms)");
     row("source bytes read", "source_bytes", 1024.0, " (KiB)");
     row(
-        "… of it to find the windows (time column)",
+        "… of it from the new files",
         "delta_bytes",
         1024.0,
         " (KiB)",
     );
     row("source data files opened", "files_opened", 1.0, "");
     row("source rows recomputed", "rows_recomputed", 1.0, "");
-    row("windows recomputed", "windows", 1.0, "");
+    row("windows recomputed or merged", "windows", 1.0, "");
     row("sink files rewritten", "sink_files", 1.0, "");
     row("sink bytes rewritten", "sink_bytes", 1024.0, " (KiB)");
+    row(
+        "sink bytes read to merge",
+        "sink_read_bytes",
+        1024.0,
+        " (KiB)",
+    );
     row("peak RSS", "rss_mb", 1.0, " (MiB)");
     println!(
         "| source: days / data files / MiB | {:.0} / {:.0} / {:.1} | {:.0} / {:.0} / {:.1} | |",

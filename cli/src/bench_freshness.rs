@@ -31,6 +31,8 @@ pub(crate) struct Options {
     pub(crate) rates: Vec<u32>,
     pub(crate) seconds: u64,
     pub(crate) shape: Shape,
+    /// The aggregate with `merge = false` (windows recomputed, as before #14).
+    pub(crate) recompute: bool,
 }
 
 /// One object's timestamps (epoch ms), as far as it got.
@@ -152,7 +154,7 @@ pub(crate) async fn run(dir: &std::path::Path, opts: Options) -> Result<()> {
 
 async fn run_rate(dir: &std::path::Path, rate: u32, opts: &Options) -> Result<RateRun> {
     let spinner = progress::spinner(format!("{rate} objects/s: starting the local stack"));
-    let stack = Stack::start(0, &dir.display().to_string()).await?;
+    let stack = Stack::start_with(0, &dir.display().to_string(), opts.recompute).await?;
     let rec: crate::local::Recorder = Arc::new(Mutex::new(Records::default()));
     let (stop_tx, stop_rx) = watch::channel(false);
     let stack = Arc::new(stack);
@@ -405,9 +407,10 @@ fn print(runs: &[RateRun], opts: &Options) {
     };
     let s = &opts.shape;
     println!(
-        "\n## Freshness: objects of {EVENTS_PER_OBJECT} order events PUT for {} s, local stack (moto), {build}, {} core(s)\n",
+        "\n## Freshness: objects of {EVENTS_PER_OBJECT} order events PUT for {} s, local stack (moto), {build}, {} core(s), aggregate {}\n",
         opts.seconds,
-        std::thread::available_parallelism().map_or(1, |n| n.get())
+        std::thread::available_parallelism().map_or(1, |n| n.get()),
+        if opts.recompute { "recomputed (merge = false)" } else { "merged" }
     );
     println!(
         "ingest: {} worker(s), batches of up to {} within {} ms; process: one worker taking the commit events waiting (up to 10), each pipeline they name once per round; legs in seconds\n",

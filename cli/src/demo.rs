@@ -175,7 +175,7 @@ pub async fn run(dir: String) -> Result<()> {
     if let Some(e) = errors.first() {
         anyhow::bail!("process: {e}");
     }
-    // Late events arrive (20, 45 and 80 minutes old): their windows are recomputed and replaced.
+    // Late events arrive (20, 45 and 80 minutes old): merged into their windows, which are replaced.
     let late: String = [20, 45, 80]
         .iter()
         .enumerate()

@@ -6,12 +6,13 @@
 //! semantics: failed messages stay on the queue and come back; a batch is what one long poll
 //! returns plus what arrives within the batching window, as Lambda's SQS poller does); ingest
 //! commit events → EventBridge bus → rule → SQS → the process worker, which takes the events
-//! waiting (up to a batch) and runs each pipeline they name once (one run covers every commit
-//! since its checkpoint), plus a 60 s poll (the deployed `rate()` fallback); the process
+//! waiting (up to a batch) and hands them to the process function's handler as an SQS batch:
+//! each pipeline they name runs once (one run covers every commit since its checkpoint), and
+//! the messages are deleted once the runs settled, except those whose pipeline failed
+//! retryably (partial batch responses); plus a 60 s poll (the deployed `rate()` fallback); the process
 //! handler's sink commits go to the same bus, so a pipeline whose source is another's sink runs
 //! next; a timer → the maintain handler (the schedule). Drop files with any S3 client and watch `floe status`.
 
-use std::collections::BTreeSet;
 use std::process::{Child, Command};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -32,7 +33,20 @@ const BUS: &str = "floe-local";
 /// Commit events per process invocation (template.yaml's FloeCommit `BatchSize`).
 const PROCESS_BATCH: usize = 10;
 
-fn config_text(endpoint: &str, dir: &str) -> String {
+/// The sample pipelines; `recompute`: the aggregate with `merge = false` (bench, before/after).
+pub(crate) fn sample_pipelines(recompute: bool) -> String {
+    let p = floe::sample::PIPELINES_TOML.to_string();
+    if recompute {
+        p.replace(
+            "mode = \"aggregate\"",
+            "mode = \"aggregate\"\nmerge = false",
+        )
+    } else {
+        p
+    }
+}
+
+fn config_text(endpoint: &str, dir: &str, recompute: bool) -> String {
     format!(
         r#"# floe local stack (written by `floe local`)
 [catalog]
@@ -65,7 +79,7 @@ table = "orders"
 format = "csv"
 {tables}{pipelines}"#,
         tables = floe::sample::ORDERS_TABLE_TOML,
-        pipelines = floe::sample::PIPELINES_TOML
+        pipelines = sample_pipelines(recompute)
     )
 }
 
@@ -182,6 +196,11 @@ impl Stack {
     /// Starts moto_server and creates bucket, queues, notification, bus and rule: what
     /// template.yaml deploys. `dir` holds floe.toml, the SQLite catalog and moto.log.
     pub(crate) async fn start(port: u16, dir: &str) -> Result<Self> {
+        Self::start_with(port, dir, false).await
+    }
+
+    /// [`Stack::start`]; `recompute`: the sample aggregate with `merge = false`.
+    pub(crate) async fn start_with(port: u16, dir: &str, recompute: bool) -> Result<Self> {
         std::fs::create_dir_all(dir)?;
         let dir = std::fs::canonicalize(dir)?.display().to_string();
         let py = String::from_utf8(
@@ -221,7 +240,7 @@ impl Stack {
         };
         let endpoint = format!("http://127.0.0.1:{port}");
         let config_path = format!("{dir}/floe.toml");
-        std::fs::write(&config_path, config_text(&endpoint, &dir))?;
+        std::fs::write(&config_path, config_text(&endpoint, &dir, recompute))?;
         let config = Config::load(&config_path).await?;
 
         let s3 = floe::store::s3_client(&config.storage).await;
@@ -486,22 +505,7 @@ impl IngestWorker {
             }
         }
         // Like Lambda with ReportBatchItemFailures: delete what succeeded, leave failures.
-        let done: Vec<DeleteMessageBatchRequestEntry> = batch
-            .iter()
-            .filter(|(m, _)| {
-                !m.message_id()
-                    .map(|id| result.failed_message_ids.iter().any(|f| f == id))
-                    .unwrap_or(false)
-            })
-            .enumerate()
-            .filter_map(|(i, (m, _))| {
-                DeleteMessageBatchRequestEntry::builder()
-                    .id(i.to_string())
-                    .receipt_handle(m.receipt_handle()?)
-                    .build()
-                    .ok()
-            })
-            .collect();
+        let done = settled(batch.iter().map(|(m, _)| m), &result.failed_message_ids);
         if !done.is_empty() {
             self.sqs
                 .delete_message_batch()
@@ -516,7 +520,9 @@ impl IngestWorker {
 
 /// The process function: takes every commit event waiting, runs each pipeline they wake once
 /// (the work comes from the checkpoint, so one run covers all their commits and whatever
-/// committed meanwhile), and every pipeline on the poll.
+/// committed meanwhile) through the Lambda's handler, deletes the messages once their runs
+/// settled (those whose pipeline failed retryably stay and come back), and runs every pipeline
+/// on the poll.
 struct ProcessWorker {
     sqs: aws_sdk_sqs::Client,
     queue_url: String,
@@ -529,113 +535,136 @@ impl ProcessWorker {
     async fn run(self, stop: watch::Receiver<bool>) -> Result<()> {
         let mut last_poll = Instant::now();
         while !*stop.borrow() {
-            let mut wake: Vec<serde_json::Value> = Vec::new();
-            let mut wait = 1;
-            // The events waiting, up to a batch (the event source's BatchSize): the first
-            // receive long-polls, the rest only drain.
-            while wake.len() < PROCESS_BATCH {
-                let out = self
-                    .sqs
-                    .receive_message()
-                    .queue_url(&self.queue_url)
-                    .max_number_of_messages((PROCESS_BATCH - wake.len()).clamp(1, 10) as i32)
-                    .wait_time_seconds(wait)
-                    .message_system_attribute_names(MessageSystemAttributeName::SentTimestamp)
-                    .send()
-                    .await?;
-                let messages = out.messages();
-                if messages.is_empty() {
-                    break;
-                }
-                record(&self.rec, |r| {
-                    for m in messages {
-                        let body: serde_json::Value =
-                            serde_json::from_str(m.body().unwrap_or("")).unwrap_or_default();
-                        let sent = m
-                            .attributes()
-                            .and_then(|a| a.get(&MessageSystemAttributeName::SentTimestamp))
-                            .and_then(|v| v.parse().ok());
-                        if let (Some(s), Some(sent)) =
-                            (body["detail"]["snapshot_id"].as_i64(), sent)
-                        {
-                            r.events.push((s, sent));
-                        }
-                    }
-                });
-                wake.extend(
-                    messages
-                        .iter()
-                        .filter_map(|m| serde_json::from_str(m.body().unwrap_or("")).ok()),
-                );
-                let entries: Vec<DeleteMessageBatchRequestEntry> = messages
-                    .iter()
-                    .enumerate()
-                    .filter_map(|(i, m)| {
-                        DeleteMessageBatchRequestEntry::builder()
-                            .id(i.to_string())
-                            .receipt_handle(m.receipt_handle()?)
-                            .build()
-                            .ok()
-                    })
-                    .collect();
+            // The poll: an invocation of its own, as the deployed schedule's.
+            if last_poll.elapsed() >= self.shape.poll_every {
+                last_poll = Instant::now();
+                self.invoke(&json!({"detail-type": "Scheduled Event"}))
+                    .await;
+            }
+            let batch = self.receive_batch().await?;
+            if batch.is_empty() {
+                continue;
+            }
+            let records: Vec<_> = batch
+                .iter()
+                .map(|m| json!({"messageId": m.message_id(), "receiptHandle": m.receipt_handle(), "body": m.body(), "eventSource": "aws:sqs"}))
+                .collect();
+            let result = self.invoke(&json!({ "Records": records })).await;
+            // Like Lambda with ReportBatchItemFailures: the messages are deleted only once the
+            // runs they woke settled (a crash mid-run leaves them for redelivery), and only
+            // those whose pipelines did not fail retryably.
+            let done = settled(batch.iter(), &result.failed_message_ids);
+            if !done.is_empty() {
                 self.sqs
                     .delete_message_batch()
                     .queue_url(&self.queue_url)
-                    .set_entries(Some(entries))
+                    .set_entries(Some(done))
                     .send()
                     .await?;
-                wait = 0;
-            }
-            if last_poll.elapsed() >= self.shape.poll_every {
-                last_poll = Instant::now();
-                wake.push(json!({"detail-type": "Scheduled Event"}));
-            }
-            // Each pipeline once, however many of its source's commits the events name.
-            let pipelines: BTreeSet<String> = wake
-                .iter()
-                .flat_map(|e| self.processor.pipelines_for(e))
-                .collect();
-            for name in pipelines {
-                self.run_pipeline(&name).await;
             }
         }
         Ok(())
     }
 
-    async fn run_pipeline(&self, name: &str) {
-        // A poll before the first object: the source does not exist yet.
-        if !self.processor.source_exists(name).await.unwrap_or(true) {
-            return;
+    /// The events waiting, up to a batch (the event source's BatchSize): the first receive
+    /// long-polls, the rest only drain. Nothing is deleted here.
+    async fn receive_batch(&self) -> Result<Vec<Message>> {
+        let mut batch: Vec<Message> = Vec::new();
+        let mut wait = 1;
+        while batch.len() < PROCESS_BATCH {
+            let out = self
+                .sqs
+                .receive_message()
+                .queue_url(&self.queue_url)
+                .max_number_of_messages((PROCESS_BATCH - batch.len()).clamp(1, 10) as i32)
+                .wait_time_seconds(wait)
+                .message_system_attribute_names(MessageSystemAttributeName::SentTimestamp)
+                .send()
+                .await?;
+            let messages = out.messages();
+            if messages.is_empty() {
+                break;
+            }
+            record(&self.rec, |r| {
+                for m in messages {
+                    let body: serde_json::Value =
+                        serde_json::from_str(m.body().unwrap_or("")).unwrap_or_default();
+                    let sent = m
+                        .attributes()
+                        .and_then(|a| a.get(&MessageSystemAttributeName::SentTimestamp))
+                        .and_then(|v| v.parse().ok());
+                    if let (Some(s), Some(sent)) = (body["detail"]["snapshot_id"].as_i64(), sent) {
+                        r.events.push((s, sent));
+                    }
+                }
+            });
+            batch.extend(messages.iter().cloned());
+            wait = 0;
         }
-        let started_ms = now_ms();
+        Ok(batch)
+    }
+
+    /// One process-function invocation: the handler the Lambda calls (each pipeline the
+    /// payload wakes runs once), its runs recorded.
+    async fn invoke(&self, payload: &serde_json::Value) -> floe::process::ProcessResult {
         // Boxed: the run's future is deep, and a spawned worker must prove it `Send`.
         let run: std::pin::Pin<Box<dyn std::future::Future<Output = _> + Send + '_>> = Box::pin(
             self.processor
-                .run(name, Instant::now() + Duration::from_secs(300)),
+                .handle_event(payload, Instant::now() + Duration::from_secs(300)),
         );
-        match run.await {
-            Ok(r) => {
-                record(&self.rec, |rec| {
-                    rec.runs.push(ProcessRun {
-                        pipeline: name.to_string(),
-                        started_ms,
-                        to_snapshot: r.to_snapshot,
-                        sink_snapshot: r.sink_snapshot,
-                    })
+        let result = run.await;
+        let finished_ms = now_ms();
+        record(&self.rec, |rec| {
+            for r in &result.reports {
+                rec.runs.push(ProcessRun {
+                    pipeline: r.pipeline.clone(),
+                    started_ms: finished_ms - (r.seconds * 1e3) as i64,
+                    to_snapshot: r.to_snapshot,
+                    sink_snapshot: r.sink_snapshot,
                 });
-                r.emit();
-                if self.shape.verbose && r.sink_snapshot.is_some() {
-                    crate::process_cmd::print_runs(std::slice::from_ref(&r));
-                }
             }
-            Err(e) => {
-                record(&self.rec, |rec| rec.errors.push(format!("{name}: {e}")));
-                if self.shape.verbose {
-                    eprintln!("process error: {e}");
-                }
+            rec.errors
+                .extend(result.errors.iter().map(|e| format!("process: {e}")));
+        });
+        if self.shape.verbose {
+            let with_output: Vec<_> = result
+                .reports
+                .iter()
+                .filter(|r| r.sink_snapshot.is_some())
+                .cloned()
+                .collect();
+            if !with_output.is_empty() {
+                crate::process_cmd::print_runs(&with_output);
+            }
+            for e in &result.errors {
+                eprintln!("process error: {e}");
             }
         }
+        result
     }
+}
+
+/// The delete entries of the messages of a batch that settled: all but `failed` (what the
+/// handler reported as batch item failures, which stay on the queue and come back).
+fn settled<'a>(
+    batch: impl Iterator<Item = &'a Message>,
+    failed: &[String],
+) -> Vec<DeleteMessageBatchRequestEntry> {
+    batch
+        .filter(|m| {
+            !m.message_id()
+                .map(|id| failed.iter().any(|f| f == id))
+                .unwrap_or(false)
+        })
+        .enumerate()
+        .filter_map(|(i, m)| {
+            DeleteMessageBatchRequestEntry::builder()
+                .id(i.to_string())
+                .receipt_handle(m.receipt_handle()?)
+                .build()
+                .ok()
+        })
+        .collect()
 }
 
 /// `floe local`: the stack with template.yaml's shape, printing what each function does.
@@ -664,5 +693,32 @@ pub async fn run(
             .await
             .unwrap_or(Ok(())),
         None => stack.run(&shape, None, rx).await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_settled_messages_are_deleted() {
+        let m = |id: &str| {
+            Message::builder()
+                .message_id(id)
+                .receipt_handle(format!("rh-{id}"))
+                .body("{}")
+                .build()
+        };
+        let batch = [m("a"), m("b"), m("c")];
+        let handles = |e: Vec<DeleteMessageBatchRequestEntry>| -> Vec<String> {
+            e.iter().map(|e| e.receipt_handle().to_string()).collect()
+        };
+        assert_eq!(
+            handles(settled(batch.iter(), &["b".to_string()])),
+            ["rh-a", "rh-c"]
+        );
+        assert_eq!(handles(settled(batch.iter(), &[])).len(), 3);
+        let all: Vec<String> = ["a", "b", "c"].map(String::from).to_vec();
+        assert!(settled(batch.iter(), &all).is_empty());
     }
 }

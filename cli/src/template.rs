@@ -467,7 +467,47 @@ fn alarms(config: &Config) -> Result<String> {
             obj = q.lag_objective_seconds,
         );
     }
+    out.push_str(&queue_age_alarms(config));
     Ok(out.trim_end().to_string() + "\n")
+}
+
+/// The oldest message of each queue against the tightest objective it serves: an ingest
+/// notification older than the tightest freshness objective is an object that is late before
+/// ingest even reads it; a process message older than the tightest lag objective is a commit
+/// no run has covered in time (failing and waiting for redelivery, or runs falling behind).
+fn queue_age_alarms(config: &Config) -> String {
+    let mut out = String::new();
+    let fresh = config
+        .tables
+        .iter()
+        .map(|t| t.freshness_objective_seconds)
+        .min();
+    let lag = config
+        .pipelines
+        .iter()
+        .map(|p| p.lag_objective_seconds)
+        .min();
+    for (id, queue, objective, what) in [
+        (
+            "IngestQueueAge",
+            "IngestQueue",
+            fresh,
+            "landing notification waits longer than the tightest freshness objective",
+        ),
+        (
+            "ProcessQueueAge",
+            "ProcessQueue",
+            lag,
+            "commit or table-change event waits longer than the tightest pipeline lag objective",
+        ),
+    ] {
+        let Some(obj) = objective else { continue };
+        let _ = write!(
+            out,
+            "{id}:\n  Type: AWS::CloudWatch::Alarm\n  Properties:\n    AlarmDescription: \"the oldest {what} ({obj} s): failing and redelivered, or the function falls behind\"\n    Namespace: AWS/SQS\n    MetricName: ApproximateAgeOfOldestMessage\n    Dimensions: [{{ Name: QueueName, Value: !GetAtt {queue}.QueueName }}]\n    Statistic: Maximum\n    Period: 60\n    EvaluationPeriods: 1\n    Threshold: {obj}\n    ComparisonOperator: GreaterThanThreshold\n    TreatMissingData: notBreaching\n\n",
+        );
+    }
+    out
 }
 
 /// The dashboard: ingest counts, one freshness widget per table (with its objective), pipeline
@@ -602,6 +642,61 @@ mod tests {
         let d = dashboard(&parse_config(&dearer, "dearer").expect("config"));
         assert!(d.contains("SUM(gbs)*0.5 "), "{d}");
         assert!(d.contains("(SUM(get)+SUM(hd))*0.25/1000"), "{d}");
+    }
+
+    #[test]
+    fn queue_age_alarms_follow_the_tightest_objectives() {
+        let base = repo_file("infra/floe.toml");
+        let a = alarms(&deploy_config()).unwrap();
+        let ingest = a
+            .split("IngestQueueAge:")
+            .nth(1)
+            .expect("ingest queue age alarm");
+        let ingest = ingest.split("\n\n").next().unwrap();
+        assert!(
+            ingest.contains("MetricName: ApproximateAgeOfOldestMessage"),
+            "{ingest}"
+        );
+        assert!(ingest.contains("!GetAtt IngestQueue.QueueName"), "{ingest}");
+        assert!(ingest.contains("Threshold: 120\n"), "{ingest}");
+        let process = a
+            .split("ProcessQueueAge:")
+            .nth(1)
+            .expect("process queue age alarm");
+        assert!(
+            process.contains("!GetAtt ProcessQueue.QueueName"),
+            "{process}"
+        );
+        assert!(process.contains("Threshold: 600\n"), "{process}");
+        // A tighter table and pipeline tighten the alarms.
+        let extra = r#"
+[[tables]]
+name = "clicks"
+event_time = "at"
+freshness_objective_seconds = 30
+columns = [{ name = "at", type = "timestamptz" }]
+
+[[pipelines]]
+name = "fast"
+source = "clicks"
+sink = "fast_out"
+mode = "append"
+lag_objective_seconds = 45
+sql = "SELECT at FROM source"
+"#;
+        let c = parse_config(&format!("{base}\n{extra}"), "f").unwrap();
+        let a = alarms(&c).unwrap();
+        let age = |id: &str| {
+            a.split(&format!("{id}:"))
+                .nth(1)
+                .unwrap()
+                .split("\n\n")
+                .next()
+                .unwrap()
+                .to_string()
+        };
+        assert!(age("IngestQueueAge").contains("Threshold: 30\n"));
+        assert!(age("ProcessQueueAge").contains("Threshold: 45\n"));
     }
 
     #[test]

@@ -354,6 +354,90 @@ pub fn classify_trigger(payload: &Value) -> Trigger {
     }
 }
 
+/// One message of an SQS batch as the process function reads it: its id and its body parsed
+/// (an EventBridge event as a rule delivered it: a `floe.commit` event, a Glue table change;
+/// `Null` when the body is not JSON, which [`trigger_tables`] treats as a manual call).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct SqsMessage {
+    /// The SQS message id (empty when the record has none: Lambda then retries the whole batch
+    /// if it is reported).
+    pub(crate) id: String,
+    pub(crate) body: Value,
+}
+
+/// The messages of an SQS batch payload (`Records`, every one with `eventSource` `aws:sqs`),
+/// or `None` for any other payload.
+pub(crate) fn sqs_messages(payload: &Value) -> Option<Vec<SqsMessage>> {
+    let records = payload.get("Records")?.as_array()?;
+    let sqs = !records.is_empty()
+        && records
+            .iter()
+            .all(|r| r.get("eventSource").and_then(Value::as_str) == Some("aws:sqs"));
+    if !sqs {
+        return None;
+    }
+    Some(
+        records
+            .iter()
+            .map(|r| SqsMessage {
+                id: r
+                    .get("messageId")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_string(),
+                body: r
+                    .get("body")
+                    .and_then(Value::as_str)
+                    .and_then(|b| serde_json::from_str(b).ok())
+                    .unwrap_or(Value::Null),
+            })
+            .collect(),
+    )
+}
+
+/// The tables a process trigger (one event, not an SQS batch) names, or `None` when it
+/// concerns every pipeline (a schedule, a manual call). Glue table changes count only for
+/// `namespace` (floe's database).
+pub(crate) fn trigger_tables(payload: &Value, namespace: &str) -> Option<Vec<String>> {
+    Some(match classify_trigger(payload) {
+        Trigger::FloeCommit => payload["detail"]["table"]
+            .as_str()
+            .map(|t| vec![t.to_string()])
+            .unwrap_or_default(),
+        Trigger::GlueTableChange => {
+            if payload["detail"]["databaseName"].as_str() != Some(namespace) {
+                return Some(Vec::new());
+            }
+            // Table State Change names one table; Database State Change lists several.
+            let mut names: Vec<String> = payload["detail"]["changedTables"]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|t| t.as_str().map(String::from))
+                        .collect()
+                })
+                .unwrap_or_default();
+            names.extend(payload["detail"]["tableName"].as_str().map(String::from));
+            names
+        }
+        Trigger::S3 => {
+            let mut keys: Vec<String> = Vec::new();
+            if let Some(records) = payload["Records"].as_array() {
+                for r in records {
+                    if let Some(k) = r["s3"]["object"]["key"].as_str() {
+                        keys.push(k.to_string());
+                    }
+                }
+            }
+            if let Some(k) = payload["detail"]["object"]["key"].as_str() {
+                keys.push(k.to_string());
+            }
+            keys.iter().filter_map(|k| metadata_key_table(k)).collect()
+        }
+        Trigger::Schedule | Trigger::Other => return None,
+    })
+}
+
 /// The table a `…/<table>/metadata/<file>.metadata.json` key belongs to.
 pub(crate) fn metadata_key_table(key: &str) -> Option<String> {
     let key = percent_encoding::percent_decode_str(&key.replace('+', " "))
@@ -373,6 +457,49 @@ pub(crate) fn metadata_key_table(key: &str) -> Option<String> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// A Glue table change as the GlueTableChangeRule puts it on the process queue, and the
+    /// Lambda SQS event that delivers it: the body is the EventBridge event, untouched.
+    #[test]
+    fn glue_table_changes_arrive_through_sqs_and_name_their_table() {
+        let glue = json!({"version": "0", "id": "6a1b", "detail-type": "Glue Data Catalog Table State Change",
+            "source": "aws.glue", "account": "123456789012", "time": "2026-12-01T10:00:00Z",
+            "region": "us-east-1", "resources": ["arn:aws:glue:us-east-1:123456789012:table/floe/orders"],
+            "detail": {"databaseName": "floe", "changedPartitions": [], "typeOfChange": "UpdateTable",
+                "tableName": "orders"}});
+        let commit = json!({"detail-type": "floe.commit", "source": "floe",
+            "detail": {"table": "orders", "snapshot_id": 7}});
+        let payload = json!({"Records": [
+            {"messageId": "g1", "receiptHandle": "r1", "body": glue.to_string(),
+             "attributes": {"SentTimestamp": "1764583200000"}, "messageAttributes": {},
+             "md5OfBody": "x", "eventSource": "aws:sqs",
+             "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:ProcessQueue", "awsRegion": "us-east-1"},
+            {"messageId": "c1", "body": commit.to_string(), "eventSource": "aws:sqs"},
+            {"messageId": "x1", "body": "not json", "eventSource": "aws:sqs"},
+        ]});
+        let m = sqs_messages(&payload).unwrap();
+        assert_eq!(m.len(), 3);
+        assert_eq!((m[0].id.as_str(), &m[0].body), ("g1", &glue));
+        assert_eq!(classify_trigger(&m[0].body), Trigger::GlueTableChange);
+        assert_eq!(
+            trigger_tables(&m[0].body, "floe"),
+            Some(vec!["orders".to_string()])
+        );
+        assert_eq!(trigger_tables(&m[0].body, "elsewhere"), Some(Vec::new()));
+        assert_eq!(
+            trigger_tables(&m[1].body, "floe"),
+            Some(vec!["orders".to_string()])
+        );
+        // A body that is not JSON counts as a manual call (every pipeline).
+        assert_eq!(
+            (m[2].body.clone(), trigger_tables(&m[2].body, "floe")),
+            (Value::Null, None)
+        );
+        // Not an SQS batch: a direct event, or S3 records.
+        assert!(sqs_messages(&glue).is_none());
+        assert!(sqs_messages(&json!({"Records": [{"eventSource": "aws:s3"}]})).is_none());
+        assert!(sqs_messages(&json!({"Records": []})).is_none());
+    }
 
     #[test]
     fn metadata_keys_name_their_table() {

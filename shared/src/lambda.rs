@@ -21,17 +21,7 @@ pub fn deadline_from_epoch_ms(deadline_ms: u64) -> Instant {
 /// messages are retried; other payloads fail as a whole when anything failed (so Lambda retries).
 pub fn ingest_response(result: &PayloadResult) -> Result<Value, String> {
     if result.is_sqs {
-        let mut resp = SqsBatchResponse::default();
-        resp.batch_item_failures = result
-            .failed_message_ids
-            .iter()
-            .map(|id| {
-                let mut f = BatchItemFailure::default();
-                f.item_identifier = id.clone();
-                f
-            })
-            .collect();
-        return serde_json::to_value(resp).map_err(|e| e.to_string());
+        return batch_response(&result.failed_message_ids);
     }
     if !result.errors.is_empty() {
         // A Step Functions batch fails whole: its Retry runs it again (committed objects come
@@ -70,20 +60,37 @@ fn batch_totals(result: &PayloadResult) -> Value {
     })
 }
 
-/// The process function's answer: the runs, or an error naming every failed pipeline (so the
-/// invocation is retried and counted in the function's error alarm).
-pub fn process_response(
-    reports: &[crate::process::RunReport],
-    errors: &[crate::Error],
-) -> Result<Value, String> {
-    if !errors.is_empty() {
-        return Err(errors
+/// The process function's answer. An SQS batch gets `batchItemFailures` naming the messages
+/// that woke a pipeline whose run failed retryably, so only those come back (the others'
+/// work is done, or cannot be done by trying again); other payloads (the poll) fail as a
+/// whole when a pipeline failed, so Lambda retries the invocation and counts the error.
+pub fn process_response(result: &crate::process::ProcessResult) -> Result<Value, String> {
+    if result.is_sqs {
+        return batch_response(&result.failed_message_ids);
+    }
+    if !result.errors.is_empty() {
+        return Err(result
+            .errors
             .iter()
             .map(|e| e.to_string())
             .collect::<Vec<_>>()
             .join("; "));
     }
-    Ok(json!({ "runs": reports }))
+    Ok(json!({ "runs": result.reports }))
+}
+
+/// An SQS event source's partial batch response: the messages to receive again.
+fn batch_response(failed: &[String]) -> Result<Value, String> {
+    let mut resp = SqsBatchResponse::default();
+    resp.batch_item_failures = failed
+        .iter()
+        .map(|id| {
+            let mut f = BatchItemFailure::default();
+            f.item_identifier = id.clone();
+            f
+        })
+        .collect();
+    serde_json::to_value(resp).map_err(|e| e.to_string())
 }
 
 /// Allocations from this size up are mapped and unmapped on their own (glibc's `mmap_threshold`).
@@ -146,5 +153,41 @@ mod tests {
             ..Default::default()
         };
         assert!(ingest_response(&r).unwrap_err().contains("boom"));
+    }
+
+    #[test]
+    fn process_batches_answer_with_their_failed_messages_not_an_error() {
+        use crate::error::{Error, ErrorKind};
+        use crate::process::ProcessResult;
+        let failed = || Error::new(ErrorKind::Catalog, "throttled").with_retryable(true);
+        let r = ProcessResult {
+            is_sqs: true,
+            errors: vec![failed()],
+            failed_message_ids: vec!["m1".into(), "m3".into()],
+            ..Default::default()
+        };
+        let v = process_response(&r).unwrap();
+        let ids: Vec<&str> = v["batchItemFailures"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|f| f["itemIdentifier"].as_str())
+            .collect();
+        assert_eq!(ids, ["m1", "m3"]);
+        // A batch whose runs all settled: an empty list (nothing comes back).
+        let ok = ProcessResult {
+            is_sqs: true,
+            ..Default::default()
+        };
+        assert_eq!(
+            process_response(&ok).unwrap()["batchItemFailures"],
+            json!([])
+        );
+        // The poll: a failed pipeline fails the invocation.
+        let poll = ProcessResult {
+            errors: vec![failed()],
+            ..Default::default()
+        };
+        assert!(process_response(&poll).unwrap_err().contains("throttled"));
     }
 }

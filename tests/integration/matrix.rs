@@ -513,6 +513,11 @@ impl Cell {
                     "{what}: the delete retracted: {r:?}"
                 );
             }
+            // The aggregate merges the delta into its windows (not idempotent: a second
+            // application would double its counts, and reconcile below says).
+            if self.site == Site::ProcessAggregate {
+                assert!(r.merged, "{what}: {r:?}");
+            }
             // A latest pipeline's refresh is one piece (tombstones, then the sink).
             if matches!(self.site, Site::Refresh | Site::RefreshAppend) {
                 let g = r.refresh_progress.as_ref();

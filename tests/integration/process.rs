@@ -13,6 +13,40 @@ use crate::harness::{orders, TestEnv};
 
 const APPEND: &str = "suspicious_orders";
 const AGG: &str = "revenue_per_region_minute";
+/// A decomposable aggregate beside the sample one: count(col), sum of ints, min, max, a WHERE.
+const STATS: &str = "order_stats_minute";
+/// A non-decomposable one: it keeps recomputing its windows.
+const DISTINCT: &str = "customers_per_region_minute";
+const MERGE_TOML: &str = r#"
+[[pipelines]]
+name = "order_stats_minute"
+source = "orders"
+sink = "order_stats_minute"
+mode = "aggregate"
+window = "1m"
+keys = ["window_start", "region"]
+sql = """
+SELECT window_start, region, count(*) AS orders, count(amount) AS priced, sum(amount) AS revenue,
+       sum(items) AS items, min(amount) AS low, max(payment_method) AS method
+FROM source
+WHERE status <> 'test'
+GROUP BY window_start, region
+"""
+
+[[pipelines]]
+name = "customers_per_region_minute"
+source = "orders"
+sink = "customers_per_region_minute"
+mode = "aggregate"
+window = "1m"
+keys = ["window_start", "region"]
+sql = """
+SELECT window_start, region, count(DISTINCT customer_id) AS customers, avg(amount) AS mean
+FROM source
+GROUP BY window_start, region
+HAVING count(*) > 0
+"""
+"#;
 
 fn soon() -> Instant {
     Instant::now() + Duration::from_secs(120)
@@ -86,7 +120,8 @@ async fn pipelines_follow_appends_late_events_and_duplicate_triggers() {
         assert_eq!((again.rows_in, again.sink_snapshot), (0, None));
     }
 
-    // Late events: two hours old; the aggregate recomputes those windows from the whole table.
+    // Late events: two hours old; the aggregate merges them into those windows (a
+    // decomposable SQL: count and sum), reading no source row but the new ones.
     let late = floe::sample::late_orders_jsonl(300, 99, chrono::Utc::now(), 7200);
     env.put("orders/late.jsonl", late).await;
     env.ingest(&ingestor, "orders/late.jsonl").await.unwrap();
@@ -100,7 +135,11 @@ async fn pipelines_follow_appends_late_events_and_duplicate_triggers() {
         "late and current windows: {}",
         runs[1].windows
     );
-    assert!(runs[1].rows_recomputed >= 500);
+    assert!(
+        runs[1].merged && runs[1].rows_recomputed == 0 && runs[1].recompute_files_read == 0,
+        "{:?}",
+        runs[1]
+    );
 
     // A trigger for another table wakes nothing; the schedule wakes all.
     assert!(p
@@ -846,8 +885,9 @@ async fn sink_files(
         .collect()
 }
 
-/// Issue #14: an incremental aggregate run costs the delta, not the table. It reads only the
-/// time column of the new files to find the windows they touch, opens only the source files
+/// Issue #14: an incremental aggregate run costs the delta, not the table — here a
+/// non-decomposable one (`count(DISTINCT …)`, `avg`, HAVING), which recomputes its windows. It
+/// reads only the time column of the new files to find the windows they touch, opens only the source files
 /// whose time range meets those windows (every other one is taken out of storage during the
 /// run: opening it would fail), and rewrites only the sink files of the touched days (the
 /// sink is partitioned by day of `window_start`; the other days' files stay as they are). A
@@ -855,7 +895,7 @@ async fn sink_files(
 /// batch result after each run.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_aggregate_run_reads_and_rewrites_only_the_windows_it_touches() {
-    let env = TestEnv::with_pipelines("sqlite", "").await;
+    let env = TestEnv::with_pipelines("sqlite", MERGE_TOML).await;
     let ingestor = env.ingestor().await;
     // Five days of history (two hours of each), a decoy three days and five hours back (the
     // same day as a late object below, but two hours away from it) and the last hour.
@@ -878,9 +918,9 @@ async fn an_aggregate_run_reads_and_rewrites_only_the_windows_it_touches() {
         env.ingest(&ingestor, &key).await.unwrap();
     }
     let p = env.processor().await;
-    p.run(AGG, soon()).await.unwrap();
-    assert_reconciled(&p, AGG).await;
-    let sink = floe::catalog::table_ident(&env.config, AGG).unwrap();
+    p.run(DISTINCT, soon()).await.unwrap();
+    assert_reconciled(&p, DISTINCT).await;
+    let sink = floe::catalog::table_ident(&env.config, DISTINCT).unwrap();
     let before = sink_files(&p, &sink).await;
     assert!(before.len() >= 6, "one sink file per day: {before:?}");
 
@@ -896,9 +936,10 @@ async fn an_aggregate_run_reads_and_rewrites_only_the_windows_it_touches() {
         "the history is out of reach: {}",
         hidden.len()
     );
-    let r = p.run(AGG, soon()).await;
+    let r = p.run(DISTINCT, soon()).await;
     put_back(&source, hidden).await;
     let r = r.expect("no source file outside the touched windows is opened");
+    assert!(!r.merged, "count(DISTINCT …) recomputes: {r:?}");
     assert!(r.windows >= 50 && r.windows <= 62, "{r:?}");
     // The touched windows come from the time column alone.
     let new_bytes: u64 = new.iter().map(|f| f.file.file_size_in_bytes()).sum();
@@ -935,7 +976,7 @@ async fn an_aggregate_run_reads_and_rewrites_only_the_windows_it_touches() {
         r.sink_bytes_replaced > 0 && r.rows_out < 1_000,
         "only the touched day is rewritten: {r:?}"
     );
-    assert_reconciled(&p, AGG).await;
+    assert_reconciled(&p, DISTINCT).await;
 
     // A late object three days and an hour old: its windows are recomputed from the day-3
     // history file (not the decoy, two hours away; nor any other day's).
@@ -952,7 +993,7 @@ async fn an_aggregate_run_reads_and_rewrites_only_the_windows_it_touches() {
     let hidden = hide_source_files_outside(&source, lo, hi).await;
     let decoy_hidden = hidden.len() >= live - new.len() - 2;
     let reachable = live - hidden.len();
-    let r = p.run(AGG, soon()).await;
+    let r = p.run(DISTINCT, soon()).await;
     put_back(&source, hidden).await;
     let r = r.expect("no source file outside the late windows is opened");
     assert!(
@@ -975,7 +1016,7 @@ async fn an_aggregate_run_reads_and_rewrites_only_the_windows_it_touches() {
         assert!(max >= lo && min < hi, "{path} holds no touched window");
     }
     assert!(after.len() >= before.len() - 1);
-    assert_reconciled(&p, AGG).await;
+    assert_reconciled(&p, DISTINCT).await;
 
     // Runs that replace the file the run before wrote leave a manifest of tombstones only: it
     // belongs to the snapshot that wrote it and is not carried into the next (Java's rule);
@@ -984,7 +1025,7 @@ async fn an_aggregate_run_reads_and_rewrites_only_the_windows_it_touches() {
         let key = format!("orders/more{i}.jsonl");
         env.put(&key, orders_between(50, 720 + i, 0, 600)).await;
         env.ingest(&ingestor, &key).await.unwrap();
-        p.run(AGG, soon()).await.unwrap();
+        p.run(DISTINCT, soon()).await.unwrap();
     }
     let t = p.committer().load(&sink).await.unwrap();
     let current = t.metadata().current_snapshot_id().unwrap();
@@ -996,5 +1037,289 @@ async fn an_aggregate_run_reads_and_rewrites_only_the_windows_it_touches() {
         "{manifests:#?}"
     );
     assert!(manifests.len() <= 6, "{} manifests", manifests.len());
+    assert_reconciled(&p, DISTINCT).await;
+}
+
+/// `line` with the JSON field `field`'s value replaced by null.
+fn null_field(line: &str, field: &str) -> String {
+    let key = format!("\"{field}\":");
+    let Some(start) = line.find(&key) else {
+        return line.to_string();
+    };
+    let from = start + key.len();
+    let end = from + line[from..].find(',').expect("not the last field");
+    format!("{}null{}", &line[..from], &line[end..])
+}
+
+/// Order lines with nulls: every `every`-th amount and items, every `every + 2`-th region
+/// (`every` = 1: all of them).
+fn with_nulls(text: &str, every: usize) -> String {
+    text.lines()
+        .enumerate()
+        .map(|(i, l)| {
+            let mut l = l.to_string();
+            if i % every == 0 {
+                l = null_field(&null_field(&l, "amount"), "items");
+            }
+            if i % (every + 2) == 0 || every == 1 {
+                l = null_field(&l, "region");
+            }
+            l + "\n"
+        })
+        .collect()
+}
+
+/// Issue #14: decomposable aggregates (the sample one, and one with count(col), integer sums,
+/// min, max and a WHERE) merge each run's partial aggregates into the sink rows of the windows
+/// it touches, and equal the batch result after every run: over many runs, with late rows into
+/// old windows, null amounts and regions, a group whose values are all null, and runs racing on
+/// the same delta (each merge applied once). The non-decomposable one recomputes, and is equal
+/// too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn decomposable_aggregates_merge_the_delta_over_many_runs_and_equal_the_batch() {
+    let env = TestEnv::with_pipelines("sqlite", MERGE_TOML).await;
+    let ingestor = env.ingestor().await;
+    let p = env.processor().await;
+    let pipelines = [AGG, STATS, DISTINCT];
+    for round in 0..7u64 {
+        let mut objects = vec![(
+            format!("orders/r{round}.jsonl"),
+            with_nulls(&orders_between(80, 800 + round, 0, 900), 3),
+        )];
+        if round == 4 {
+            // The racing round (below): rows of a day the sink has no file of yet, so the
+            // racing commits remove nothing and only the checkpoint keeps a second merge out.
+            objects = vec![(
+                "orders/new-day.jsonl".into(),
+                orders_between(60, 860, 9 * 86_400, 600),
+            )];
+        }
+        if round % 2 == 1 {
+            // Late rows into old windows (three days back), already in the sink.
+            objects.push((
+                format!("orders/late{round}.jsonl"),
+                orders_between(40, 850 + round, 3 * 86_400, 900),
+            ));
+        }
+        if round == 2 || round == 5 {
+            // Groups whose amounts are all null (null sums), then merged with more of them.
+            objects.push((
+                format!("orders/nulls{round}.jsonl"),
+                with_nulls(&orders_between(20, 870 + round, 2 * 86_400, 120), 1),
+            ));
+        }
+        if round == 6 {
+            // Then values into those groups: a null sum plus a value is the value.
+            objects.push((
+                "orders/after-nulls.jsonl".into(),
+                orders_between(20, 880, 2 * 86_400, 120)
+                    .lines()
+                    .map(|l| null_field(l, "region") + "\n")
+                    .collect::<String>(),
+            ));
+        }
+        for (key, body) in objects {
+            env.put(&key, body).await;
+            env.ingest(&ingestor, &key).await.unwrap();
+        }
+        for name in pipelines {
+            let r = if round == 4 {
+                // Three processes race on the same delta: one merge commits, the others
+                // re-plan and find nothing left (a second application would double the
+                // day's counts: reconcile below).
+                let mut tasks = Vec::new();
+                for _ in 0..3 {
+                    let config = env.config.clone();
+                    tasks.push(tokio::spawn(async move {
+                        let p = Processor::new(config).await.unwrap();
+                        p.run(name, soon()).await
+                    }));
+                }
+                let mut reports = Vec::new();
+                for t in tasks {
+                    reports.push(t.await.unwrap().expect("run"));
+                }
+                let committed: Vec<_> = reports
+                    .iter()
+                    .filter(|r| r.sink_snapshot.is_some())
+                    .collect();
+                assert_eq!(
+                    committed.len(),
+                    1,
+                    "{name}: one commit of the delta: {reports:?}"
+                );
+                committed[0].clone()
+            } else {
+                p.run(name, soon()).await.unwrap()
+            };
+            assert_eq!(r.merged, name != DISTINCT, "{name}: {r:?}");
+            assert!(r.windows >= 1 && r.sink_snapshot.is_some(), "{name}: {r:?}");
+            if r.merged {
+                assert_eq!(
+                    (r.rows_recomputed, r.recompute_files_read),
+                    (0, 0),
+                    "{name}: {r:?}"
+                );
+                assert_eq!(r.delta_files_read, r.files, "{name}: {r:?}");
+            }
+            assert_reconciled(&p, name).await;
+        }
+    }
+    let py = env.pyiceberg_table(STATS);
+    assert!(py["rows"].as_u64().is_some_and(|n| n > 0), "{py}");
+}
+
+/// Issue #14: a merged run reads the new files and the sink files of the touched windows'
+/// period — no source file but the delta's (every other one is out of storage during the run),
+/// however many source files the windows hold — while the recomputing pipeline opens them all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_merged_run_reads_the_delta_and_the_touched_sink_files_only() {
+    let env = TestEnv::with_pipelines("sqlite", MERGE_TOML).await;
+    let ingestor = env.ingestor().await;
+    // 30 objects within the same five minutes: each window holds ~30 source files.
+    for i in 0..30u64 {
+        let key = format!("orders/many{i}.jsonl");
+        env.put(&key, orders_between(20, 900 + i, 0, 240)).await;
+        env.ingest(&ingestor, &key).await.unwrap();
+    }
+    let p = env.processor().await;
+    for name in [AGG, DISTINCT] {
+        p.run(name, soon()).await.unwrap();
+    }
+    env.put("orders/one-more.jsonl", orders_between(20, 990, 0, 240))
+        .await;
+    env.ingest(&ingestor, "orders/one-more.jsonl")
+        .await
+        .unwrap();
+    let source = p.committer().load(&env.ident()).await.unwrap();
+    let (new, _, _) = newest_files(&source).await;
+    let new_paths: Vec<String> = new.iter().map(|f| f.file.file_path().to_string()).collect();
+    let new_bytes: u64 = new.iter().map(|f| f.file.file_size_in_bytes()).sum();
+    // Every source file but the new ones out of storage.
+    let mut hidden: Hidden = Vec::new();
+    for f in floe::scan::live_files(&source).await.unwrap() {
+        let path = f.file.file_path().to_string();
+        if new_paths.contains(&path) {
+            continue;
+        }
+        let bytes = source
+            .file_io()
+            .new_input(&path)
+            .unwrap()
+            .read()
+            .await
+            .unwrap();
+        source.file_io().delete(&path).await.unwrap();
+        hidden.push((path, bytes.to_vec()));
+    }
+    assert!(hidden.len() >= 30, "{}", hidden.len());
+    let sink = floe::catalog::table_ident(&env.config, AGG).unwrap();
+    let before = sink_files(&p, &sink).await;
+    let r = p.run(AGG, soon()).await;
+    put_back(&source, hidden).await;
+    let r = r.expect("a merge opens no source file but the delta's");
+    assert!(r.merged, "{r:?}");
+    assert_eq!(
+        (
+            r.delta_files_read,
+            r.recompute_files_read,
+            r.rows_recomputed
+        ),
+        (new.len(), 0, 0),
+        "{r:?}"
+    );
+    assert!(r.delta_bytes_read <= 2 * new_bytes, "{r:?}");
+    assert!(
+        r.sink_files_read >= 1 && r.sink_files_read <= before.len() && r.sink_files_read <= 2,
+        "the touched day's sink file: {r:?}"
+    );
+    assert_eq!(r.files_replaced, r.sink_files_read, "{r:?}");
     assert_reconciled(&p, AGG).await;
+    // The same delta recomputed: every source file of the touched windows is opened.
+    let d = p.run(DISTINCT, soon()).await.unwrap();
+    assert!(!d.merged && d.recompute_files_read >= 30, "{d:?}");
+    assert_reconciled(&p, DISTINCT).await;
+    eprintln!(
+        "merge: {} delta + {} sink files ({} + {} bytes); recompute: {} files ({} bytes)",
+        r.delta_files_read,
+        r.sink_files_read,
+        r.delta_bytes_read,
+        r.sink_bytes_read,
+        d.delta_files_read + d.recompute_files_read,
+        d.delta_bytes_read + d.recompute_bytes_read
+    );
+}
+
+/// #14 review item 4: an SQS batch of commit events answers per message. Two commits of
+/// `orders` coalesce into one run of each pipeline over it; the aggregate's run fails
+/// retryably (its sink's loads are throttled), so both messages come back, and the append
+/// pipeline's output is committed and not redone on redelivery. A commit of a table no pipeline
+/// reads is settled at once.
+#[tokio::test]
+async fn sqs_batches_fail_only_the_messages_whose_pipelines_failed() {
+    use std::sync::atomic::AtomicU32;
+    use std::sync::Arc;
+    let env = TestEnv::with_pipelines("sqlite", "").await;
+    let ingestor = env.ingestor().await;
+    for i in 0..2 {
+        put_orders(&env, &format!("orders/q{i}.jsonl"), 300, 70 + i).await;
+        env.ingest(&ingestor, &format!("orders/q{i}.jsonl"))
+            .await
+            .unwrap();
+    }
+    let commit = |table: &str| {
+        json!({"detail-type": "floe.commit", "source": "floe", "detail": {"table": table}})
+            .to_string()
+    };
+    let batch = json!({"Records": [
+        {"messageId": "m1", "eventSource": "aws:sqs", "body": commit("orders")},
+        {"messageId": "m2", "eventSource": "aws:sqs", "body": commit("orders")},
+        {"messageId": "m3", "eventSource": "aws:sqs", "body": commit("other")},
+    ]});
+    let catalog = floe::catalog::connect(&env.config).await.unwrap();
+    let throttled: Arc<dyn iceberg::Catalog> = Arc::new(floe::catalog::Hooked::new(
+        catalog,
+        crate::faults::FailingLoads {
+            table: AGG.into(),
+            failures: AtomicU32::new(1000),
+        },
+    ));
+    let swap = floe::catalog::pointer_swap(&env.config).await.unwrap();
+    let p = Processor::with_parts(
+        env.config.clone(),
+        floe::commit::Committer::new(throttled, swap),
+    );
+    let r = p.handle_event(&batch, soon()).await;
+    assert!(r.is_sqs);
+    assert_eq!(r.errors.len(), 1, "{:?}", r.errors);
+    assert!(r.errors[0].is_retryable(), "{}", r.errors[0]);
+    assert_eq!(
+        r.failed_message_ids,
+        ["m1", "m2"],
+        "coalesced: both share the run"
+    );
+    let append: Vec<_> = r.reports.iter().filter(|x| x.pipeline == APPEND).collect();
+    assert_eq!(append.len(), 1, "one run for both commits");
+    assert_eq!(append[0].source_snapshots, 2);
+    assert!(append[0].sink_snapshot.is_some());
+    let v = floe::lambda::process_response(&r).unwrap();
+    assert_eq!(v["batchItemFailures"].as_array().unwrap().len(), 2, "{v}");
+
+    // Redelivery of m1 and m2, the catalog healthy again: the aggregate catches up; the append
+    // pipeline's work was committed and is not done again.
+    let again = json!({"Records": [
+        {"messageId": "m1", "eventSource": "aws:sqs", "body": commit("orders")},
+        {"messageId": "m2", "eventSource": "aws:sqs", "body": commit("orders")},
+    ]});
+    let healthy = env.processor().await;
+    let r = healthy.handle_event(&again, soon()).await;
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    assert!(r.failed_message_ids.is_empty());
+    let append = r.reports.iter().find(|x| x.pipeline == APPEND).unwrap();
+    assert_eq!((append.rows_in, append.sink_snapshot), (0, None));
+    let agg = r.reports.iter().find(|x| x.pipeline == AGG).unwrap();
+    assert!(agg.sink_snapshot.is_some());
+    for name in [APPEND, AGG] {
+        assert_reconciled(&healthy, name).await;
+    }
 }

@@ -578,11 +578,12 @@ sql = "SELECT order_id, customer_id FROM source"
     crate::latest::delete_first_row(&env, &p, LATEST).await;
     let b: [Version; 1] = [(3, "o3", "placed", 20)];
     ingest(&env, &ingestor, "orders/b.jsonl", base, &mut m, &b).await;
-    let (reports, errors) = p.handle_payload(&batch, soon()).await;
+    let result = p.handle_event(&batch, soon()).await;
+    assert!(floe::lambda::process_response(&result).is_err());
+    let (reports, errors) = (result.reports, result.errors);
     assert_eq!(errors.len(), 1, "{errors:?}");
     assert!(errors[0].to_string().contains(LATEST), "{}", errors[0]);
     assert_eq!(reports.len(), names.len() - 1, "{reports:?}");
     let after = reports.iter().find(|r| r.pipeline == "order_ids").unwrap();
     assert!(after.sink_snapshot.is_some(), "{after:?}");
-    assert!(floe::lambda::process_response(&reports, &errors).is_err());
 }

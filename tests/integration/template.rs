@@ -121,9 +121,57 @@ fn template_passes_and_each_violation_is_caught() {
         ),
         (
             "an ingest batching window as long as the objective",
-            "MaximumBatchingWindowInSeconds: 0\n            ScalingConfig:\n              MaximumConcurrency: 2\n            FunctionResponseTypes",
-            "MaximumBatchingWindowInSeconds: 120\n            ScalingConfig:\n              MaximumConcurrency: 2\n            FunctionResponseTypes",
+            "MaximumBatchingWindowInSeconds: 0\n            ScalingConfig:\n              MaximumConcurrency: !Ref IngestMaxConcurrency",
+            "MaximumBatchingWindowInSeconds: 120\n            ScalingConfig:\n              MaximumConcurrency: !Ref IngestMaxConcurrency",
             "tightest freshness objective",
+        ),
+        (
+            "an ingest concurrency fixed in the template",
+            "MaximumConcurrency: !Ref IngestMaxConcurrency",
+            "MaximumConcurrency: 2",
+            "must be a template parameter",
+        ),
+        (
+            "the ingest queue's default retention",
+            "      MessageRetentionPeriod: 1209600\n      KmsMasterKeyId: !Ref DataKey",
+            "      KmsMasterKeyId: !Ref DataKey",
+            "IngestQueue: MessageRetentionPeriod None",
+        ),
+        (
+            "a day's retention on the process queue",
+            "      # message dropped unprocessed is an outage nobody sees).\n      MessageRetentionPeriod: 1209600",
+            "      # message dropped unprocessed is an outage nobody sees).\n      MessageRetentionPeriod: 86400",
+            "ProcessQueue: MessageRetentionPeriod",
+        ),
+        (
+            "no age alarm on the ingest queue",
+            "Value: !GetAtt IngestQueue.QueueName }]\n      Statistic: Maximum\n      Period: 60",
+            "Value: !GetAtt IngestDLQ.QueueName }]\n      Statistic: Maximum\n      Period: 60",
+            "IngestQueue: no ApproximateAgeOfOldestMessage alarm",
+        ),
+        (
+            "a process-queue age alarm off the lag objective",
+            "      Threshold: 600\n      ComparisonOperator: GreaterThanThreshold\n      TreatMissingData: notBreaching\n  # floe:generated alarms end",
+            "      Threshold: 3600\n      ComparisonOperator: GreaterThanThreshold\n      TreatMissingData: notBreaching\n  # floe:generated alarms end",
+            "tightest pipeline lag objective",
+        ),
+        (
+            "process batches failing whole",
+            "              MaximumConcurrency: 2\n            FunctionResponseTypes: [ReportBatchItemFailures]\n        Poll:",
+            "              MaximumConcurrency: 2\n        Poll:",
+            "FloeCommit needs FunctionResponseTypes",
+        ),
+        (
+            "Glue table changes invoking the process function directly",
+            "        Poll:\n          Type: Schedule",
+            "        GlueTableChange:\n          Type: EventBridgeRule\n          Properties:\n            Pattern:\n              source: [aws.glue]\n        Poll:\n          Type: Schedule",
+            "invokes floe-process directly",
+        ),
+        (
+            "Glue table changes going nowhere",
+            "        - Id: process-queue\n          Arn: !GetAtt ProcessQueue.Arn\n\n  ProcessQueuePolicy:",
+            "        - Id: process-queue\n          Arn: !GetAtt ProcessDLQ.Arn\n\n  ProcessQueuePolicy:",
+            "Glue table changes (source aws.glue) to the process queue",
         ),
         (
             "plain HTTP allowed",
@@ -168,6 +216,20 @@ fn sample_events_for_sam_local_invoke_parse() {
         read("process-floe-commit.json")["detail"]["table"],
         "orders"
     );
+    // What the process queue delivers: a commit event and a Glue table change, each the
+    // EventBridge event untouched in its message's body.
+    let batch = read("process-sqs-batch.json");
+    let bodies: Vec<serde_json::Value> = batch["Records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| serde_json::from_str(r["body"].as_str().unwrap()).unwrap())
+        .collect();
+    assert_eq!(
+        floe::event::classify_trigger(&bodies[0]),
+        floe::event::Trigger::FloeCommit
+    );
+    assert_eq!(bodies[1], read("process-glue-table-change.json"));
     assert_eq!(read("maintain-schedule.json")["tables"][0], "orders");
     let d = floe::event::parse_payload(&read("ingest-distributed-map-batch.json")).unwrap();
     let objs = d[0].objects.as_ref().unwrap();

@@ -3,7 +3,8 @@
 //! its checkpoint and commits output + checkpoint atomically to its sink.
 //!
 //! Thin by design: the processor is built once per container; each event goes to
-//! [`floe::process::Processor::handle_payload`].
+//! [`floe::process::Processor::handle_event`]; an SQS batch is
+//! answered with its failed messages (partial batch response).
 
 use std::sync::Arc;
 
@@ -22,8 +23,8 @@ async fn main() -> Result<(), Error> {
             // Keep 30 s for the commit in flight when the deadline is reached.
             let deadline =
                 floe::lambda::deadline_from_epoch_ms(event.context.deadline.saturating_sub(30_000));
-            let (reports, errors) = processor.handle_payload(&event.payload, deadline).await;
-            floe::lambda::process_response(&reports, &errors).map_err(Error::from)
+            let result = processor.handle_event(&event.payload, deadline).await;
+            floe::lambda::process_response(&result).map_err(Error::from)
         }
     }))
     .await

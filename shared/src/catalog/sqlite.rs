@@ -68,17 +68,28 @@ pub(crate) async fn connect(
     ))
 }
 
+/// `PRAGMA synchronous = FULL`, set on every connection that commits a pointer swap. In WAL
+/// mode `NORMAL` syncs the log only at checkpoints: a commit acknowledged just before a power
+/// loss could vanish, and with it a snapshot that readers (and the checkpoints of pipelines)
+/// already saw. `FULL` syncs the log on every commit. It is SQLite's compiled default, but a
+/// per-connection setting any build or a `-DSQLITE_DEFAULT_WAL_SYNCHRONOUS` could change, so it
+/// is stated rather than assumed.
+const SYNCHRONOUS_FULL: &str = "PRAGMA synchronous = FULL";
+
 /// Puts the database in write-ahead-log mode (a property of the file, kept by every later
 /// connection). A commit then appends to the log and syncs it once, where the rollback journal
 /// syncs the journal twice, the database and its directory (and creates and deletes the journal
-/// file) on every pointer swap; with `synchronous = FULL` (SQLite's and sqlx's default) a commit
-/// is as durable as before, and the swap stays one atomic `UPDATE … WHERE`. Best effort: a
-/// database busy in another process's transaction keeps its mode until a later start.
+/// file) on every pointer swap; with `synchronous = FULL` ([`SYNCHRONOUS_FULL`]) a commit is as
+/// durable as before, and the swap stays one atomic `UPDATE … WHERE`. The log (`-wal`) and its
+/// index (`-shm`) beside the file are part of the catalog: copy all three, on a local disk (WAL
+/// needs shared memory, so not over NFS). Best effort: a database busy in another process's
+/// transaction keeps its mode until a later start.
 async fn write_ahead_log(uri: &str) {
     use sqlx::Connection;
     sqlx::any::install_default_drivers();
     let set = async {
         let mut c = sqlx::AnyConnection::connect(uri).await?;
+        sqlx::query(SYNCHRONOUS_FULL).execute(&mut c).await?;
         sqlx::query("PRAGMA journal_mode = WAL")
             .fetch_optional(&mut c)
             .await?;
@@ -103,6 +114,12 @@ impl SqliteSwap {
         let uri = sqlite_uri(cfg)?;
         let pool = AnyPoolOptions::new()
             .max_connections(2)
+            .after_connect(|c, _| {
+                Box::pin(async move {
+                    sqlx::query(SYNCHRONOUS_FULL).execute(c).await?;
+                    Ok(())
+                })
+            })
             .connect(&uri)
             .await
             .map_err(|e| Error::new(ErrorKind::Catalog, format!("opening {uri}")).with_source(e))?;
@@ -162,5 +179,49 @@ impl PointerSwap for SqliteSwap {
             .with_source(e)
         })?;
         Ok(row.and_then(|r| r.try_get::<String, _>(0).ok()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every connection the pointer swap commits through syncs the log on each commit
+    /// (`synchronous` 2 = FULL), in WAL mode.
+    #[tokio::test]
+    async fn pointer_swaps_commit_with_synchronous_full_in_wal_mode() {
+        use sqlx::Row;
+        let dir = std::env::temp_dir().join(format!("floe-sync-{}", uuid::Uuid::now_v7()));
+        let text = format!(
+            "[catalog]\nkind = \"sqlite\"\nuri = \"{}\"\nwarehouse = \"file://{}\"\n",
+            dir.join("catalog.db").display(),
+            dir.join("wh").display()
+        );
+        let cfg = crate::config::Config::parse(&text, "f.toml").unwrap();
+        let uri = sqlite_uri(&cfg).unwrap();
+        write_ahead_log(&uri).await;
+        let swap = SqliteSwap::connect(&cfg).await.unwrap();
+        // Both pooled connections, held at once so the pool opens two.
+        let mut a = swap.pool.acquire().await.unwrap();
+        let mut b = swap.pool.acquire().await.unwrap();
+        for c in [&mut a, &mut b] {
+            let sync: i64 = sqlx::query("PRAGMA synchronous")
+                .fetch_one(&mut **c)
+                .await
+                .unwrap()
+                .try_get(0)
+                .unwrap();
+            assert_eq!(sync, 2, "synchronous = FULL");
+            let mode: String = sqlx::query("PRAGMA journal_mode")
+                .fetch_one(&mut **c)
+                .await
+                .unwrap()
+                .try_get(0)
+                .unwrap();
+            assert_eq!(mode.to_lowercase(), "wal");
+        }
+        drop((a, b));
+        swap.pool.close().await;
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -162,6 +162,11 @@ pub struct PipelineConfig {
     /// whose joined tables are larger fails naming the table and this limit (default 256 MiB).
     #[serde(default = "default_max_join_bytes")]
     pub max_join_bytes: u64,
+    /// Aggregate mode: merge the delta's partial aggregates into the touched windows when the
+    /// SQL is decomposable (default); `false` always recomputes the touched windows from the
+    /// source (floating-point sums then equal a batch's bit for bit, at the recompute's cost).
+    #[serde(default = "default_true")]
+    pub merge: bool,
 }
 
 /// Policy for row-changing source snapshots.

@@ -12,8 +12,10 @@
 //! * `append` mode appends the SQL's rows over the new source rows (processed in bounded chunks
 //!   of files: the SQL must be row-wise — filter, project, enrich).
 //! * `aggregate` mode finds the event-time windows the new rows touch (late rows included),
-//!   recomputes those windows from the whole source table and replaces them in the sink with an
-//!   `overwrite` snapshot, so the sink always equals the same SQL over the whole table.
+//!   and replaces them in the sink with an `overwrite` snapshot, so the sink always equals the
+//!   same SQL over the whole table. A decomposable SQL (`merge`: group keys plus count / sum /
+//!   min / max) merges the delta's partial aggregates into the sink rows of those windows; any
+//!   other recomputes the windows from the whole source table.
 //!
 //! [`Processor::refresh`] runs the same SQL over the whole table (batch / backfill) and replaces
 //! the sink; [`Processor::reconcile`] compares that batch result with the incrementally
@@ -22,16 +24,18 @@
 //!
 //! One file per concern: `processor` (a run, start to commit), [`plan`] (the delta after a
 //! checkpoint), [`transform`] (the SQL), `input` (reading source rows in bounded chunks),
-//! `windows` (aggregate windows), `output` (sink files), `alerts`, `reconcile` (the batch result
+//! `windows` (aggregate windows), `merge` (decomposable aggregates), `output` (sink files), `alerts`, `reconcile` (the batch result
 //! and reconcile), `refresh` (rebuilding a sink from the batch result), `trigger` (which
-//! pipelines an event concerns), `joins` (the tables the SQL joins by name, at recorded
-//! snapshots), `latest`/`upsert` (latest-state pipelines) and `retract` (a latest run's
-//! retraction of source row changes: the buckets they affect rebuilt from the source).
+//! pipelines an event concerns, and which messages of an SQS batch to receive again), `joins`
+//! (the tables the SQL joins by name, at recorded snapshots), `latest`/`upsert` (latest-state
+//! pipelines) and `retract` (a latest run's retraction of source row changes: the buckets they
+//! affect rebuilt from the source).
 
 mod alerts;
 mod input;
 mod joins;
 mod latest;
+mod merge;
 mod output;
 pub mod plan;
 mod processor;
@@ -44,6 +48,7 @@ mod upsert;
 mod windows;
 
 pub use plan::{plan, start_after, Delta, NewFile, RowChangePolicy};
-pub use processor::{Processor, RunReport};
+pub use processor::{ProcessResult, Processor, RunReport};
 pub use reconcile::Reconciliation;
 pub use refresh::RefreshProgress;
+pub use trigger::{failed_messages, Woken};

@@ -1,6 +1,6 @@
 //! The processor: one pipeline run from its checkpoint to a sink commit carrying the new one.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -14,6 +14,7 @@ use serde_json::Value;
 use super::alerts::Alerts;
 use super::joins::Joined;
 use super::latest::{self, Latest};
+use super::merge::{self, Merge};
 use super::output::Output;
 use super::plan::{self, RowChangePolicy};
 use super::transform::{self, WINDOW_START};
@@ -49,15 +50,18 @@ pub struct RunReport {
     pub rows_recomputed: u64,
     /// Rows the run wrote to the sink.
     pub rows_out: u64,
-    /// Windows recomputed and replaced (aggregate mode).
+    /// Windows recomputed (or merged) and replaced (aggregate mode).
     pub windows: usize,
+    /// Aggregate mode: the windows were maintained by merging the delta's partial aggregates
+    /// into the sink rows (a decomposable SQL, see `merge.rs`), not recomputed from the source.
+    pub merged: bool,
     /// Sink files replaced (aggregate mode, refresh).
     pub files_replaced: usize,
     /// Bytes of the sink files replaced (aggregate mode: read, and rewritten without the
     /// touched windows).
     pub sink_bytes_replaced: u64,
-    /// New source files read to find the touched windows (aggregate mode: their time column
-    /// only; a file within one window is not read).
+    /// New source files read to find the touched windows (aggregate mode, recomputed: their
+    /// time column only, a file within one window is not read; merged: the whole rows).
     pub delta_files_read: usize,
     /// Bytes read from them.
     pub delta_bytes_read: u64,
@@ -77,7 +81,8 @@ pub struct RunReport {
     /// Key buckets rebuilt from the source because a row change removed rows in them (latest
     /// mode; also counted in `buckets`).
     pub buckets_rebuilt: usize,
-    /// Sink and tombstone files read to merge the touched buckets (latest mode).
+    /// Sink and tombstone files read to merge the touched buckets (latest mode), or the
+    /// touched windows (aggregate mode, merged).
     pub sink_files_read: usize,
     /// Bytes read from them.
     pub sink_bytes_read: u64,
@@ -131,6 +136,19 @@ impl RunReport {
     }
 }
 
+/// What one process invocation did.
+#[derive(Debug, Default)]
+pub struct ProcessResult {
+    /// The runs that finished.
+    pub reports: Vec<RunReport>,
+    /// The runs that failed, retryable or not.
+    pub errors: Vec<Error>,
+    /// The payload was an SQS batch: answer with its failed messages, not with an error.
+    pub is_sqs: bool,
+    /// The messages of the batch that woke a pipeline whose run failed retryably.
+    pub failed_message_ids: Vec<String>,
+}
+
 /// Runs the configured pipelines.
 pub struct Processor {
     pub(super) config: Arc<Config>,
@@ -139,11 +157,16 @@ pub struct Processor {
     /// Where sink commits are announced (`floe.commit`, as ingest's), so that a pipeline whose
     /// source is this sink runs next; None without `events.bus`.
     pub(super) notifier: Option<crate::notify::Notifier>,
-    /// Source schema id each pipeline's SQL was last checked against.
-    checked: std::sync::Mutex<HashMap<String, i32>>,
+    /// Source schema id each pipeline's SQL was last checked against, and how an aggregate
+    /// pipeline maintains its windows over it (Some: by merging, see `merge.rs`).
+    checked: std::sync::Mutex<HashMap<String, Checked>>,
     /// Each pipeline's latest aggregate refresh plan, refined by counting (see `refresh.rs`).
     pub(super) refresh_plans: std::sync::Mutex<HashMap<String, super::refresh::CachedPlan>>,
 }
+
+/// A pipeline's SQL as last checked: the source schema id, and the merge of a decomposable
+/// aggregate (None: recomputed, or not an aggregate).
+type Checked = (i32, Option<Arc<Merge>>);
 
 /// One run's starting point.
 pub(super) struct Position {
@@ -240,48 +263,72 @@ impl Processor {
         payload: &Value,
         deadline: Instant,
     ) -> (Vec<RunReport>, Vec<Error>) {
+        let r = self.handle_event(payload, deadline).await;
+        (r.reports, r.errors)
+    }
+
+    /// Like [`Processor::handle_payload`], and for an SQS batch the messages to receive again
+    /// (what the Lambda answers as partial batch failures): each pipeline the batch wakes runs
+    /// once, and a message is failed when a pipeline it woke failed retryably (the messages
+    /// coalesced into a run share its outcome). A pipeline failing for good (its SQL, its
+    /// config) fails no message: receiving it again cannot help; its error is logged and counted
+    /// (`PipelineErrors`), and the poll keeps trying.
+    pub async fn handle_event(&self, payload: &Value, deadline: Instant) -> ProcessResult {
         let meter = self.meter();
-        let out = Box::pin(self.handle_payload_unmetered(payload, deadline)).await;
+        let out = Box::pin(self.handle_event_unmetered(payload, deadline)).await;
         // The whole invocation's usage (each run's is in its own line, per pipeline).
         crate::metrics::emit_usage(&[], &meter.usage());
+        if !out.errors.is_empty() {
+            use crate::metrics::{emit, Metric};
+            emit(
+                &[],
+                &[Metric::count("PipelineErrors", out.errors.len() as f64)],
+            );
+        }
         out
     }
 
-    async fn handle_payload_unmetered(
-        &self,
-        payload: &Value,
-        deadline: Instant,
-    ) -> (Vec<RunReport>, Vec<Error>) {
-        let mut reports = Vec::new();
-        let mut errors = Vec::new();
-        let names = self.pipelines_for(payload);
-        for (i, name) in names.iter().enumerate() {
-            let name = name.as_str();
-            match self.source_exists(name).await {
-                Ok(true) => {}
+    async fn handle_event_unmetered(&self, payload: &Value, deadline: Instant) -> ProcessResult {
+        let messages = self.messages_for(payload);
+        let names = match &messages {
+            Some(m) => super::trigger::union(m),
+            None => self.pipelines_for(payload),
+        };
+        let mut out = ProcessResult {
+            is_sqs: messages.is_some(),
+            ..Default::default()
+        };
+        let mut failed = BTreeSet::new();
+        let n = names.len();
+        for (i, name) in names.into_iter().enumerate() {
+            // A latest rebuild stops in time for the pipelines after it (retract.rs).
+            let rebuild_by = rebuild_by(Instant::now(), deadline, n - i - 1);
+            let outcome = match self.source_exists(&name).await {
+                Ok(true) => self.run_within(&name, deadline, rebuild_by).await,
                 Ok(false) => {
                     tracing::info!(pipeline = %name, "source table not created yet: nothing to process");
                     continue;
                 }
-                Err(e) => {
-                    errors.push(e);
-                    continue;
-                }
-            }
-            // A latest rebuild stops in time for the pipelines after it (retract.rs).
-            let rebuild_by = rebuild_by(Instant::now(), deadline, names.len() - i - 1);
-            match self.run_within(name, deadline, rebuild_by).await {
+                Err(e) => Err(e),
+            };
+            match outcome {
                 Ok(r) => {
                     r.emit();
-                    reports.push(r)
+                    out.reports.push(r)
                 }
                 Err(e) => {
                     tracing::error!(pipeline = %name, error = %e, retryable = e.is_retryable(), "pipeline run failed");
-                    errors.push(e)
+                    if e.is_retryable() {
+                        failed.insert(name);
+                    }
+                    out.errors.push(e)
                 }
             }
         }
-        (reports, errors)
+        if let Some(m) = &messages {
+            out.failed_message_ids = super::trigger::failed_messages(m, &failed);
+        }
+        out
     }
 
     /// Whether the pipeline's source table (and every table it joins) exists (a poll may come
@@ -373,15 +420,19 @@ impl Processor {
 
     /// Plans the SQL against the source's current schema (once per schema id), so a change that
     /// breaks it stops the pipeline at once, naming the field, even before new data arrives.
-    async fn check_sql(&self, p: &PipelineConfig, source: &Table) -> Result<()> {
+    /// Returns how an aggregate pipeline's windows are maintained: Some, by merging the delta's
+    /// partial aggregates (a decomposable SQL); None, by recomputing them.
+    async fn check_sql(&self, p: &PipelineConfig, source: &Table) -> Result<Option<Arc<Merge>>> {
         let id = source.metadata().current_schema_id();
         let seen = self
             .checked
             .lock()
             .ok()
-            .and_then(|c| c.get(&p.name).copied());
-        if seen == Some(id) {
-            return Ok(());
+            .and_then(|c| c.get(&p.name).cloned());
+        if let Some((seen, merge)) = seen {
+            if seen == id {
+                return Ok(merge);
+            }
         }
         let (schema, _) = self.batch_input(p, source, None, true).await?;
         let joined = self.joined(p, false).await?;
@@ -392,10 +443,30 @@ impl Processor {
         if p.mode == PipelineMode::Latest {
             Latest::new(p, &out)?;
         }
+        let merge = match p.mode {
+            PipelineMode::Aggregate if !p.merge => {
+                tracing::info!(pipeline = %p.name, strategy = "recompute", reason = "merge = false", "aggregate windows are recomputed from the source");
+                None
+            }
+            PipelineMode::Aggregate => {
+                let (schema, _) = self.batch_input(p, source, None, true).await?;
+                match merge::analyze(&p.sql, schema, &joined.relations, &context).await? {
+                    Ok(m) => {
+                        tracing::info!(pipeline = %p.name, strategy = "merge", "aggregate windows are merged with the delta's partial aggregates");
+                        Some(Arc::new(m))
+                    }
+                    Err(why) => {
+                        tracing::info!(pipeline = %p.name, strategy = "recompute", reason = %why, "aggregate windows are recomputed from the source");
+                        None
+                    }
+                }
+            }
+            _ => None,
+        };
         if let Ok(mut c) = self.checked.lock() {
-            c.insert(p.name.clone(), id);
+            c.insert(p.name.clone(), (id, merge.clone()));
         }
-        Ok(())
+        Ok(merge)
     }
 
     /// One attempt; `None` when another run committed from the same checkpoint first.
@@ -413,7 +484,7 @@ impl Processor {
         if let Some(r) = self.continue_refresh(p, &pos, deadline, meter).await? {
             return Ok(Some(r));
         }
-        self.check_sql(p, &pos.source).await?;
+        let merge = Box::pin(self.check_sql(p, &pos.source)).await?;
         let after = self.start_point(p, &pos)?;
         // A latest sink follows row changes (their removed rows are retracted); `skip` opts out.
         let policy = match (p.on_row_change, p.mode) {
@@ -458,9 +529,33 @@ impl Processor {
                 (added, Vec::new(), schema)
             }
             PipelineMode::Aggregate => {
-                let removed = self
-                    .replace_windows(p, &pos, &files, to, &joined, &mut out, &mut report)
-                    .await?;
+                // Boxed: the run's future stays small (a deep stack of them overflows).
+                let removed = match &merge {
+                    Some(m) => {
+                        Box::pin(self.merge_windows(
+                            p,
+                            &pos,
+                            &files,
+                            m,
+                            &joined,
+                            &mut out,
+                            &mut report,
+                        ))
+                        .await?
+                    }
+                    None => {
+                        Box::pin(self.replace_windows(
+                            p,
+                            &pos,
+                            &files,
+                            to,
+                            &joined,
+                            &mut out,
+                            &mut report,
+                        ))
+                        .await?
+                    }
+                };
                 let (added, schema) = out.close().await?;
                 (added, removed, schema)
             }
@@ -582,6 +677,74 @@ impl Processor {
         out.settle(&output).await?;
         out.write(sink.kept).await?;
         out.write(batches).await?;
+        Ok(sink.paths)
+    }
+
+    /// Aggregate mode, a decomposable SQL: the SQL over the new rows alone (one bounded chunk of
+    /// files at a time) gives the delta's partial aggregates per group; the sink rows of the
+    /// windows they touch are read from the sink files that hold them, merged with them (see
+    /// `merge.rs`), and written with those files' other rows. Returns the sink files to remove:
+    /// exactly the files the merged rows were read from, so a commit onto a sink whose files
+    /// changed meanwhile is `Stale` (re-planned), and one whose checkpoint moved is skipped —
+    /// a merge is not idempotent, and it is applied once. Reads the delta and the touched
+    /// periods' sink files, whatever the windows hold in the source.
+    #[allow(clippy::too_many_arguments)]
+    async fn merge_windows(
+        &self,
+        p: &PipelineConfig,
+        pos: &Position,
+        files: &[LiveFile],
+        merge: &Merge,
+        joined: &Joined,
+        out: &mut Output,
+        report: &mut RunReport,
+    ) -> Result<Vec<String>> {
+        report.merged = true;
+        let window = p.window_micros().unwrap_or(60_000_000);
+        let time_column = p.time_column(&self.config);
+        let context = format!("pipeline `{}` over `{}`", p.name, p.source);
+        let mut output = None;
+        let mut partials = Vec::new();
+        let mut cost = input::ReadCost::default();
+        for chunk in input::chunks(files) {
+            let (schema, rows, c) = input::read_rows_costed(&pos.source, chunk).await?;
+            cost += c;
+            let schema = transform::with_window_start(
+                &arrow::array::RecordBatch::new_empty(schema),
+                time_column,
+                window,
+            )?
+            .schema();
+            // Rows without a time belong to no window (as a recompute reads them: never).
+            let mut timed = Vec::with_capacity(rows.len());
+            for b in rows {
+                timed.push(windows::with_window(&b, time_column, window)?);
+            }
+            let (o, batches) =
+                transform::run_sql_joined(&p.sql, schema, timed, &joined.relations, &context)
+                    .await?;
+            windows::require_window_column(&batches, p)?;
+            output = Some(o);
+            partials.extend(batches);
+        }
+        (report.delta_files_read, report.delta_bytes_read) = (cost.files, cost.bytes);
+        let touched: std::collections::BTreeSet<i64> =
+            partials.iter().flat_map(transform::window_starts).collect();
+        report.windows = touched.len();
+        let Some(output) = output.filter(|_| !touched.is_empty()) else {
+            return Ok(Vec::new());
+        };
+        let sink = windows::sink_rows_split(&pos.sink, &touched).await?;
+        report.files_replaced = sink.paths.len();
+        report.sink_bytes_replaced = sink.bytes;
+        (report.sink_files_read, report.sink_bytes_read) = (sink.read.files, sink.read.bytes);
+        let merged = merge
+            .merge(&output, sink.inside, partials, &context)
+            .await?;
+        // The SQL's columns first (a widened source column): kept rows are in the old schema.
+        out.settle(&output).await?;
+        out.write(sink.kept).await?;
+        out.write(merged).await?;
         Ok(sink.paths)
     }
 

@@ -165,7 +165,6 @@ pub(crate) struct Relation {
 /// `context` names the pipeline and source in errors; a SQL that no longer fits the source's
 /// schema is an error of kind `Transform` naming the field. (Without joined tables: a
 /// pipeline's runs use [`run_sql_joined`].)
-#[allow(dead_code)]
 pub(crate) async fn run_sql(
     sql: &str,
     schema: SchemaRef,
@@ -199,6 +198,24 @@ pub(crate) async fn run_sql_joined(
         }
     }
     Ok((out_schema, out))
+}
+
+/// DataFusion's logical plan of `sql` over an empty `source` of `schema` (as [`run_sql`] plans
+/// it, not optimised) and its normalised output schema.
+pub(crate) async fn logical_plan(
+    sql: &str,
+    schema: SchemaRef,
+    joined: &[Relation],
+    context: &str,
+) -> Result<(datafusion::logical_expr::LogicalPlan, SchemaRef)> {
+    let ctx = session(SessionConfig::new(), schema.clone(), Vec::new(), joined)
+        .map_err(|e| Error::new(ErrorKind::Internal, format!("{context}: {e}")))?;
+    let df = ctx
+        .sql_with_options(sql, query_only())
+        .await
+        .map_err(|e| sql_error(context, &schema, joined, e))?;
+    let out = normalised(df.schema().as_arrow(), context)?;
+    Ok((df.into_unoptimized_plan(), out))
 }
 
 /// A session with `source` registered over `batches` and each of `joined` under its name
@@ -416,8 +433,8 @@ pub(crate) fn table_schema(table: &iceberg::table::Table) -> Result<SchemaRef> {
     Ok(plain_schema(&arrow))
 }
 
-/// Rows of `batches` as canonical strings (floats to 10 significant digits), for comparing a
-/// batch result with a sink. Columns are taken in `columns` order; a missing column is NULL.
+/// Rows of `batches` as canonical strings (floats in full, the shortest form that reads back
+/// the same), for comparing a batch result with a sink. Columns are taken in `columns` order; a missing column is NULL.
 pub(crate) fn canonical_rows(
     batches: &[RecordBatch],
     columns: &[String],
@@ -441,7 +458,7 @@ pub(crate) fn canonical_rows(
                                 .downcast_ref::<arrow::array::Float64Array>()
                                 .filter(|a| a.is_valid(i));
                             match a {
-                                Some(a) => format!("{:.9e}", a.value(i)),
+                                Some(a) => format!("{:e}", a.value(i)),
                                 None => "NULL".to_string(),
                             }
                         }));
@@ -547,7 +564,7 @@ mod tests {
         let rows = canonical_rows(&out, &cols).unwrap();
         assert_eq!(rows.len(), 3, "{rows:?}");
         assert_eq!(rows[1][1], "eu");
-        assert_eq!(rows[1][2], format!("{:.9e}", 2.0));
+        assert_eq!(rows[1][2], format!("{:e}", 2.0));
     }
 
     #[tokio::test]

@@ -275,6 +275,18 @@ async fn read_source(
     Ok((out_schema, out, cost))
 }
 
+/// `batch` with `window_start` added, without its rows that have no time (no window).
+pub(super) fn with_window(
+    batch: &RecordBatch,
+    time_column: &str,
+    window: i64,
+) -> Result<RecordBatch> {
+    let b = transform::with_window_start(batch, time_column, window)?;
+    let mask = window_mask(&b, &|w: Option<i64>| w.is_some(), false);
+    arrow::compute::filter_record_batch(&b, &mask)
+        .map_err(|e| Error::new(ErrorKind::Internal, format!("filtering windows: {e}")))
+}
+
 /// Which rows of `batch` have a `window_start` that `f` accepts (None: a null one); `missing`
 /// for every row when the batch has no `window_start`.
 fn window_mask(
@@ -310,6 +322,10 @@ pub(super) struct SinkRewrite {
     pub(super) kept: Vec<RecordBatch>,
     /// Their total size.
     pub(super) bytes: u64,
+    /// Their rows inside the touched windows (only when asked for: a merge).
+    pub(super) inside: Vec<RecordBatch>,
+    /// What reading them cost.
+    pub(super) read: ReadCost,
 }
 
 /// Sink files that may hold rows of the `touched` windows (by their `window_start` min/max; a
@@ -318,11 +334,23 @@ pub(super) async fn sink_rows_outside(
     sink: &Table,
     touched: &BTreeSet<i64>,
 ) -> Result<SinkRewrite> {
+    sink_rows_of(sink, touched, false).await
+}
+
+/// [`sink_rows_outside`], with the rows inside the touched windows too (what a merge adds the
+/// delta's partial aggregates to). They come from exactly the files the commit replaces.
+pub(super) async fn sink_rows_split(sink: &Table, touched: &BTreeSet<i64>) -> Result<SinkRewrite> {
+    sink_rows_of(sink, touched, true).await
+}
+
+async fn sink_rows_of(sink: &Table, touched: &BTreeSet<i64>, inside: bool) -> Result<SinkRewrite> {
     if touched.is_empty() {
         return Ok(SinkRewrite {
             paths: Vec::new(),
             kept: Vec::new(),
             bytes: 0,
+            inside: Vec::new(),
+            read: ReadCost::default(),
         });
     }
     sink_rewrite(
@@ -331,6 +359,7 @@ pub(super) async fn sink_rows_outside(
         |_, _, _| false,
         |w| w.is_some_and(|w| touched.contains(&w)),
         false,
+        inside,
     )
     .await
 }
@@ -349,6 +378,7 @@ pub(super) async fn sink_rows_outside_span(sink: &Table, span: Span) -> Result<S
         },
         |w| span.contains(w),
         span.lo.is_none(),
+        false,
     )
     .await
 }
@@ -356,13 +386,15 @@ pub(super) async fn sink_rows_outside_span(sink: &Table, span: Span) -> Result<S
 /// The sink files `affects` says may hold rows to replace (given their `window_start` min, max
 /// and whether they may hold nulls; files without bounds always), and their rows whose window
 /// `replaced` does not take (rows without `window_start` are replaced when `missing`). Files
-/// `covered` says hold only rows to replace are removed without being read.
+/// `covered` says hold only rows to replace are removed without being read. `want_inside`: the
+/// rows to replace are returned too.
 async fn sink_rewrite(
     sink: &Table,
     affects: impl Fn(i64, i64, bool) -> bool,
     covered: impl Fn(i64, i64, bool) -> bool,
     replaced: impl Fn(Option<i64>) -> bool,
     missing: bool,
+    want_inside: bool,
 ) -> Result<SinkRewrite> {
     let field = sink
         .metadata()
@@ -410,18 +442,39 @@ async fn sink_rewrite(
         .filter(|(_, all)| !all)
         .map(|(f, _)| f)
         .collect();
-    let (_, rows) = input::read_rows(sink, &to_read).await?;
+    let (_, rows, read) = input::read_rows_costed(sink, &to_read).await?;
     let keep_row = |w: Option<i64>| !replaced(w);
     let mut kept = Vec::new();
+    let mut inside = Vec::new();
+    let filter = |b: &RecordBatch, mask: &BooleanArray| {
+        arrow::compute::filter_record_batch(b, mask)
+            .map_err(|e| Error::new(ErrorKind::Internal, format!("filtering sink rows: {e}")))
+    };
     for b in rows {
         let keep = window_mask(&b, &keep_row, !missing);
-        let b = arrow::compute::filter_record_batch(&b, &keep)
-            .map_err(|e| Error::new(ErrorKind::Internal, format!("filtering sink rows: {e}")))?;
+        if want_inside {
+            let rest = filter(
+                &b,
+                &arrow::compute::not(&keep).map_err(|e| {
+                    Error::new(ErrorKind::Internal, format!("filtering sink rows: {e}"))
+                })?,
+            )?;
+            if rest.num_rows() > 0 {
+                inside.push(rest);
+            }
+        }
+        let b = filter(&b, &keep)?;
         if b.num_rows() > 0 {
             kept.push(b);
         }
     }
-    Ok(SinkRewrite { paths, kept, bytes })
+    Ok(SinkRewrite {
+        paths,
+        kept,
+        bytes,
+        inside,
+        read,
+    })
 }
 
 /// The partition spec of a new aggregate sink: `window_start` by day for windows up to an
