@@ -710,7 +710,10 @@ sql = "SELECT at FROM source"
         assert!(age("IngestQueueAge").contains("Threshold: 30\n"));
         assert!(age("ProcessQueueAge").contains("Threshold: 2100\n"));
         // A looser objective than one redelivery is the threshold.
-        let slow = base.replace("[[pipelines]]", "[[pipelines]]\nlag_objective_seconds = 7200");
+        let slow = base.replace(
+            "[[pipelines]]",
+            "[[pipelines]]\nlag_objective_seconds = 7200",
+        );
         let a = alarms(&parse_config(&slow, "s").unwrap()).unwrap();
         let process = a.split("ProcessQueueAge:").nth(1).unwrap();
         assert!(process.contains("Threshold: 7200\n"), "{process}");
