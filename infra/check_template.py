@@ -21,8 +21,10 @@ Queues (every SQS queue feeding a function through an SQS event):
   * the event source reports partial batch failures (FunctionResponseTypes
     [ReportBatchItemFailures]): one failed message must not send its whole batch back;
   * an AWS/SQS ApproximateAgeOfOldestMessage alarm on the queue; with the deploy config its
-    threshold is the tightest freshness objective for the queue of floe-ingest and the tightest
-    pipeline lag objective for the queue of floe-process;
+    threshold is the tightest freshness objective for the queue of floe-ingest and, for the
+    queue of floe-process, the tightest pipeline lag objective or, if later, one redelivery (the
+    queue's VisibilityTimeout + the function's Timeout: a failed message is received again only
+    after its visibility timeout, so a lower threshold fires on every retryable failure);
   * the ingest function's ScalingConfig.MaximumConcurrency is a template parameter (it caps
     every table's ingest together), not a literal.
 Process triggers: floe-process has no EventBridgeRule event (direct invocations race each other
@@ -148,6 +150,7 @@ def queue_errors(template, resources, functions, objectives, lags):
     params = template.get("Parameters", {})
     alarms = [r.get("Properties", {}) for r in resources.values() if r.get("Type") == "AWS::CloudWatch::Alarm"]
     fed = {}  # queue logical id -> binaries it feeds
+    timeouts = {}  # queue logical id -> the Timeout of the functions it feeds (literal seconds)
     for name, fn in functions.items():
         binary = binary_of(fn)
         events = (fn.get("Properties") or {}).get("Events") or {}
@@ -163,6 +166,9 @@ def queue_errors(template, resources, functions, objectives, lags):
                 errors.append(f"{name}: event {ev_name} names its queue other than !GetAtt <queue>.Arn")
                 continue
             fed.setdefault(queue, set()).add(binary)
+            timeout = (fn.get("Properties") or {}).get("Timeout")
+            if isinstance(timeout, (int, float)):
+                timeouts[queue] = max(timeouts.get(queue, 0), timeout)
             if "ReportBatchItemFailures" not in as_list(props.get("FunctionResponseTypes") or []):
                 errors.append(f"{name}: event {ev_name} needs FunctionResponseTypes [ReportBatchItemFailures] "
                               "(one failed message must not send its whole batch back)")
@@ -191,7 +197,12 @@ def queue_errors(template, resources, functions, objectives, lags):
         if "floe-ingest" in binaries and objectives:
             want.append(("freshness", min(objectives.values())))
         if "floe-process" in binaries and lags:
-            want.append(("pipeline lag", min(lags.values())))
+            # A failed run's message comes back after the visibility timeout and is done within
+            # the function timeout: below that the alarm would fire on every retryable failure.
+            visibility = (q.get("Properties") or {}).get("VisibilityTimeout", 30)
+            redelivery = int(visibility) + int(timeouts.get(queue, 0))
+            want.append(("pipeline lag (or, if later, one redelivery: visibility timeout + "
+                         "function timeout)", max(min(lags.values()), redelivery)))
         for a in mine:
             for what, objective in want:
                 if float(a.get("Threshold", -1)) != float(objective):

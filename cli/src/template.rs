@@ -471,10 +471,20 @@ fn alarms(config: &Config) -> Result<String> {
     Ok(out.trim_end().to_string() + "\n")
 }
 
+/// How long a process message whose run failed retryably takes to be received again and run:
+/// `ProcessQueue`'s `VisibilityTimeout` (1800 s: ≥ 6× the function timeout, as Lambda
+/// recommends for SQS event sources, so a throttled batch is retried) plus `ProcessFunction`'s
+/// `Timeout` (300 s), both in template.yaml (`check_template.py` derives the threshold from
+/// them).
+const PROCESS_REDELIVERY_SECONDS: u64 = 1800 + 300;
+
 /// The oldest message of each queue against the tightest objective it serves: an ingest
 /// notification older than the tightest freshness objective is an object that is late before
 /// ingest even reads it; a process message older than the tightest lag objective is a commit
-/// no run has covered in time (failing and waiting for redelivery, or runs falling behind).
+/// no run has covered in time — but one a run failed on comes back only after the visibility
+/// timeout (the poll runs the pipelines meanwhile; their lag has its own alarm), so the process
+/// threshold is at least one redelivery: above it, a message failed more than once, or the
+/// function fell behind.
 fn queue_age_alarms(config: &Config) -> String {
     let mut out = String::new();
     let fresh = config
@@ -486,7 +496,8 @@ fn queue_age_alarms(config: &Config) -> String {
         .pipelines
         .iter()
         .map(|p| p.lag_objective_seconds)
-        .min();
+        .min()
+        .map(|l| l.max(PROCESS_REDELIVERY_SECONDS));
     for (id, queue, objective, what) in [
         (
             "IngestQueueAge",
@@ -498,7 +509,7 @@ fn queue_age_alarms(config: &Config) -> String {
             "ProcessQueueAge",
             "ProcessQueue",
             lag,
-            "commit or table-change event waits longer than the tightest pipeline lag objective",
+            "commit or table-change event waits longer than the tightest pipeline lag objective or, if later, one redelivery (visibility timeout + function timeout)",
         ),
     ] {
         let Some(obj) = objective else { continue };
@@ -667,7 +678,8 @@ mod tests {
             process.contains("!GetAtt ProcessQueue.QueueName"),
             "{process}"
         );
-        assert!(process.contains("Threshold: 600\n"), "{process}");
+        // The lag objective (600 s) is below one redelivery (1800 s + 300 s).
+        assert!(process.contains("Threshold: 2100\n"), "{process}");
         // A tighter table and pipeline tighten the alarms.
         let extra = r#"
 [[tables]]
@@ -696,7 +708,15 @@ sql = "SELECT at FROM source"
                 .to_string()
         };
         assert!(age("IngestQueueAge").contains("Threshold: 30\n"));
-        assert!(age("ProcessQueueAge").contains("Threshold: 45\n"));
+        assert!(age("ProcessQueueAge").contains("Threshold: 2100\n"));
+        // A looser objective than one redelivery is the threshold.
+        let slow = base.replace(
+            "[[pipelines]]",
+            "[[pipelines]]\nlag_objective_seconds = 7200",
+        );
+        let a = alarms(&parse_config(&slow, "s").unwrap()).unwrap();
+        let process = a.split("ProcessQueueAge:").nth(1).unwrap();
+        assert!(process.contains("Threshold: 7200\n"), "{process}");
     }
 
     #[test]

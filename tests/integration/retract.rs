@@ -358,3 +358,232 @@ async fn a_removed_file_already_gone_rebuilds_every_bucket() {
     );
     assert_reconciled(&p, "after the rebuild of every bucket").await;
 }
+
+/// The key bucket of customer `c` (the sample pipeline's 4 buckets).
+fn bucket4(c: i64) -> i32 {
+    let f = iceberg::transform::create_transform_function(&iceberg::spec::Transform::Bucket(4))
+        .unwrap();
+    match f.transform_literal(&iceberg::spec::Datum::long(c)).unwrap() {
+        Some(d) => match d.literal() {
+            iceberg::spec::PrimitiveLiteral::Int(b) => *b,
+            other => panic!("bucket {other:?}"),
+        },
+        None => panic!("no bucket"),
+    }
+}
+
+fn limits() -> floe::commit::CommitLimits {
+    floe::commit::CommitLimits {
+        max_attempts: 5,
+        deadline: soon(),
+        skew: std::time::Duration::from_secs(60),
+    }
+}
+
+/// The race of a rebuilding run A with a merging run B that read the source before another
+/// writer's row change: B commits a tombstone (a delete the row change took back) after A read
+/// the tombstones, in a bucket A rebuilds without any tombstone file change. B's tombstone
+/// commit applies only if no rebuild landed since it read the tombstones (as
+/// `commit_tombstones` checks); A's rebuild must leave that mark even when its tombstones do
+/// not change, else B's false tombstone lands and the next merge of the bucket deletes the key.
+#[tokio::test]
+async fn a_rebuild_without_tombstone_changes_still_fences_an_older_runs_tombstones() {
+    let env = TestEnv::with_pipelines("sqlite", &pipeline()).await;
+    let ingestor = env.ingestor().await;
+    let p = env.processor().await;
+    let base = Utc::now() - chrono::Duration::hours(2);
+    let mut m = Model::default();
+    let k = 1;
+    let j = (2..200).find(|j| bucket4(*j) == bucket4(k)).unwrap();
+    ingest(
+        &env,
+        &ingestor,
+        "orders/a1.jsonl",
+        base,
+        &mut m,
+        &[(k, "o1", "placed", 1)],
+    )
+    .await;
+    p.run(LATEST, soon()).await.unwrap();
+    // a2: a delete of k. Run B reads the source at a2 and lands its tombstone (k, seq(a2)):
+    // captured here, then taken out again, to be landed after A read the tombstones.
+    let mut m2 = Model::default();
+    ingest(
+        &env,
+        &ingestor,
+        "orders/a2.jsonl",
+        base,
+        &mut m2,
+        &[(k, "o1", "cancelled", 2)],
+    )
+    .await;
+    let b = env
+        .processor_with(faulty_on(LATEST, Fault::AfterMetadata))
+        .await;
+    assert!(
+        b.run(LATEST, soon()).await.is_err(),
+        "B's sink commit is lost"
+    );
+    let tt = floe::catalog::table_ident(&env.config, TOMBSTONES).unwrap();
+    let t = p.committer().load(&tt).await.unwrap();
+    let mut b_files = floe::scan::live_files(&t).await.unwrap();
+    assert_eq!(b_files.len(), 1, "B's tombstone");
+    let b_file = b_files.remove(0).file;
+    let mut undo = floe::snapshot::Change::append(Vec::new(), Default::default());
+    undo.operation = iceberg::spec::Operation::Delete;
+    undo.removed = vec![b_file.file_path().to_string()];
+    p.committer()
+        .commit(&tt, &limits(), move |_| {
+            Ok(floe::commit::Plan::Apply(undo.clone()))
+        })
+        .await
+        .unwrap();
+    let read_by_b = p.committer().load(&tt).await.unwrap();
+    let mark = |t: &iceberg::table::Table| {
+        t.metadata().current_snapshot().and_then(|s| {
+            s.summary()
+                .additional_properties
+                .get(floe::summary::TOMBSTONES_REBUILT)
+                .cloned()
+        })
+    };
+    let b_mark = mark(&read_by_b);
+    // Another writer deletes a2's file (R); run A reads the source at R and rebuilds bucket X.
+    env.pyiceberg_run("orders", "t.delete(\"status = 'cancelled'\")");
+    let r = p.run(LATEST, soon()).await.unwrap();
+    assert!(r.row_changes >= 1 && r.buckets_rebuilt >= 1, "{r:?}");
+    assert_eq!(sink_rows(&env), m.live(), "k live");
+    assert_eq!(env.pyiceberg_rows(TOMBSTONES)["rows"], 0);
+    // B's tombstone commit, with B's guard: no rebuild since the version B read.
+    let props = read_by_b
+        .metadata()
+        .current_snapshot()
+        .unwrap()
+        .summary()
+        .additional_properties
+        .clone();
+    let land = floe::snapshot::Change::append(vec![b_file], props);
+    p.committer()
+        .commit(&tt, &limits(), move |t| {
+            Ok(match mark(t) == b_mark {
+                true => floe::commit::Plan::Apply(land.clone()),
+                false => floe::commit::Plan::Skip(floe::commit::Skipped::Obsolete(
+                    "rebuilt since B read".into(),
+                )),
+            })
+        })
+        .await
+        .unwrap();
+    // The next merge of bucket X keeps k.
+    ingest(
+        &env,
+        &ingestor,
+        "orders/j.jsonl",
+        base,
+        &mut m,
+        &[(j, "oj", "placed", 3)],
+    )
+    .await;
+    p.run(LATEST, soon()).await.unwrap();
+    assert_eq!(sink_rows(&env), m.live(), "k still live");
+    assert_reconciled(&p, "after B's tombstone").await;
+}
+
+/// Another writer's `delete` of one of the source's live files (a row change every later run
+/// of the latest pipeline retracts).
+async fn delete_a_source_file(env: &TestEnv, p: &Processor) {
+    let t = p.committer().load(&env.ident()).await.unwrap();
+    let victim = floe::scan::live_files(&t).await.unwrap().remove(0);
+    let mut change = floe::snapshot::Change::append(Vec::new(), Default::default());
+    change.operation = iceberg::spec::Operation::Delete;
+    change.removed = vec![victim.file.file_path().to_string()];
+    p.committer()
+        .commit(&env.ident(), &limits(), move |_| {
+            Ok(floe::commit::Plan::Apply(change.clone()))
+        })
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_rebuild_past_the_deadline_stops_with_a_retryable_error_naming_the_refresh() {
+    let env = TestEnv::with_pipelines("sqlite", &pipeline()).await;
+    let ingestor = env.ingestor().await;
+    let p = env.processor().await;
+    let base = Utc::now() - chrono::Duration::hours(2);
+    let mut m = Model::default();
+    for i in 0..4 {
+        let v = random_versions(40, 20, 700 + i);
+        let key = format!("orders/d{i}.jsonl");
+        ingest_random(&env, &ingestor, &key, base, &mut m, &v).await;
+    }
+    p.run(LATEST, soon()).await.unwrap();
+    delete_a_source_file(&env, &p).await;
+    let tt = floe::catalog::table_ident(&env.config, TOMBSTONES).unwrap();
+    let before = p.committer().load(&tt).await.unwrap();
+    let e = p
+        .run(
+            LATEST,
+            std::time::Instant::now() + std::time::Duration::from_millis(1),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), floe::ErrorKind::DeadlineExceeded, "{e}");
+    assert!(e.is_retryable(), "{e}");
+    assert!(
+        e.to_string()
+            .contains("floe process refresh --pipeline customer_latest_order"),
+        "{e}"
+    );
+    let after = p.committer().load(&tt).await.unwrap();
+    assert_eq!(
+        after.metadata().current_snapshot_id(),
+        before.metadata().current_snapshot_id(),
+        "nothing committed"
+    );
+    // With time, the run rebuilds.
+    let r = p.run(LATEST, soon()).await.unwrap();
+    assert!(r.buckets_rebuilt >= 1, "{r:?}");
+    assert_reconciled(&p, "after the rebuild").await;
+}
+
+#[tokio::test]
+async fn a_failing_latest_pipeline_does_not_stop_the_other_pipelines_of_a_batch() {
+    let append = r#"
+[[pipelines]]
+name = "order_ids"
+source = "orders"
+sink = "order_ids"
+mode = "append"
+keys = ["order_id"]
+sql = "SELECT order_id, customer_id FROM source"
+"#;
+    let env = TestEnv::with_pipelines("sqlite", &format!("{}{append}", pipeline())).await;
+    let ingestor = env.ingestor().await;
+    let p = env.processor().await;
+    let base = Utc::now() - chrono::Duration::hours(2);
+    let mut m = Model::default();
+    let a: [Version; 2] = [(1, "o1", "placed", 10), (2, "o2", "placed", 10)];
+    ingest(&env, &ingestor, "orders/a.jsonl", base, &mut m, &a).await;
+    let batch = serde_json::json!({"detail-type": "Scheduled Event"});
+    let names = p.pipelines_for(&batch);
+    assert_eq!(names[names.len() - 2..], [LATEST, "order_ids"], "{names:?}");
+    let (reports, errors) = p.handle_payload(&batch, soon()).await;
+    assert!(
+        errors.is_empty() && reports.len() == names.len(),
+        "{errors:?}"
+    );
+    // The latest pipeline fails (another engine's merge-on-read delete in its sink); the
+    // append pipeline after it in the batch still commits the new rows.
+    crate::latest::delete_first_row(&env, &p, LATEST).await;
+    let b: [Version; 1] = [(3, "o3", "placed", 20)];
+    ingest(&env, &ingestor, "orders/b.jsonl", base, &mut m, &b).await;
+    let result = p.handle_event(&batch, soon()).await;
+    assert!(floe::lambda::process_response(&result).is_err());
+    let (reports, errors) = (result.reports, result.errors);
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(errors[0].to_string().contains(LATEST), "{}", errors[0]);
+    assert_eq!(reports.len(), names.len() - 1, "{reports:?}");
+    let after = reports.iter().find(|r| r.pipeline == "order_ids").unwrap();
+    assert!(after.sink_snapshot.is_some(), "{after:?}");
+}

@@ -306,9 +306,12 @@ impl Processor {
             ..Default::default()
         };
         let mut failed = BTreeSet::new();
-        for name in names {
+        let n = names.len();
+        for (i, name) in names.into_iter().enumerate() {
+            // A latest rebuild stops in time for the pipelines after it (retract.rs).
+            let rebuild_by = rebuild_by(Instant::now(), deadline, n - i - 1);
             let outcome = match self.source_exists(&name).await {
-                Ok(true) => self.run(&name, deadline).await,
+                Ok(true) => self.run_within(&name, deadline, rebuild_by).await,
                 Ok(false) => {
                     tracing::info!(pipeline = %name, "source table not created yet: nothing to process");
                     continue;
@@ -359,13 +362,23 @@ impl Processor {
     /// Processes everything the pipeline has not seen yet, committing output and checkpoint in
     /// one sink snapshot. Safe to call concurrently and repeatedly.
     pub async fn run(&self, name: &str, deadline: Instant) -> Result<RunReport> {
+        self.run_within(name, deadline, deadline).await
+    }
+
+    /// [`Self::run`], a latest run's rebuild (retract.rs) stopping at `rebuild_by`.
+    async fn run_within(
+        &self,
+        name: &str,
+        deadline: Instant,
+        rebuild_by: Instant,
+    ) -> Result<RunReport> {
         let p = self.pipeline(name)?;
         let started = Instant::now();
         // The whole run, re-plans included: what its sink commit records.
         let meter = self.meter();
         let mut replans = 0;
         loop {
-            match self.run_once(p, deadline, &meter).await? {
+            match self.run_once(p, deadline, rebuild_by, &meter).await? {
                 Some(mut report) => {
                     report.replans = replans;
                     report.seconds = started.elapsed().as_secs_f64();
@@ -471,6 +484,7 @@ impl Processor {
         &self,
         p: &PipelineConfig,
         deadline: Instant,
+        rebuild_by: Instant,
         meter: &Meter,
     ) -> Result<Option<RunReport>> {
         let pos = self.position(p).await?;
@@ -555,7 +569,7 @@ impl Processor {
                 (added, removed, schema)
             }
             PipelineMode::Latest => {
-                let retraction = super::retract::Retraction::of(&delta);
+                let retraction = super::retract::Retraction::of(&delta, rebuild_by);
                 match Box::pin(self.upsert_latest(
                     p,
                     &pos,
@@ -995,4 +1009,40 @@ async fn commit_latency(
     let t = committer.load(sink).await.ok()?;
     let s = t.metadata().snapshot_by_id(snapshot?)?.timestamp_ms();
     Some(s - src)
+}
+
+/// The time a batch keeps for each pipeline after the running one.
+const RESERVE_PER_PIPELINE: Duration = Duration::from_secs(20);
+
+/// When a run's rebuild must stop (`deadline` being the batch's) so that the `later` pipelines
+/// of its batch still run: [`RESERVE_PER_PIPELINE`] each, at most half of the time left.
+fn rebuild_by(now: Instant, deadline: Instant, later: usize) -> Instant {
+    let left = deadline.saturating_duration_since(now);
+    let reserve = RESERVE_PER_PIPELINE
+        .saturating_mul(u32::try_from(later).unwrap_or(u32::MAX))
+        .min(left / 2);
+    now + (left - reserve)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rebuild_leaves_time_for_the_pipelines_after_it() {
+        let now = Instant::now();
+        let at = |secs| now + Duration::from_secs(secs);
+        assert_eq!(
+            rebuild_by(now, at(300), 0),
+            at(300),
+            "the last one: all of it"
+        );
+        assert_eq!(
+            rebuild_by(now, at(300), 2),
+            at(260),
+            "20 s for each later one"
+        );
+        assert_eq!(rebuild_by(now, at(300), 40), at(150), "at most half");
+        assert_eq!(rebuild_by(now, now, 3), now, "past: none");
+    }
 }

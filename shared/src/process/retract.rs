@@ -54,11 +54,15 @@ pub(super) struct Retraction {
     snapshots: usize,
     removed: Vec<LiveFile>,
     unknown: bool,
+    /// When the rebuild must have read the source (checked between chunks).
+    by: Instant,
 }
 
 impl Retraction {
-    pub(super) fn of(delta: &Delta) -> Self {
+    /// The row changes of `delta`, whose rebuild must be read by `by`.
+    pub(super) fn of(delta: &Delta, by: Instant) -> Self {
         Self {
+            by,
             snapshots: delta.row_changes.len(),
             removed: delta
                 .removed
@@ -107,13 +111,6 @@ pub(super) struct Replaced {
     pub(super) tomb_added: Vec<DataFile>,
     pub(super) tomb_removed: Vec<String>,
     pub(super) tomb_schema: Option<iceberg::spec::Schema>,
-}
-
-impl Replaced {
-    /// Whether the tombstone commit rebuilds (rather than merges into) tombstones.
-    pub(super) fn tombstones_rebuilt(&self) -> bool {
-        !(self.tomb_added.is_empty() && self.tomb_removed.is_empty())
-    }
 }
 
 /// Whether the tombstone table `t` was rebuilt from this source at a later source sequence
@@ -171,6 +168,7 @@ impl Processor {
         )
         .await?;
         let context = format!("pipeline `{}` over `{}` (retraction)", p.name, p.source);
+        in_time(p, r.by)?;
         let affected = affected(p, pos, latest, r, &context, report).await?;
         if matches!(&affected, Affected::Some(s) if s.is_empty()) {
             return Ok(None);
@@ -182,6 +180,7 @@ impl Processor {
         let files = crate::scan::live_files(&pos.source).await?;
         let mut reduced: Vec<RecordBatch> = Vec::new();
         for chunk in input::chunks(&files) {
+            in_time(p, r.by)?;
             let (schema, rows, cost) = input::read_rows_costed(&pos.source, chunk).await?;
             report.recompute_files_read += cost.files;
             report.recompute_bytes_read += cost.bytes;
@@ -284,9 +283,9 @@ impl Processor {
         Ok(done)
     }
 
-    /// Commits a tombstone change that rebuilt buckets, marked with its source sequence `seq`,
-    /// on the tombstone table version `table` only (false: it changed meanwhile, or delete
-    /// files arrived; the run re-plans).
+    /// Commits a tombstone change that rebuilt buckets (a run's, or a refresh's of all of them),
+    /// marked with its source sequence `seq`, on the tombstone table version `table` only
+    /// (false: it changed meanwhile; the run re-plans). `change` may add and remove nothing: the commit still fences (upsert.rs).
     pub(super) async fn commit_rebuilt_tombstones(
         &self,
         p: &PipelineConfig,
@@ -327,6 +326,26 @@ impl Processor {
             Err(e) => Err(e),
         }
     }
+}
+
+/// A retryable `DeadlineExceeded` once `by` has passed: a rebuild reads the whole source, which
+/// may not fit in a run (the function's time limit); it stops before committing anything, so
+/// the pipelines after it in a batch still run, and names the way out.
+fn in_time(p: &PipelineConfig, by: Instant) -> Result<()> {
+    if Instant::now() < by {
+        return Ok(());
+    }
+    Err(Error::new(
+        ErrorKind::DeadlineExceeded,
+        format!(
+            "pipeline `{}`: rebuilding the key buckets another writer's row change affects reads \
+             the whole source and did not finish in the time the run had; nothing was committed \
+             and the next run starts it over. If it keeps running out of time, rebuild the sink \
+             from the CLI (no function time limit): `floe process refresh --pipeline {}`",
+            p.name, p.name
+        ),
+    )
+    .with_retryable(true))
 }
 
 /// The buckets of the SQL's output over the removed files (all: one cannot be read).

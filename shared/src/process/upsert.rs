@@ -24,6 +24,18 @@
 //! files are replaced by the batch's, and the argument above holds with two additions made
 //! there — a tombstone commit that rebuilds applies only on the tombstone version read, and it
 //! records its source sequence, behind which a run re-plans ([`retract::behind_a_rebuild`]).
+//!
+//! Why a rebuilding run (and a refresh) always makes that commit, even one that changes no
+//! file: a rebuild is not a maximum, so a tombstone a run B merged from a source snapshot before
+//! a row change (a delete the change took back) is false after it. If B's tombstone commit
+//! lands before the rebuild's, the rebuild's (guarded on the version it read) refuses and the
+//! run re-plans: the re-read sees B's tombstone and the rebuild replaces the bucket's files,
+//! dropping it — so a rebuild never keeps, in a rebuilt bucket, a tombstone committed after the
+//! version it read. If the rebuild's lands first, B's (which lands only while the rebuild mark
+//! is the one it read) refuses and B re-plans at the new source snapshot. Without a commit of
+//! its own, a rebuild whose buckets' tombstones did not change would leave no mark, B's false
+//! tombstone would land after it, and the next merge of its bucket would delete the key. The
+//! sink commits need no more: both start from the same checkpoint, and the loser re-plans.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Instant;
@@ -221,7 +233,9 @@ impl Processor {
             .map(|f| f.file_size_in_bytes())
             .sum::<u64>();
         let mut tomb_removed: Vec<String> = Vec::new();
-        let mut tombstones_rebuilt = false;
+        // A rebuilding run's tombstone commit is base-guarded and marked even when it changes no
+        // file (the module doc: it fences the merges of runs that read the tombstones before).
+        let rebuilding = rebuilt.is_some();
         if let Some(r) = rebuilt {
             let w = Box::pin(self.write_rebuilt(
                 pos,
@@ -235,7 +249,6 @@ impl Processor {
             ))
             .await?;
             report.buckets += report.buckets_rebuilt;
-            tombstones_rebuilt = w.tombstones_rebuilt();
             done.added.extend(w.sink_added);
             done.removed.extend(w.sink_removed);
             done.schema = done.schema.or(w.sink_schema);
@@ -244,7 +257,9 @@ impl Processor {
             tomb_schema = tomb_schema.or(w.tomb_schema);
         }
         if let Some(t) = &pos.tombstones {
-            if !(tomb_added.is_empty() && tomb_removed.is_empty() && tomb_deletes.is_empty()) {
+            if rebuilding
+                || !(tomb_added.is_empty() && tomb_removed.is_empty() && tomb_deletes.is_empty())
+            {
                 let mut change = tombstone_change(
                     p,
                     &pos.source_uuid,
@@ -257,7 +272,7 @@ impl Processor {
                 }
                 change.added_deletes = tomb_deletes.clone();
                 change.planned_on = Some(t.metadata().current_snapshot_id());
-                let committed = match tombstones_rebuilt {
+                let committed = match rebuilding {
                     true => {
                         Box::pin(self.commit_rebuilt_tombstones(p, t, change, seq, deadline))
                             .await?
@@ -379,13 +394,12 @@ impl Processor {
             .into_iter()
             .map(|f| f.file.file_path().to_string())
             .collect();
-        if added.is_empty() && removed.is_empty() {
-            return Ok(true);
-        }
-        let mut change = tombstone_change(p, source_uuid, added.clone(), removed, schema);
-        // Every tombstone is rewritten at `seq`: runs at earlier source snapshots re-plan.
-        retract::mark_rebuilt(&mut change, seq);
-        let ok = self.commit_tombstones(p, table, change, deadline).await?;
+        // Committed even when nothing changes, on `table`'s version only, marked (every
+        // tombstone rewritten at `seq`): a run's merge that read the tombstones before cannot
+        // land after it, nor it after one (the module doc); runs at earlier source snapshots
+        // re-plan.
+        let change = tombstone_change(p, source_uuid, added.clone(), removed, schema);
+        let ok = Box::pin(self.commit_rebuilt_tombstones(p, table, change, seq, deadline)).await?;
         if !ok {
             crate::write::delete_uncommitted(table, &added).await;
         }
