@@ -1324,3 +1324,56 @@ async fn sqs_batches_fail_only_the_messages_whose_pipelines_failed() {
         assert_reconciled(&healthy, name).await;
     }
 }
+
+/// Review finding: a merge adds the delta to the sink's rows, so a pipeline starting at `latest`
+/// (its sink lacks the rows before the start) recomputes: a late row into a window of the
+/// history counts the whole window, as the batch does — a merge would count the late row alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_aggregate_starting_at_latest_recomputes_a_window_of_the_history() {
+    let tail = r#"
+[[pipelines]]
+name = "orders_per_minute_from_now"
+source = "orders"
+sink = "orders_per_minute_from_now"
+mode = "aggregate"
+window = "1m"
+start = "latest"
+keys = ["window_start"]
+sql = "SELECT window_start, count(*) AS orders FROM source GROUP BY window_start"
+"#;
+    let name = "orders_per_minute_from_now";
+    let env = TestEnv::with_pipelines("sqlite", tail).await;
+    let ingestor = env.ingestor().await;
+    // Every order within the minute before the current one (`order_line` goes up to 59.999 s
+    // back from its base).
+    let now = chrono::Utc::now();
+    let minute = now
+        - chrono::Duration::seconds(now.timestamp() % 60)
+        - chrono::Duration::nanoseconds(now.timestamp_subsec_nanos() as i64);
+    let base = minute - chrono::Duration::milliseconds(1);
+    env.put(
+        "orders/w.jsonl",
+        floe::sample::orders_jsonl(100, 4100, base),
+    )
+    .await;
+    env.ingest(&ingestor, "orders/w.jsonl").await.unwrap();
+    let p = env.processor().await;
+    let first = p.run(name, soon()).await.unwrap();
+    assert_eq!(first.rows_out, 0, "history before the start is not read");
+    env.put(
+        "orders/late.jsonl",
+        floe::sample::orders_jsonl(1, 4101, base),
+    )
+    .await;
+    env.ingest(&ingestor, "orders/late.jsonl").await.unwrap();
+    let r = p.run(name, soon()).await.unwrap();
+    let py = env.pyiceberg_rows(name);
+    let rows = py["data"].as_array().unwrap();
+    assert_eq!(rows.len(), 1, "{py}");
+    // Before the fix: merged, "1".
+    assert_eq!(rows[0].as_array().unwrap()[1], "101", "{r:?}: {py}");
+    assert!(
+        !r.merged && r.windows == 1,
+        "start = latest recomputes: {r:?}"
+    );
+}

@@ -4,7 +4,7 @@
 //!
 //! A SQL is decomposable when DataFusion's logical plan of it is a GROUP BY over row-wise
 //! operators on `source` alone (projections, filters: no join, subquery, window function, limit,
-//! union, volatile function) whose output columns are all its group keys (`window_start` among
+//! union, function that is not immutable — `now()` neither) whose output columns are all its group keys (`window_start` among
 //! them) and aggregates among `count(*)`, `count(col)`, `sum`, `min`, `max`, each without
 //! DISTINCT, FILTER or ORDER BY, and nothing above the GROUP BY but the projection (and an
 //! ORDER BY): no HAVING, no expression over an aggregate, no DISTINCT. Every other aggregate
@@ -14,19 +14,23 @@
 //! sum of only nulls stays null, a count counts no null). Integer sums and counts are added as
 //! `DECIMAL(38,0)` and cast back checked: an overflow is an error naming the column, never a
 //! wrap (the SQL's own `sum` over one delta is DataFusion's, which wraps, as in a recompute).
-//! Decimal sums are cast back to their type checked the same way. Floating-point sums are
+//! Decimal sums are added as `DECIMAL(76,s)` and cast back to their type checked the same way
+//! (a `DECIMAL(38,s)` sum included). Floating-point sums are
 //! added in another order than a recompute would, so they may differ from it in the last bits
 //! (reconcile compares doubles with a relative tolerance, see `reconcile.rs`).
 
 use std::sync::Arc;
 
-use arrow::array::RecordBatch;
+use std::collections::BTreeSet;
+
+use arrow::array::{Array, RecordBatch, TimestampMicrosecondArray};
 use arrow::compute::{cast_with_options, CastOptions};
-use arrow_schema::{DataType, SchemaRef};
+use arrow_schema::{DataType, SchemaRef, TimeUnit};
 use datafusion::common::tree_node::TreeNode;
-use datafusion::logical_expr::{Expr, LogicalPlan};
+use datafusion::logical_expr::{Expr, LogicalPlan, Volatility};
 
 use super::transform::{self, Relation, WINDOW_START};
+use crate::config::{PipelineConfig, RowChange, Start};
 use crate::error::{Error, ErrorKind, Result};
 
 /// What an output column is to the merge.
@@ -49,6 +53,37 @@ pub(crate) enum Role {
 pub(crate) struct Merge {
     /// (output column, its role).
     pub(crate) columns: Vec<(String, Role)>,
+}
+
+/// Why `p`'s settings keep its windows recomputing whatever its SQL (`None`: they may merge).
+///
+/// A merge adds the delta to the sink's rows, so it is right only when those rows are the SQL
+/// over every source row of their windows, as a recompute (which reads the whole source at the
+/// run's snapshot) makes them:
+/// - a `start` other than `earliest`: the sink lacks the rows before the start, so a window
+///   straddling it, or a late row into an older window, would be the aggregate of the rows
+///   after the start only;
+/// - `on_row_change = "skip"`: a skipped overwrite or delete changed rows the sink still counts,
+///   in windows the delta may not touch; a recompute heals a window at its next touch (and that
+///   is all skip promises), a merge would carry the stale rows forever.
+pub(crate) fn settings_forbid(p: &PipelineConfig) -> Option<String> {
+    match p.start_strategy() {
+        Ok(Start::Earliest) => {}
+        Ok(_) => {
+            return Some(format!(
+                "start = \"{}\" (the sink lacks the rows before the start)",
+                p.start.trim()
+            ))
+        }
+        Err(e) => return Some(format!("start: {e}")),
+    }
+    if p.on_row_change == RowChange::Skip {
+        return Some(
+            "on_row_change = \"skip\" (a skipped overwrite or delete is healed only by a recompute)"
+                .into(),
+        );
+    }
+    None
 }
 
 /// Plans `sql` over an empty `source` of `schema` (with `joined` beside it) and says whether it
@@ -183,20 +218,24 @@ fn role_of(e: &Expr, name: &str) -> std::result::Result<Role, String> {
 }
 
 /// An expression evaluated per row, the same whenever: no subquery, aggregate, window function
-/// or volatile function inside.
+/// or function that is not immutable inside. A stable function (`now()`, `current_date()`) is
+/// the same within one query only: a row merged in one run and a row merged in a later one
+/// would have been filtered or grouped by different values of it, where a recompute reads them
+/// all at one.
 fn row_wise_expr(e: &Expr) -> std::result::Result<(), String> {
     let bad = e
         .exists(|e| {
             Ok(match e {
                 Expr::ScalarSubquery(_) | Expr::Exists(_) | Expr::InSubquery(_) => true,
                 Expr::WindowFunction(_) => true,
-                e => e.is_volatile_node(),
+                Expr::ScalarFunction(f) => f.func.signature().volatility != Volatility::Immutable,
+                _ => false,
             })
         })
         .unwrap_or(true);
     if bad {
         return Err(format!(
-            "`{}` is a subquery, a window or a volatile function",
+            "`{}` is a subquery, a window or a function that is not immutable (volatile or stable, as now())",
             e.schema_name()
         ));
     }
@@ -221,6 +260,55 @@ fn row_wise(plan: &LogicalPlan) -> std::result::Result<(), String> {
         }
         other => Err(format!("`{}` below the GROUP BY", node_name(other))),
     }
+}
+
+/// The windows the delta's partial aggregates touch. Every partial row must have one: a
+/// `window_start` that is null or not a timestamp would merge into no window (its row dropped,
+/// or, a null group, added again by every run), so it is an error naming the pipeline and the
+/// column (a recompute replaces the windows of the source's times and never reads it back).
+pub(crate) fn partial_windows(partials: &[RecordBatch], context: &str) -> Result<BTreeSet<i64>> {
+    let options = CastOptions {
+        safe: false,
+        ..Default::default()
+    };
+    let invalid = |why: String| {
+        Error::new(
+            ErrorKind::Transform,
+            format!(
+                "{context}: output column `{WINDOW_START}` {why}; a merged aggregate needs each \
+                 row's window (e.g. `SELECT window_start, …`, as `source` gives it)"
+            ),
+        )
+    };
+    let mut touched = BTreeSet::new();
+    for b in partials {
+        let col = b
+            .column_by_name(WINDOW_START)
+            .ok_or_else(|| invalid("is missing".into()))?;
+        let micros = cast_with_options(
+            col,
+            &DataType::Timestamp(TimeUnit::Microsecond, None),
+            &options,
+        )
+        .map_err(|e| invalid(format!("is not a timestamp ({}): {e}", col.data_type())))?;
+        let micros = micros
+            .as_any()
+            .downcast_ref::<TimestampMicrosecondArray>()
+            .ok_or_else(|| invalid("is not a timestamp".into()))?;
+        if micros.null_count() > 0 {
+            return Err(invalid(format!(
+                "is null in {} row(s)",
+                micros.null_count()
+            )));
+        }
+        touched.extend(micros.values().iter().copied());
+    }
+    Ok(touched)
+}
+
+/// The merge's column saying whether a decimal sum `name` has a value (see [`Merge::sql`]).
+fn summed(name: &str) -> String {
+    format!("{name}\u{1}summed")
 }
 
 fn quoted(name: &str) -> String {
@@ -253,7 +341,19 @@ impl Merge {
                 Role::Count | Role::Sum if integer(ty) => {
                     format!("sum(CAST({q} AS DECIMAL(38,0))) AS {q}")
                 }
-                Role::Count | Role::Sum => format!("sum({q}) AS {q}"),
+                // In 256 bits: a `DECIMAL(38,s)` sum's own type holds no overflow (DataFusion
+                // keeps it at 38 digits, wrapping). Back to 128 bits (null if it does not fit,
+                // beside whether it was null before), then checked against the column's
+                // precision in `cast_back`.
+                Role::Sum => match ty {
+                    DataType::Decimal128(_, scale) => format!(
+                        "TRY_CAST(sum(CAST({q} AS DECIMAL(76,{scale}))) AS DECIMAL(38,{scale})) AS {q}, \
+                         count({q}) > 0 AS {}",
+                        quoted(&summed(name))
+                    ),
+                    _ => format!("sum({q}) AS {q}"),
+                },
+                Role::Count => format!("sum({q}) AS {q}"),
                 Role::Min => format!("min({q}) AS {q}"),
                 Role::Max => format!("max({q}) AS {q}"),
             });
@@ -286,11 +386,52 @@ impl Merge {
         let sql = self.sql(output)?;
         let (_, merged) =
             transform::run_sql(&sql, output.clone(), rows, &format!("{context} (merge)")).await?;
+        for b in &merged {
+            self.check_decimal_sums(b, context)?;
+        }
         merged
             .iter()
             .map(|b| cast_back(b, output, context))
             .collect()
     }
+
+    /// A decimal sum that has values but is null after the merge did not fit 128 bits.
+    fn check_decimal_sums(&self, b: &RecordBatch, context: &str) -> Result<()> {
+        for (name, role) in &self.columns {
+            let (Role::Sum, Some(v), Some(has)) = (
+                role,
+                b.column_by_name(name),
+                b.column_by_name(&summed(name)),
+            ) else {
+                continue;
+            };
+            let has = has
+                .as_any()
+                .downcast_ref::<arrow::array::BooleanArray>()
+                .ok_or_else(|| {
+                    Error::new(ErrorKind::Internal, format!("{context}: merge of `{name}`"))
+                })?;
+            if (0..b.num_rows()).any(|i| v.is_null(i) && has.is_valid(i) && has.value(i)) {
+                return Err(overflow(
+                    context,
+                    name,
+                    v.data_type(),
+                    "more than 38 digits",
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn overflow(context: &str, name: &str, ty: &DataType, e: impl std::fmt::Display) -> Error {
+    Error::new(
+        ErrorKind::Transform,
+        format!(
+            "{context}: merging column `{name}` overflows its type {ty}: {e}; \
+             widen it in the SQL (e.g. CAST(... AS DECIMAL(38,0)))"
+        ),
+    )
 }
 
 /// `batch` in `output`'s types, cast checked: a merged sum or count that no longer fits its
@@ -308,21 +449,20 @@ fn cast_back(batch: &RecordBatch, output: &SchemaRef, context: &str) -> Result<R
                 format!("{context}: merge lost column `{}`", f.name()),
             )
         })?;
-        cols.push(if c.data_type() == f.data_type() {
+        let c = if c.data_type() == f.data_type() {
             c.clone()
         } else {
-            cast_with_options(c, f.data_type(), &options).map_err(|e| {
-                Error::new(
-                    ErrorKind::Transform,
-                    format!(
-                        "{context}: merging column `{}` overflows its type {}: {e}; \
-                         widen it in the SQL (e.g. CAST(... AS DECIMAL(38,0)))",
-                        f.name(),
-                        f.data_type()
-                    ),
-                )
-            })?
-        });
+            cast_with_options(c, f.data_type(), &options)
+                .map_err(|e| overflow(context, f.name(), f.data_type(), e))?
+        };
+        // A decimal of the column's own type may still hold more digits than its precision.
+        if let DataType::Decimal128(precision, _) = f.data_type() {
+            if let Some(d) = c.as_any().downcast_ref::<arrow::array::Decimal128Array>() {
+                d.validate_decimal_precision(*precision)
+                    .map_err(|e| overflow(context, f.name(), f.data_type(), e))?;
+            }
+        }
+        cols.push(c);
     }
     RecordBatch::try_new(Arc::clone(output), cols)
         .map_err(|e| Error::new(ErrorKind::Internal, format!("{context}: merged rows: {e}")))
@@ -331,10 +471,8 @@ fn cast_back(batch: &RecordBatch, output: &SchemaRef, context: &str) -> Result<R
 #[cfg(test)]
 mod tests {
     use super::*;
-    use arrow::array::{
-        Array, Decimal128Array, Float64Array, Int64Array, StringArray, TimestampMicrosecondArray,
-    };
-    use arrow_schema::{Field, Schema, TimeUnit};
+    use arrow::array::{Decimal128Array, Float64Array, Int64Array, StringArray};
+    use arrow_schema::{Field, Schema};
 
     fn source() -> SchemaRef {
         Arc::new(Schema::new(vec![
@@ -430,6 +568,16 @@ mod tests {
             (
                 "SELECT window_start, sum(amount) AS s FROM source WHERE random() < 0.5 GROUP BY window_start",
                 "volatile",
+            ),
+            (
+                "SELECT window_start, sum(amount) AS s FROM source \
+                 WHERE window_start > now() - INTERVAL '7 days' GROUP BY window_start",
+                "not immutable",
+            ),
+            (
+                "SELECT window_start, current_date() AS d, count(*) AS n FROM source \
+                 GROUP BY window_start, current_date()",
+                "not immutable",
             ),
             (
                 "SELECT window_start, region, amount FROM source",
@@ -591,5 +739,138 @@ mod tests {
             .unwrap_err();
         assert!(e.to_string().contains("`paid` overflows"), "{e}");
         assert!(out[0].column(0).null_count() == 0);
+    }
+
+    fn pipeline(extra: &str) -> PipelineConfig {
+        toml::from_str(&format!(
+            "name = \"p\"\nsource = \"orders\"\nsink = \"s\"\nmode = \"aggregate\"\n\
+             window = \"1m\"\nsql = \"SELECT 1\"\n{extra}"
+        ))
+        .unwrap()
+    }
+
+    /// Review findings: a sink that lacks the rows before a `start` other than `earliest`, or
+    /// keeps a skipped overwrite's rows, is not the base a merge adds to: such pipelines recompute.
+    #[test]
+    fn a_late_start_or_skipped_row_changes_recompute() {
+        assert_eq!(settings_forbid(&pipeline("")), None);
+        assert_eq!(settings_forbid(&pipeline("start = \"earliest\"")), None);
+        for (extra, why) in [
+            ("start = \"latest\"", "latest"),
+            ("start = \"snapshot:42\"", "snapshot:42"),
+            ("start = \"timestamp:2026-01-01T00:00:00Z\"", "timestamp:"),
+            ("on_row_change = \"skip\"", "skip"),
+        ] {
+            let e = settings_forbid(&pipeline(extra)).unwrap_or_default();
+            assert!(e.contains(why), "{extra}: {e:?}");
+        }
+    }
+
+    /// Review finding: a partial row without a window merged into none (dropped, or a null
+    /// group added again every run).
+    #[test]
+    fn a_partial_row_without_a_window_is_an_error_naming_the_column() {
+        let ok = rows(vec![
+            (0, Some("eu"), 1, None, None, None),
+            (60, Some("eu"), 1, None, None, None),
+        ]);
+        assert_eq!(
+            partial_windows(std::slice::from_ref(&ok), "pipeline `p`").unwrap(),
+            BTreeSet::from([0, 60])
+        );
+        let null = RecordBatch::try_new(
+            output(),
+            std::iter::once(Arc::new(
+                TimestampMicrosecondArray::from(vec![Some(0), None]).with_timezone("+00:00"),
+            ) as arrow::array::ArrayRef)
+            .chain(ok.columns()[1..].iter().cloned())
+            .collect(),
+        )
+        .unwrap();
+        let e = partial_windows(&[ok.clone(), null], "pipeline `p`").unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Transform);
+        assert!(!e.is_retryable());
+        assert!(
+            e.to_string().contains("pipeline `p`")
+                && e.to_string().contains("`window_start` is null"),
+            "{e}"
+        );
+        let text = RecordBatch::try_new(
+            Arc::new(Schema::new(vec![Field::new(
+                "window_start",
+                DataType::Utf8,
+                true,
+            )])),
+            vec![Arc::new(StringArray::from(vec![
+                "2026-01-01T00:00:00Z",
+                "eu",
+            ]))],
+        )
+        .unwrap();
+        let e = partial_windows(&[text], "pipeline `p`").unwrap_err();
+        assert!(
+            e.to_string().contains("`window_start` is not a timestamp"),
+            "{e}"
+        );
+    }
+
+    /// Review finding: a `DECIMAL(38,s)` sum's type is its column's, so the checked cast back
+    /// was skipped and a merged sum beyond 38 digits was written.
+    #[tokio::test]
+    async fn a_decimal_38_sum_beyond_its_precision_is_an_error() {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("window_start", DataType::Int64, true),
+            Field::new("big", DataType::Decimal128(38, 2), true),
+        ]));
+        let m = Merge {
+            columns: vec![
+                ("window_start".into(), Role::Key),
+                ("big".into(), Role::Sum),
+            ],
+        };
+        let batch = |v: i128| {
+            RecordBatch::try_new(
+                schema.clone(),
+                vec![
+                    Arc::new(Int64Array::from(vec![0])),
+                    Arc::new(
+                        Decimal128Array::from(vec![v])
+                            .with_precision_and_scale(38, 2)
+                            .unwrap(),
+                    ),
+                ],
+            )
+            .unwrap()
+        };
+        let six = 6 * 10i128.pow(37);
+        let e = m
+            .merge(&schema, vec![batch(six)], vec![batch(six)], "pipeline p")
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains("`big` overflows"), "{e}");
+        // Beyond i128 too (a 128-bit sum would wrap to a valid negative value).
+        let nine = 9 * 10i128.pow(37);
+        let e = m
+            .merge(&schema, vec![batch(nine)], vec![batch(nine)], "pipeline p")
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains("`big` overflows"), "{e}");
+        let out = m
+            .merge(
+                &schema,
+                vec![batch(six)],
+                vec![batch(-six + 5)],
+                "pipeline p",
+            )
+            .await
+            .unwrap();
+        assert_eq!(out[0].schema(), schema);
+        let v = out[0]
+            .column(1)
+            .as_any()
+            .downcast_ref::<Decimal128Array>()
+            .unwrap()
+            .value(0);
+        assert_eq!(v, 5);
     }
 }

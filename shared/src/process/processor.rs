@@ -457,7 +457,11 @@ impl Processor {
             }
             PipelineMode::Aggregate => {
                 let (schema, _) = self.batch_input(p, source, None, true).await?;
-                match merge::analyze(&p.sql, schema, &joined.relations, &context).await? {
+                let verdict = match merge::settings_forbid(p) {
+                    Some(why) => Err(why),
+                    None => merge::analyze(&p.sql, schema, &joined.relations, &context).await?,
+                };
+                match verdict {
                     Ok(m) => {
                         tracing::info!(pipeline = %p.name, strategy = "merge", "aggregate windows are merged with the delta's partial aggregates");
                         Some(Arc::new(m))
@@ -754,8 +758,7 @@ impl Processor {
             partials.extend(batches);
         }
         (report.delta_files_read, report.delta_bytes_read) = (cost.files, cost.bytes);
-        let touched: std::collections::BTreeSet<i64> =
-            partials.iter().flat_map(transform::window_starts).collect();
+        let touched = merge::partial_windows(&partials, &context)?;
         report.windows = touched.len();
         let Some(output) = output.filter(|_| !touched.is_empty()) else {
             return Ok(Vec::new());

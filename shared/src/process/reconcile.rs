@@ -45,33 +45,124 @@ impl Reconciliation {
 }
 
 /// Relative tolerance of floating-point values: a merged sum adds the same terms in another
-/// order than the batch does, so it may differ from it in the last bits (integers and decimals
-/// compare exactly).
+/// order than the batch does (and DataFusion's partitions change the order of a batch's too), so
+/// it may differ from it in the last bits (integers and decimals compare exactly).
 pub(crate) const FLOAT_TOLERANCE: f64 = 1e-9;
 
-/// Whether two canonical floats are equal within [`FLOAT_TOLERANCE`] × their magnitude (NULLs,
-/// NaNs and infinities only equal themselves).
-fn same_float(a: &str, b: &str) -> bool {
+/// The magnitude below which a float is compared absolutely, as a fraction of its column's
+/// largest magnitude (both sides): a sum's rounding error is bounded by the magnitude of its
+/// terms, not of its result, so a sum of `+x, -x` may be `1e-17` on one side and `0` on the
+/// other. The terms are unknown here; the column's largest value stands for their scale, and
+/// `1e-3` of it keeps `FLOAT_TOLERANCE × 1e-3 = 1e-12` of the scale as the absolute floor: room
+/// for the rounding of thousands of such terms (each at most 2⁻⁵³ ≈ 1.1e-16 of the scale), while
+/// a missing or extra row hides only if its value is twelve orders of magnitude below the
+/// column's largest.
+const FLOAT_FLOOR: f64 = 1e-3;
+
+/// Whether two canonical floats are equal within [`FLOAT_TOLERANCE`] × their magnitude, or of
+/// `floor` when both are smaller (NULLs, NaNs and infinities only equal themselves).
+fn same_float(a: &str, b: &str, floor: f64) -> bool {
     if a == b {
         return true;
     }
     match (a.parse::<f64>(), b.parse::<f64>()) {
         (Ok(x), Ok(y)) if x.is_finite() && y.is_finite() => {
-            (x - y).abs() <= FLOAT_TOLERANCE * x.abs().max(y.abs())
+            (x - y).abs() <= FLOAT_TOLERANCE * x.abs().max(y.abs()).max(floor)
         }
         _ => false,
     }
 }
 
+/// Per column: `Some(floor)` for a floating-point column (see [`same_float`]: [`FLOAT_FLOOR`] ×
+/// its largest finite magnitude in `rows`), `None` for one compared exactly.
+fn float_floors(is_float: &[bool], rows: &[&[Vec<String>]]) -> Vec<Option<f64>> {
+    is_float
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            f.then(|| {
+                let scale = rows
+                    .iter()
+                    .flat_map(|r| r.iter())
+                    .filter_map(|r| r.get(i).and_then(|v| v.parse::<f64>().ok()))
+                    .filter(|v| v.is_finite())
+                    .fold(0.0, |m: f64, v| m.max(v.abs()));
+                FLOAT_FLOOR * scale
+            })
+        })
+        .collect()
+}
+
+/// The columns rows are matched by: the pipeline's `keys`, else every column but the
+/// floating-point ones (whose values may differ in the last bits: they are compared within
+/// the tolerance among the rows of a key).
+fn key_columns(p: &PipelineConfig, columns: &[String], is_float: &[bool]) -> Result<Vec<usize>> {
+    if p.keys.is_empty() {
+        return Ok((0..columns.len())
+            .filter(|&i| !is_float.get(i).copied().unwrap_or(false))
+            .collect());
+    }
+    p.keys
+        .iter()
+        .map(|k| {
+            columns.iter().position(|c| c == k).ok_or_else(|| {
+                Error::new(
+                    ErrorKind::Config,
+                    format!(
+                        "pipeline `{}`: key `{k}` is not an output column ({})",
+                        p.name,
+                        columns.join(", ")
+                    ),
+                )
+            })
+        })
+        .collect()
+}
+
+/// Rows by their key (`key_idx`'s values), each key's rows sorted.
+fn by_key(rows: &[Vec<String>], key_idx: &[usize]) -> BTreeMap<Vec<String>, Vec<Vec<String>>> {
+    let mut m: BTreeMap<Vec<String>, Vec<Vec<String>>> = BTreeMap::new();
+    for r in rows {
+        let key = key_idx.iter().map(|&i| r[i].clone()).collect();
+        m.entry(key).or_default().push(r.clone());
+    }
+    // Numbers in their order (floats that differ in the last bits stay paired), then text.
+    let cmp = |u: &String, v: &String| match (u.parse::<f64>(), v.parse::<f64>()) {
+        (Ok(a), Ok(b)) => a.total_cmp(&b),
+        (Ok(_), Err(_)) => std::cmp::Ordering::Less,
+        (Err(_), Ok(_)) => std::cmp::Ordering::Greater,
+        (Err(_), Err(_)) => u.cmp(v),
+    };
+    for v in m.values_mut() {
+        v.sort_by(|x, y| {
+            x.iter()
+                .zip(y)
+                .map(|(u, v)| cmp(u, v))
+                .find(|o| o.is_ne())
+                .unwrap_or_else(|| x.len().cmp(&y.len()))
+        });
+    }
+    m
+}
+
 /// Whether a key's rows on both sides are equal (floating-point columns within the tolerance).
-fn same_rows(a: Option<&Vec<Vec<String>>>, b: Option<&Vec<Vec<String>>>, floats: &[bool]) -> bool {
+fn same_rows(
+    a: Option<&Vec<Vec<String>>>,
+    b: Option<&Vec<Vec<String>>>,
+    floats: &[Option<f64>],
+) -> bool {
     match (a, b) {
         (Some(a), Some(b)) => {
             a.len() == b.len()
                 && a.iter().zip(b).all(|(x, y)| {
                     x.len() == y.len()
                         && x.iter().zip(y).enumerate().all(|(i, (u, v))| {
-                            u == v || (floats.get(i).copied().unwrap_or(false) && same_float(u, v))
+                            u == v
+                                || floats
+                                    .get(i)
+                                    .copied()
+                                    .flatten()
+                                    .is_some_and(|floor| same_float(u, v, floor))
                         })
                 })
         }
@@ -212,39 +303,16 @@ impl Processor {
         };
         let sink_rows = input::scan_table(&pos.sink).await?;
         let columns: Vec<String> = schema.fields().iter().map(|f| f.name().clone()).collect();
-        let key_idx: Vec<usize> = if p.keys.is_empty() {
-            (0..columns.len()).collect()
-        } else {
-            p.keys
-                .iter()
-                .map(|k| {
-                    columns.iter().position(|c| c == k).ok_or_else(|| {
-                        Error::new(
-                            ErrorKind::Config,
-                            format!(
-                                "pipeline `{}`: key `{k}` is not an output column ({})",
-                                p.name,
-                                columns.join(", ")
-                            ),
-                        )
-                    })
-                })
-                .collect::<Result<_>>()?
-        };
+        let is_float: Vec<bool> = schema
+            .fields()
+            .iter()
+            .map(|f| f.data_type().is_floating())
+            .collect();
+        let key_idx = key_columns(p, &columns, &is_float)?;
         let left = transform::canonical_rows(&batch, &columns)?;
         let right = transform::canonical_rows(&sink_rows, &columns)?;
-        let group = |rows: &[Vec<String>]| {
-            let mut m: BTreeMap<Vec<String>, Vec<Vec<String>>> = BTreeMap::new();
-            for r in rows {
-                let key = key_idx.iter().map(|&i| r[i].clone()).collect();
-                m.entry(key).or_default().push(r.clone());
-            }
-            for v in m.values_mut() {
-                v.sort();
-            }
-            m
-        };
-        let (lm, rm) = (group(&left), group(&right));
+        let floats = float_floors(&is_float, &[&left, &right]);
+        let (lm, rm) = (by_key(&left, &key_idx), by_key(&right, &key_idx));
         let mut rec = Reconciliation {
             pipeline: p.name.clone(),
             at_snapshot: at,
@@ -254,11 +322,6 @@ impl Processor {
         };
         let keys: BTreeSet<&Vec<String>> = lm.keys().chain(rm.keys()).collect();
         rec.keys = keys.len();
-        let floats: Vec<bool> = schema
-            .fields()
-            .iter()
-            .map(|f| f.data_type().is_floating())
-            .collect();
         for k in keys {
             let (a, b) = (lm.get(k), rm.get(k));
             if !same_rows(a, b, &floats) {
@@ -303,7 +366,7 @@ mod tests {
     #[test]
     fn doubles_compare_within_a_relative_tolerance_other_values_exactly() {
         let row = |v: &[&str]| vec![v.iter().map(|s| s.to_string()).collect::<Vec<_>>()];
-        let floats = [false, true];
+        let floats = [None, Some(0.0)];
         let (a, b) = (row(&["7", "1.0000000000000002e3"]), row(&["7", "1e3"]));
         assert!(same_rows(Some(&a), Some(&b), &floats));
         let c = row(&["7", "1.00001e3"]);
@@ -312,7 +375,69 @@ mod tests {
         let d = row(&["8", "1e3"]);
         assert!(!same_rows(Some(&b), Some(&d), &floats));
         assert!(!same_rows(Some(&b), None, &floats));
-        assert!(same_float("NULL", "NULL") && !same_float("NULL", "0e0"));
-        assert!(!same_float("NaN", "1e0") && same_float("0e0", "0e0"));
+        assert!(same_float("NULL", "NULL", 0.0) && !same_float("NULL", "0e0", 0.0));
+        assert!(!same_float("NaN", "1e0", 0.0) && same_float("0e0", "0e0", 0.0));
+    }
+
+    fn keyless() -> PipelineConfig {
+        let toml = r#"
+name = "p"
+source = "orders"
+sink = "s"
+mode = "aggregate"
+window = "1m"
+sql = "SELECT 1"
+"#;
+        toml::from_str(toml).unwrap()
+    }
+
+    /// Review finding: a keyless pipeline matched rows by every column, float sums included, so
+    /// a sum that differs in the last bits was a missing row on both sides; and a sum of
+    /// `+x, -x` (`1e-17` against `0`) was a difference, the tolerance being relative to it.
+    #[test]
+    fn keyless_rows_match_floats_within_the_tolerance_with_an_absolute_floor() {
+        let columns: Vec<String> = ["window_start", "region", "revenue", "orders"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let is_float = [false, false, true, false];
+        let key_idx = key_columns(&keyless(), &columns, &is_float).unwrap();
+        assert_eq!(key_idx, vec![0, 1, 3]);
+        let rows = |v: &[[&str; 4]]| -> Vec<Vec<String>> {
+            v.iter()
+                .map(|r| r.iter().map(|s| s.to_string()).collect())
+                .collect()
+        };
+        let batch = rows(&[
+            ["0", "eu", "1.0000000000000002e3", "3"],
+            ["0", "us", "1e-17", "2"],
+            ["60", "eu", "2.5e0", "1"],
+            ["60", "eu", "7e2", "1"],
+        ]);
+        let sink = rows(&[
+            ["0", "eu", "1e3", "3"],
+            ["0", "us", "0e0", "2"],
+            ["60", "eu", "6.999999999999999e2", "1"],
+            ["60", "eu", "2.5e0", "1"],
+        ]);
+        let floats = float_floors(&is_float, &[&batch, &sink]);
+        let (l, r) = (by_key(&batch, &key_idx), by_key(&sink, &key_idx));
+        assert_eq!(l.len(), 3);
+        for (k, v) in &l {
+            assert!(
+                same_rows(Some(v), r.get(k), &floats),
+                "{k:?}: {v:?} · {:?}",
+                r.get(k)
+            );
+        }
+        // A real difference still is one: a missing order of 0.01 in a column up to 1000.
+        let off = rows(&[["60", "eu", "2.51e0", "1"], ["60", "eu", "7e2", "1"]]);
+        let k = vec!["60".to_string(), "eu".to_string(), "1".to_string()];
+        assert!(!same_rows(
+            by_key(&off, &key_idx).get(&k),
+            r.get(&k),
+            &floats
+        ));
+        assert!(!same_float("1e-17", "0e0", 0.0), "no floor: relative only");
     }
 }
