@@ -7,7 +7,7 @@ use iceberg::scan::{FileScanTask, FileScanTaskDeleteFile};
 use iceberg::spec::{DataContentType, DataFile, ManifestContentType, ManifestFile};
 use iceberg::table::Table;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::snapshot;
 
 /// A live data file and the spec it was written with.
@@ -246,4 +246,32 @@ pub fn projected_scan_tasks(
                 .build()
         })
         .collect()
+}
+
+/// `Stale` when the current snapshot has live equality delete files (another engine's
+/// row-level deletes by value). floe's readers apply position deletes (every scan task carries
+/// the ones of its file, [`LiveFile::deletes`]), not equality deletes, so they must
+/// not run over such a table as if its rows were all live.
+pub(crate) async fn refuse_equality_deletes(table: &Table, what: &str) -> Result<()> {
+    let eq: Vec<String> = live_deletes(table)
+        .await?
+        .into_iter()
+        .filter(|d| d.file.content_type() == DataContentType::EqualityDeletes)
+        .map(|d| d.file.file_path().to_string())
+        .collect();
+    if eq.is_empty() {
+        return Ok(());
+    }
+    Err(Error::new(
+        ErrorKind::Stale,
+        format!(
+            "{} has {} equality delete file(s) (row-level deletes by value, written by another \
+             engine: {}); floe applies position deletes only and would return deleted rows, so \
+             {what} did not run. Rewrite the table's deleted rows away with that engine (a \
+             compaction that applies deletes, or copy-on-write) first",
+            table.identifier(),
+            eq.len(),
+            eq.iter().take(3).cloned().collect::<Vec<_>>().join(", ")
+        ),
+    ))
 }

@@ -216,34 +216,6 @@ fn ice(what: &str) -> impl Fn(iceberg::Error) -> Error + '_ {
     move |e| Error::iceberg(what.to_string(), e)
 }
 
-/// `Stale` when the current snapshot has live equality delete files (another engine's
-/// row-level deletes by value). floe's readers apply position deletes (every scan task carries
-/// the ones of its file, [`crate::scan::LiveFile::deletes`]), not equality deletes, so they must
-/// not run over such a table as if its rows were all live.
-pub(crate) async fn refuse_equality_deletes(table: &Table, what: &str) -> Result<()> {
-    let eq: Vec<String> = crate::scan::live_deletes(table)
-        .await?
-        .into_iter()
-        .filter(|d| d.file.content_type() == DataContentType::EqualityDeletes)
-        .map(|d| d.file.file_path().to_string())
-        .collect();
-    if eq.is_empty() {
-        return Ok(());
-    }
-    Err(Error::new(
-        ErrorKind::Stale,
-        format!(
-            "{} has {} equality delete file(s) (row-level deletes by value, written by another \
-             engine: {}); floe applies position deletes only and would return deleted rows, so \
-             {what} did not run. Rewrite the table's deleted rows away with that engine (a \
-             compaction that applies deletes, or copy-on-write) first",
-            table.identifier(),
-            eq.len(),
-            eq.iter().take(3).cloned().collect::<Vec<_>>().join(", ")
-        ),
-    ))
-}
-
 /// `Stale` unless `table` moved past `planned_on` by appends only (see [`Change::planned_on`]).
 fn check_planned_on(table: &Table, planned_on: Option<i64>) -> Result<()> {
     let md = table.metadata();

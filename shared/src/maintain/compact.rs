@@ -21,7 +21,7 @@ impl Maintainer {
         run: &RunMeter,
     ) -> Result<()> {
         let table = self.committer.load(ident).await?;
-        if let Err(e) = snapshot::refuse_equality_deletes(&table, "compaction").await {
+        if let Err(e) = crate::scan::refuse_equality_deletes(&table, "compaction").await {
             // Rewriting data files without applying another engine's equality deletes would
             // bring deleted rows back. (Position deletes are applied: see below.)
             tracing::warn!(table = %ident, error = %e, "compaction skipped");

@@ -330,7 +330,7 @@ async fn current_state(source: &Table, mut delta: Delta) -> Result<Delta> {
     };
     // Its position deletes are applied by every read of its files (each file carries the
     // ones that apply to it); equality deletes are not.
-    crate::snapshot::refuse_equality_deletes(source, "a pipeline starting from its current state")
+    crate::scan::refuse_equality_deletes(source, "a pipeline starting from its current state")
         .await?;
     let mut cur = Some(current);
     while let Some(s) = cur {

@@ -162,7 +162,7 @@ impl Processor {
             return Ok(None);
         }
         // Position deletes are applied by every floe read; equality deletes are not read.
-        crate::snapshot::refuse_equality_deletes(
+        crate::scan::refuse_equality_deletes(
             &pos.source,
             &format!("pipeline `{}`'s retraction", p.name),
         )

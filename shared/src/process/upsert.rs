@@ -455,7 +455,7 @@ fn tombstone_change(
 /// and cannot tell whether such a delete applies to it. Position deletes (floe's own, or another
 /// engine's) are applied as every read applies them.
 async fn refuse_delete_files(p: &PipelineConfig, table: &Table) -> Result<()> {
-    crate::snapshot::refuse_equality_deletes(
+    crate::scan::refuse_equality_deletes(
         table,
         &format!(
             "pipeline `{}` (`floe process refresh --pipeline {}` rebuilds the sink and its \
