@@ -151,9 +151,9 @@ fn template_passes_and_each_violation_is_caught() {
         ),
         (
             "a process-queue age alarm off the lag objective",
-            "      Threshold: 600\n      ComparisonOperator: GreaterThanThreshold\n      TreatMissingData: notBreaching\n  # floe:generated alarms end",
+            "      Threshold: 2100\n      ComparisonOperator: GreaterThanThreshold\n      TreatMissingData: notBreaching\n  # floe:generated alarms end",
             "      Threshold: 3600\n      ComparisonOperator: GreaterThanThreshold\n      TreatMissingData: notBreaching\n  # floe:generated alarms end",
-            "tightest pipeline lag objective",
+            "one redelivery",
         ),
         (
             "process batches failing whole",
