@@ -573,11 +573,24 @@ sql = "SELECT order_id, customer_id FROM source"
         errors.is_empty() && reports.len() == names.len(),
         "{errors:?}"
     );
-    // The latest pipeline fails (another engine's merge-on-read delete in its sink); the
-    // append pipeline after it in the batch still commits the new rows.
-    crate::latest::delete_first_row(&env, &p, LATEST).await;
+    // The latest pipeline fails (its sink's catalog loads fail); the append pipeline after it
+    // in the batch still commits the new rows.
     let b: [Version; 1] = [(3, "o3", "placed", 20)];
     ingest(&env, &ingestor, "orders/b.jsonl", base, &mut m, &b).await;
+    let catalog = floe::catalog::connect(&env.config).await.unwrap();
+    let failing: std::sync::Arc<dyn iceberg::Catalog> =
+        std::sync::Arc::new(floe::catalog::Hooked::new(
+            catalog,
+            crate::faults::FailingLoads {
+                table: LATEST.into(),
+                failures: std::sync::atomic::AtomicU32::new(1000),
+            },
+        ));
+    let swap = floe::catalog::pointer_swap(&env.config).await.unwrap();
+    let p = Processor::with_parts(
+        env.config.clone(),
+        floe::commit::Committer::new(failing, swap),
+    );
     let result = p.handle_event(&batch, soon()).await;
     assert!(floe::lambda::process_response(&result).is_err());
     let (reports, errors) = (result.reports, result.errors);
