@@ -39,7 +39,6 @@ use super::output::Output;
 use super::plan::Delta;
 use super::processor::{Position, RunReport};
 use super::{input, transform, Processor};
-use crate::commit::{Outcome, Plan, Skipped};
 use crate::config::PipelineConfig;
 use crate::error::{Error, ErrorKind, Result};
 use crate::scan::LiveFile;
@@ -285,7 +284,8 @@ impl Processor {
 
     /// Commits a tombstone change that rebuilt buckets (a run's, or a refresh's of all of them),
     /// marked with its source sequence `seq`, on the tombstone table version `table` only
-    /// (false: it changed meanwhile; the run re-plans). `change` may add and remove nothing: the commit still fences (upsert.rs).
+    /// (false: it changed meanwhile; the run re-plans). `change` may add and remove nothing: the
+    /// commit still fences (upsert.rs).
     pub(super) async fn commit_rebuilt_tombstones(
         &self,
         p: &PipelineConfig,
@@ -296,35 +296,11 @@ impl Processor {
     ) -> Result<bool> {
         mark_rebuilt(&mut change, seq);
         let base = table.metadata().current_snapshot_id();
-        let result = self
-            .committer
-            .commit_from(
-                table.identifier(),
-                Some(table.clone()),
-                &self.limits(deadline),
-                move |t: &Table| {
-                    Ok(if t.metadata().current_snapshot_id() != base {
-                        Plan::Skip(Skipped::Obsolete(
-                            "the tombstones changed since the run read them".into(),
-                        ))
-                    } else {
-                        Plan::Apply(change.clone())
-                    })
-                },
-            )
-            .await;
-        match result {
-            Ok(Outcome::Committed { .. }) => Ok(true),
-            Ok(Outcome::Skipped(why)) => {
-                tracing::info!(pipeline = %p.name, ?why, "rebuilt tombstones skipped; re-planning");
-                Ok(false)
-            }
-            Err(e) if e.kind() == ErrorKind::Stale => {
-                tracing::info!(pipeline = %p.name, error = %e, "tombstones changed underneath; re-planning");
-                Ok(false)
-            }
-            Err(e) => Err(e),
-        }
+        self.commit_tombstones_unless(p, table, change, deadline, move |t: &Table| {
+            (t.metadata().current_snapshot_id() != base)
+                .then_some("the tombstones changed since the run read them")
+        })
+        .await
     }
 }
 

@@ -305,6 +305,22 @@ impl Processor {
         // A rebuild since `table` was read (retract.rs) may have taken back tombstones this
         // change's merge relied on, in buckets it adds to: re-plan.
         let mark = retract::rebuild_mark(table);
+        self.commit_tombstones_unless(p, table, change, deadline, move |t: &Table| {
+            (retract::rebuild_mark(t) != mark).then_some("the tombstones were rebuilt meanwhile")
+        })
+        .await
+    }
+
+    /// Commits a tombstone change unless `refuse` names a reason against the version it would
+    /// land on; false when refused or `Stale` (the run re-plans).
+    pub(super) async fn commit_tombstones_unless(
+        &self,
+        p: &PipelineConfig,
+        table: &Table,
+        change: Change,
+        deadline: Instant,
+        refuse: impl Fn(&Table) -> Option<&'static str> + Send,
+    ) -> Result<bool> {
         let result = self
             .committer
             .commit_from(
@@ -312,12 +328,9 @@ impl Processor {
                 Some(table.clone()),
                 &self.limits(deadline),
                 move |t: &Table| {
-                    Ok(if retract::rebuild_mark(t) != mark {
-                        Plan::Skip(Skipped::Obsolete(
-                            "the tombstones were rebuilt meanwhile".into(),
-                        ))
-                    } else {
-                        Plan::Apply(change.clone())
+                    Ok(match refuse(t) {
+                        Some(why) => Plan::Skip(Skipped::Obsolete(why.into())),
+                        None => Plan::Apply(change.clone()),
                     })
                 },
             )
