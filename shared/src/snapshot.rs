@@ -377,19 +377,19 @@ struct ManifestFiles<'a> {
 
 impl ManifestFiles<'_> {
     fn open(&mut self, spec: PartitionSpec) -> Result<(String, ManifestWriter)> {
-        let path = format!("{}/{}-m{}.avro", self.dir, self.uuid, self.count);
-        self.count += 1;
-        let out = self
-            .table
-            .file_io()
-            .new_output(&path)
-            .map_err(ice("manifest output"))?;
-        let w = ManifestWriterBuilder::new(out, Some(self.snapshot_id), self.schema.clone(), spec)
-            .build_v2_data();
-        Ok((path, w))
+        self.open_of(spec, ManifestContentType::Data)
     }
 
     fn open_deletes(&mut self, spec: PartitionSpec) -> Result<(String, ManifestWriter)> {
+        self.open_of(spec, ManifestContentType::Deletes)
+    }
+
+    /// A new manifest of `content` (data or deletes) in `spec`; its path and writer.
+    fn open_of(
+        &mut self,
+        spec: PartitionSpec,
+        content: ManifestContentType,
+    ) -> Result<(String, ManifestWriter)> {
         let path = format!("{}/{}-m{}.avro", self.dir, self.uuid, self.count);
         self.count += 1;
         let out = self
@@ -397,8 +397,11 @@ impl ManifestFiles<'_> {
             .file_io()
             .new_output(&path)
             .map_err(ice("manifest output"))?;
-        let w = ManifestWriterBuilder::new(out, Some(self.snapshot_id), self.schema.clone(), spec)
-            .build_v2_deletes();
+        let b = ManifestWriterBuilder::new(out, Some(self.snapshot_id), self.schema.clone(), spec);
+        let w = match content {
+            ManifestContentType::Data => b.build_v2_data(),
+            ManifestContentType::Deletes => b.build_v2_deletes(),
+        };
         Ok((path, w))
     }
 }
@@ -848,54 +851,51 @@ impl Manifests<'_> {
 
     /// One delete manifest for the added position delete files (in the table's default spec).
     async fn add_deletes(&mut self, added: &[DataFile], seq: i64) -> Result<()> {
-        if added.is_empty() {
-            return Ok(());
-        }
-        let spec = self.files.table.metadata().default_partition_spec().clone();
-        let (path, mut w) = self.files.open_deletes(spec.as_ref().clone())?;
-        for df in added {
-            if df.content_type() != DataContentType::PositionDeletes {
-                return Err(Error::new(
-                    ErrorKind::Internal,
-                    "only position delete files can be added as deletes",
-                ));
-            }
-            self.collector
-                .add_file(df, self.schema.clone(), spec.clone());
-            w.add_file(df.clone(), seq).map_err(ice("manifest entry"))?;
-        }
-        self.manifests.push(
-            w.write_manifest_file()
-                .await
-                .map_err(ice("writing a delete manifest"))?,
-        );
-        self.written.push(path);
-        Ok(())
+        self.add_manifest(added, seq, ManifestContentType::Deletes)
+            .await
     }
 
     /// One manifest for the added data files (in the table's default spec).
     async fn add_files(&mut self, added: &[DataFile], seq: i64) -> Result<()> {
+        self.add_manifest(added, seq, ManifestContentType::Data)
+            .await
+    }
+
+    /// One manifest of `content` for `added` (in the table's default spec): data files in a
+    /// data manifest, position delete files in a delete manifest; any other file is refused.
+    async fn add_manifest(
+        &mut self,
+        added: &[DataFile],
+        seq: i64,
+        content: ManifestContentType,
+    ) -> Result<()> {
         if added.is_empty() {
             return Ok(());
         }
+        let (want, refused, writing) = match content {
+            ManifestContentType::Data => (
+                DataContentType::Data,
+                "only data files can be added",
+                "writing a manifest",
+            ),
+            ManifestContentType::Deletes => (
+                DataContentType::PositionDeletes,
+                "only position delete files can be added as deletes",
+                "writing a delete manifest",
+            ),
+        };
         let spec = self.files.table.metadata().default_partition_spec().clone();
-        let (path, mut w) = self.files.open(spec.as_ref().clone())?;
+        let (path, mut w) = self.files.open_of(spec.as_ref().clone(), content)?;
         for df in added {
-            if df.content_type() != DataContentType::Data {
-                return Err(Error::new(
-                    ErrorKind::Internal,
-                    "only data files can be added",
-                ));
+            if df.content_type() != want {
+                return Err(Error::new(ErrorKind::Internal, refused));
             }
             self.collector
                 .add_file(df, self.schema.clone(), spec.clone());
             w.add_file(df.clone(), seq).map_err(ice("manifest entry"))?;
         }
-        self.manifests.push(
-            w.write_manifest_file()
-                .await
-                .map_err(ice("writing a manifest"))?,
-        );
+        self.manifests
+            .push(w.write_manifest_file().await.map_err(ice(writing))?);
         self.written.push(path);
         Ok(())
     }
