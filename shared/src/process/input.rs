@@ -140,6 +140,23 @@ pub(super) async fn read_column(
     Ok((batches, cost))
 }
 
+/// The scan tasks iceberg plans for `scan` over `table` (manifests and data files pruned by
+/// partition summaries, partition values and column bounds).
+async fn plan_tasks(
+    table: &Table,
+    scan: iceberg::scan::TableScanBuilder<'_>,
+) -> Result<Vec<FileScanTask>> {
+    let failed = |e| Error::iceberg(format!("scanning {}", table.identifier()), e);
+    scan.build()
+        .map_err(failed)?
+        .plan_files()
+        .await
+        .map_err(failed)?
+        .try_collect()
+        .await
+        .map_err(|e| failed(e).with_retryable(true))
+}
+
 /// The column `column` of `table`'s rows at `snapshot` matching `filter`, handed to `each` one
 /// batch at a time as it is read (never all in memory), and what the read cost. iceberg plans
 /// and prunes the files and row groups as for [`scan_rows`]; only that column is fetched.
@@ -154,16 +171,7 @@ pub(super) async fn scan_column(
     if let Some(f) = filter {
         scan = scan.with_filter(f);
     }
-    let failed = |e| Error::iceberg(format!("scanning {}", table.identifier()), e);
-    let tasks: Vec<FileScanTask> = scan
-        .build()
-        .map_err(failed)?
-        .plan_files()
-        .await
-        .map_err(failed)?
-        .try_collect()
-        .await
-        .map_err(|e| failed(e).with_retryable(true))?;
+    let tasks = plan_tasks(table, scan).await?;
     let files = tasks.len();
     if files == 0 {
         return Ok(ReadCost::default());
@@ -263,16 +271,7 @@ pub(super) async fn scan_rows(
     if let Some(f) = filter {
         scan = scan.with_filter(f);
     }
-    let failed = |e| Error::iceberg(format!("scanning {}", table.identifier()), e);
-    let tasks: Vec<FileScanTask> = scan
-        .build()
-        .map_err(failed)?
-        .plan_files()
-        .await
-        .map_err(failed)?
-        .try_collect()
-        .await
-        .map_err(|e| failed(e).with_retryable(true))?;
+    let tasks = plan_tasks(table, scan).await?;
     let (batches, cost) = read_tasks(table, tasks).await?;
     let batches = batches
         .iter()
