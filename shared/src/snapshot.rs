@@ -745,8 +745,19 @@ impl Manifests<'_> {
         let live_deletes = deletes
             .iter()
             .any(|m| m.has_added_files() || m.has_existing_files());
+        // Delete manifests are folded on a manifest rewrite, and (as Java's merging producer
+        // does) once a commit adding delete files finds `min_merge` of them: a latest sink gets
+        // one per run, and every reader loads them all.
+        let delete_manifests = deletes
+            .iter()
+            .filter(|m| m.has_added_files() || m.has_existing_files())
+            .count();
+        let fold_deletes = change.rewrite_manifests
+            || (merge_enabled && !change.added_deletes.is_empty() && delete_manifests >= min_merge);
         if kept_live {
-            let carried = self.carry_deletes(deletes, &change.removed_deletes).await?;
+            let carried = self
+                .carry_deletes(deletes, &change.removed_deletes, fold_deletes)
+                .await?;
             self.manifests.extend(carried);
         } else {
             self.dropped_deletes = live_deletes;
@@ -775,28 +786,33 @@ impl Manifests<'_> {
     }
 
     /// The base's delete manifests, carried unchanged, except those listing a delete file of
-    /// `removed` (rewritten with it as a deleted entry). `Stale` if one of `removed` is not live.
+    /// `removed` (rewritten with it as a deleted entry). With `fold`, every live delete manifest
+    /// is read and its live entries folded into one delete manifest per partition spec (a
+    /// manifest rewrite; the entries keep their data and file sequence numbers, which decide
+    /// the data files a position delete applies to). `Stale` if one of `removed` is not live.
     async fn carry_deletes(
         &mut self,
         deletes: Vec<ManifestFile>,
         removed: &[String],
+        fold: bool,
     ) -> Result<Vec<ManifestFile>> {
-        if removed.is_empty() {
-            // A delete manifest of only deleted entries lists nothing live (as for data).
-            return Ok(deletes
-                .into_iter()
-                .filter(|m| m.has_added_files() || m.has_existing_files())
-                .collect());
+        // A delete manifest of only deleted entries lists nothing live (as for data).
+        let live: Vec<ManifestFile> = deletes
+            .into_iter()
+            .filter(|m| m.has_added_files() || m.has_existing_files())
+            .collect();
+        if removed.is_empty() && (!fold || live.len() <= 1) {
+            return Ok(live);
         }
         let table = self.files.table;
         let md = table.metadata();
         let removed: HashSet<&str> = removed.iter().map(String::as_str).collect();
         let mut found: HashSet<String> = HashSet::new();
         let mut out = Vec::new();
-        for mf in deletes {
-            if !(mf.has_added_files() || mf.has_existing_files()) {
-                continue;
-            }
+        // Open writers: one per spec when folding, else one per rewritten manifest.
+        let mut writers: Vec<(String, ManifestWriter)> = Vec::new();
+        let mut by_spec: HashMap<i32, usize> = HashMap::new();
+        for mf in live {
             let manifest = mf
                 .load_manifest(table.file_io())
                 .await
@@ -805,12 +821,20 @@ impl Manifests<'_> {
                 .entries()
                 .iter()
                 .any(|e| e.is_alive() && removed.contains(e.data_file().file_path()));
-            if !hit {
+            if !hit && !fold {
                 out.push(mf);
                 continue;
             }
             let part_spec = spec_by_id(md, mf.partition_spec_id)?;
-            let (path, mut w) = self.files.open_deletes(part_spec.clone())?;
+            let at = match (fold, by_spec.get(&mf.partition_spec_id)) {
+                (true, Some(&i)) => i,
+                _ => {
+                    writers.push(self.files.open_deletes(part_spec.clone())?);
+                    by_spec.insert(mf.partition_spec_id, writers.len() - 1);
+                    writers.len() - 1
+                }
+            };
+            let w = &mut writers[at].1;
             for e in manifest.entries().iter().filter(|e| e.is_alive()) {
                 let df = e.data_file().clone();
                 let data_seq = e.sequence_number().unwrap_or(0);
@@ -830,6 +854,18 @@ impl Manifests<'_> {
                         .map_err(ice("manifest entry"))?;
                 }
             }
+            if !fold {
+                let (path, w) = writers.remove(at);
+                by_spec.clear();
+                out.push(
+                    w.write_manifest_file()
+                        .await
+                        .map_err(ice("writing a delete manifest"))?,
+                );
+                self.written.push(path);
+            }
+        }
+        for (path, w) in writers {
             out.push(
                 w.write_manifest_file()
                     .await

@@ -1263,3 +1263,174 @@ async fn a_compaction_between_plan_and_commit_makes_the_run_replan() {
     assert_reconciled(&p, "after the race").await;
     assert_eq!(sink_rows(&env), m.live());
 }
+
+/// Per live delete file of `table`: (status, snapshot id, data and file sequence numbers) of
+/// its manifest entry; and the live delete manifests' (added, existing) file counts.
+type DeleteEntries = (BTreeMap<String, (String, i64, i64, i64)>, Vec<(u32, u32)>);
+
+async fn delete_manifests(p: &Processor, env: &TestEnv, table: &str) -> DeleteEntries {
+    let ident = floe::catalog::table_ident(&env.config, table).unwrap();
+    let t = p.committer().load(&ident).await.unwrap();
+    let mut entries = BTreeMap::new();
+    let mut counts = Vec::new();
+    for m in floe::snapshot::current_manifests(&t).await.unwrap() {
+        if m.content != iceberg::spec::ManifestContentType::Deletes
+            || !(m.has_added_files() || m.has_existing_files())
+        {
+            continue;
+        }
+        counts.push((
+            m.added_files_count.unwrap_or(0),
+            m.existing_files_count.unwrap_or(0),
+        ));
+        let manifest = m.load_manifest(t.file_io()).await.unwrap();
+        for e in manifest.entries().iter().filter(|e| e.is_alive()) {
+            entries.insert(
+                e.data_file().file_path().to_string(),
+                (
+                    format!("{:?}", e.status()),
+                    e.snapshot_id().unwrap(),
+                    e.sequence_number().unwrap(),
+                    e.file_sequence_number.unwrap(),
+                ),
+            );
+        }
+    }
+    (entries, counts)
+}
+
+/// The same entries as `before`, each EXISTING now (sequence numbers and snapshot ids kept).
+fn folded(before: &DeleteEntries, after: &DeleteEntries) {
+    let (b, a) = (&before.0, &after.0);
+    assert_eq!(a.keys().collect::<Vec<_>>(), b.keys().collect::<Vec<_>>());
+    for (path, (status, sid, seq, file_seq)) in a {
+        let was = &b[path];
+        assert_eq!(status, "Existing", "{path}");
+        assert_eq!((sid, seq, file_seq), (&was.1, &was.2, &was.3), "{path}");
+    }
+}
+
+/// Five runs of newer versions of some of 300 keys (each run writes position deletes); after
+/// each, `check` gets the delete manifests' (added, existing) counts.
+async fn runs_with_deletes(
+    env: &TestEnv,
+    ingestor: &floe::ingest::Ingestor,
+    p: &Processor,
+    base: DateTime<Utc>,
+    m: &mut Model,
+    from: u64,
+    mut check: impl FnMut(&[(u32, u32)]),
+) {
+    for i in from..from + 5 {
+        let mut v = random_versions(30, 300, 600 + i);
+        for x in &mut v {
+            x.3 += 3600 * (i as i64 + 1);
+        }
+        ingest_random(env, ingestor, &format!("orders/d{i}.jsonl"), base, m, &v).await;
+        p.run(LATEST, soon()).await.unwrap();
+        check(&delete_manifests(p, env, LATEST).await.1);
+    }
+}
+
+#[tokio::test]
+async fn delete_manifests_are_folded_by_a_manifest_rewrite_and_past_the_merge_count() {
+    let env = TestEnv::with_pipelines("sqlite", &pipeline()).await;
+    let ingestor = env.ingestor().await;
+    let p = env.processor().await;
+    let base = Utc::now() - chrono::Duration::hours(30);
+    let mut m = Model::default();
+    let v = random_versions(600, 300, 599);
+    ingest_random(&env, &ingestor, "orders/d.jsonl", base, &mut m, &v).await;
+    p.run(LATEST, soon()).await.unwrap();
+    runs_with_deletes(&env, &ingestor, &p, base, &mut m, 0, |_| ()).await;
+    let before = delete_manifests(&p, &env, LATEST).await;
+    assert!(
+        before.1.len() >= 4,
+        "one delete manifest per run: {:?}",
+        before.1
+    );
+
+    // A manifest rewrite folds them into one (one spec): the same entries, EXISTING, each at
+    // its own sequence numbers and snapshot.
+    let maintainer = env.maintainer().await;
+    let opts = floe::maintain::Options {
+        manifest_threshold: 2,
+        rewrite_manifests: true,
+        ..crate::maintain_opts(false, false, false)
+    };
+    let r = maintainer.run(LATEST, &opts).await.unwrap();
+    assert!(r.manifests_before > r.manifests_after, "{r:?}");
+    let after = delete_manifests(&p, &env, LATEST).await;
+    assert_eq!(
+        after.1,
+        vec![(0, before.0.len() as u32)],
+        "one manifest, all existing"
+    );
+    folded(&before, &after);
+    assert_reconciled(&p, "after the manifest rewrite").await;
+    assert_eq!(
+        sink_rows(&env),
+        m.live(),
+        "PyIceberg after the manifest rewrite"
+    );
+    let ident = floe::catalog::table_ident(&env.config, LATEST).unwrap();
+    let sink = p.committer().load(&ident).await.unwrap();
+    assert_eq!(
+        duck_rows(&env, sink.metadata_location().unwrap()),
+        m.live(),
+        "DuckDB after the manifest rewrite"
+    );
+    // Folded: one data and one delete manifest is below any threshold of 1 or more.
+    let again = maintainer
+        .run(
+            LATEST,
+            &floe::maintain::Options {
+                manifest_threshold: 1,
+                ..opts.clone()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(again.manifests_before, again.manifests_after, "{again:?}");
+    assert_eq!(
+        p.committer()
+            .load(&ident)
+            .await
+            .unwrap()
+            .metadata()
+            .current_snapshot_id(),
+        sink.metadata().current_snapshot_id(),
+        "no rewrite of a folded table"
+    );
+
+    // With a merge count of 3, a run's commit folds them once there are 3: never more.
+    let mut props = sink.metadata().properties().clone();
+    props.insert("commit.manifest.min-count-to-merge".into(), "3".into());
+    let builder = TableMetadataBuilder::new_from_metadata(
+        sink.metadata().clone(),
+        sink.metadata_location().map(str::to_string),
+    )
+    .set_properties(props)
+    .unwrap();
+    install(&env, &sink, builder).await;
+    let mut counts = vec![1];
+    for round in 0..2 {
+        runs_with_deletes(&env, &ingestor, &p, base, &mut m, 10 + 5 * round, |c| {
+            counts.push(c.len())
+        })
+        .await;
+    }
+    let folds = counts.windows(2).filter(|w| w[1] < w[0]).count();
+    assert!(
+        counts.iter().all(|&n| n <= 3) && folds >= 2,
+        "delete manifests after each run: {counts:?}"
+    );
+    assert_reconciled(&p, "after folding runs").await;
+    assert_eq!(sink_rows(&env), m.live(), "PyIceberg after folding runs");
+    let sink = p.committer().load(&ident).await.unwrap();
+    assert_eq!(
+        duck_rows(&env, sink.metadata_location().unwrap()),
+        m.live(),
+        "DuckDB after folding runs"
+    );
+}

@@ -156,9 +156,9 @@ pub struct Report {
     pub orphans_found: Vec<String>,
     /// Orphan files deleted.
     pub orphans_deleted: usize,
-    /// Data manifests before and after a manifest rewrite.
+    /// Manifests (data, and delete manifests with live files) before a manifest rewrite.
     pub manifests_before: usize,
-    /// Data manifests after.
+    /// Manifests (likewise) after.
     pub manifests_after: usize,
     /// Wall time, seconds.
     pub seconds: f64,

@@ -214,19 +214,7 @@ pub(super) async fn scan_bounded(
     max_bytes: u64,
     over: impl Fn(u64) -> Error,
 ) -> Result<(Vec<RecordBatch>, u64)> {
-    let failed = |e| Error::iceberg(format!("scanning {}", table.identifier()), e);
-    let tasks: Vec<FileScanTask> = table
-        .scan()
-        .select_all()
-        .snapshot_id(snapshot)
-        .build()
-        .map_err(failed)?
-        .plan_files()
-        .await
-        .map_err(failed)?
-        .try_collect()
-        .await
-        .map_err(|e| failed(e).with_retryable(true))?;
+    let tasks = plan_tasks(table, table.scan().select_all().snapshot_id(snapshot)).await?;
     if tasks.is_empty() {
         return Ok((Vec::new(), held));
     }
