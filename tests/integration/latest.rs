@@ -27,6 +27,26 @@ pub(crate) fn pipeline() -> String {
     )
 }
 
+/// A latest pipeline's test: the environment (`kind` catalog, `pipelines`), an ingestor, a
+/// processor, a base time `hours` back and an empty model.
+pub(crate) async fn setup(
+    kind: &'static str,
+    pipelines: &str,
+    hours: i64,
+) -> (
+    TestEnv,
+    floe::ingest::Ingestor,
+    Processor,
+    DateTime<Utc>,
+    Model,
+) {
+    let env = TestEnv::with_pipelines(kind, pipelines).await;
+    let ingestor = env.ingestor().await;
+    let p = env.processor().await;
+    let base = Utc::now() - chrono::Duration::hours(hours);
+    (env, ingestor, p, base, Model::default())
+}
+
 /// One version of a customer's latest order: `t` seconds after `base`.
 fn version(base: DateTime<Utc>, customer: i64, order: &str, status: &str, t: i64) -> String {
     let at = base + chrono::Duration::seconds(t);
@@ -128,11 +148,7 @@ fn sorted(mut rows: Vec<Vec<String>>) -> Vec<Vec<String>> {
 #[tokio::test]
 async fn latest_state_keeps_the_newest_version_per_key_through_late_duplicate_and_deleted_versions()
 {
-    let env = TestEnv::with_pipelines("sqlite", &pipeline()).await;
-    let ingestor = env.ingestor().await;
-    let p = env.processor().await;
-    let base = Utc::now() - chrono::Duration::hours(2);
-    let mut m = Model::default();
+    let (env, ingestor, p, base, mut m) = setup("sqlite", &pipeline(), 2).await;
     // Two objects before the first run: versions of one key out of order across objects, an
     // exact duplicate, a delete (c3) of a key whose insert is older.
     ingest(
@@ -332,6 +348,20 @@ pub(crate) fn random_versions(n: usize, keys: u64, seed: u64) -> Vec<(i64, Strin
         .collect()
 }
 
+/// [`random_versions`] `secs` seconds later (newer than those of a call with less).
+pub(crate) fn later_versions(
+    n: usize,
+    keys: u64,
+    seed: u64,
+    secs: i64,
+) -> Vec<(i64, String, String, i64)> {
+    let mut v = random_versions(n, keys, seed);
+    for x in &mut v {
+        x.3 += secs;
+    }
+    v
+}
+
 pub(crate) async fn ingest_random(
     env: &TestEnv,
     ingestor: &floe::ingest::Ingestor,
@@ -349,10 +379,7 @@ pub(crate) async fn ingest_random(
 
 #[tokio::test]
 async fn latest_state_is_exactly_once_under_concurrent_runs_and_crashes() {
-    let env = TestEnv::with_pipelines("sqlite", &pipeline()).await;
-    let ingestor = env.ingestor().await;
-    let base = Utc::now() - chrono::Duration::hours(3);
-    let mut m = Model::default();
+    let (env, ingestor, _, base, mut m) = setup("sqlite", &pipeline(), 3).await;
     for i in 0..3 {
         let v = random_versions(150, 60, 100 + i);
         ingest_random(
@@ -430,11 +457,7 @@ async fn latest_state_is_exactly_once_under_concurrent_runs_and_crashes() {
 
 #[tokio::test]
 async fn compacting_a_latest_sink_keeps_one_row_per_key() {
-    let env = TestEnv::with_pipelines("sqlite", &pipeline()).await;
-    let ingestor = env.ingestor().await;
-    let p = env.processor().await;
-    let base = Utc::now() - chrono::Duration::hours(3);
-    let mut m = Model::default();
+    let (env, ingestor, p, base, mut m) = setup("sqlite", &pipeline(), 3).await;
     for i in 0..2 {
         let v = random_versions(300, 200, 300 + i);
         ingest_random(
@@ -554,10 +577,7 @@ async fn changing_key_buckets_refreshes_both_tables_into_the_new_layout() {
 }
 
 async fn rebucket(kind: &'static str) {
-    let env = TestEnv::with_pipelines(kind, &pipeline()).await;
-    let ingestor = env.ingestor().await;
-    let base = Utc::now() - chrono::Duration::hours(2);
-    let mut m = Model::default();
+    let (env, ingestor, _, base, mut m) = setup(kind, &pipeline(), 2).await;
     ingest_random(
         &env,
         &ingestor,
@@ -600,10 +620,7 @@ async fn rebucket(kind: &'static str) {
 
 #[tokio::test]
 async fn a_latest_sink_whose_bucket_spec_another_engine_changed_is_stale() {
-    let env = TestEnv::with_pipelines("sqlite", &pipeline()).await;
-    let ingestor = env.ingestor().await;
-    let base = Utc::now() - chrono::Duration::hours(2);
-    let mut m = Model::default();
+    let (env, ingestor, _, base, mut m) = setup("sqlite", &pipeline(), 2).await;
     ingest_random(
         &env,
         &ingestor,
@@ -799,10 +816,7 @@ async fn lists_delete_files(env: &TestEnv, p: &Processor, table: &str) -> bool {
 
 #[tokio::test]
 async fn another_engines_position_deletes_are_applied_by_a_latest_run() {
-    let env = TestEnv::with_pipelines("sqlite", &pipeline()).await;
-    let ingestor = env.ingestor().await;
-    let base = Utc::now() - chrono::Duration::hours(2);
-    let mut m = Model::default();
+    let (env, ingestor, _, base, mut m) = setup("sqlite", &pipeline(), 2).await;
     ingest_random(
         &env,
         &ingestor,
@@ -1010,11 +1024,7 @@ fn duck_rows(env: &TestEnv, metadata: &str) -> Vec<Vec<String>> {
 
 #[tokio::test]
 async fn a_latest_run_merges_on_read_and_every_reader_applies_its_position_deletes() {
-    let env = TestEnv::with_pipelines("sqlite", &chained()).await;
-    let ingestor = env.ingestor().await;
-    let p = env.processor().await;
-    let base = Utc::now() - chrono::Duration::hours(3);
-    let mut m = Model::default();
+    let (env, ingestor, p, base, mut m) = setup("sqlite", &chained(), 3).await;
     let v = random_versions(600, 300, 500);
     ingest_random(&env, &ingestor, "orders/m0.jsonl", base, &mut m, &v).await;
     p.run(LATEST, soon()).await.unwrap();
@@ -1026,10 +1036,7 @@ async fn a_latest_run_merges_on_read_and_every_reader_applies_its_position_delet
     );
 
     // Newer versions (some deletes among them) of a few keys, later than every committed one.
-    let mut newer = random_versions(30, 300, 501);
-    for v in &mut newer {
-        v.3 += 3600;
-    }
+    let newer = later_versions(30, 300, 501, 3600);
     ingest_random(&env, &ingestor, "orders/m1.jsonl", base, &mut m, &newer).await;
     let r = p.run(LATEST, soon()).await.unwrap();
     assert!(r.delete_files >= 1 && r.rows_deleted >= 1, "{r:?}");
@@ -1075,10 +1082,7 @@ async fn a_latest_run_merges_on_read_and_every_reader_applies_its_position_delet
     );
 
     // A third run over the deletes of the second (a key updated twice, another deleted).
-    let mut third = random_versions(30, 300, 502);
-    for v in &mut third {
-        v.3 += 7200;
-    }
+    let third = later_versions(30, 300, 502, 7200);
     ingest_random(&env, &ingestor, "orders/m2.jsonl", base, &mut m, &third).await;
     p.run(LATEST, soon()).await.unwrap();
     assert_reconciled(&p, "after a second run with deletes").await;
@@ -1139,11 +1143,7 @@ fn tomb_deletes(r: &floe::process::RunReport) -> u64 {
 
 #[tokio::test]
 async fn orphan_cleanup_keeps_live_delete_files() {
-    let env = TestEnv::with_pipelines("sqlite", &pipeline()).await;
-    let ingestor = env.ingestor().await;
-    let p = env.processor().await;
-    let base = Utc::now() - chrono::Duration::hours(3);
-    let mut m = Model::default();
+    let (env, ingestor, p, base, mut m) = setup("sqlite", &pipeline(), 3).await;
     ingest_random(
         &env,
         &ingestor,
@@ -1154,10 +1154,7 @@ async fn orphan_cleanup_keeps_live_delete_files() {
     )
     .await;
     p.run(LATEST, soon()).await.unwrap();
-    let mut newer = random_versions(20, 100, 601);
-    for v in &mut newer {
-        v.3 += 3600;
-    }
+    let newer = later_versions(20, 100, 601, 3600);
     ingest_random(&env, &ingestor, "orders/o1.jsonl", base, &mut m, &newer).await;
     p.run(LATEST, soon()).await.unwrap();
     let before = delete_paths(&p, &env, LATEST).await;
@@ -1224,11 +1221,7 @@ impl floe::catalog::PointerSwap for CompactFirst {
 
 #[tokio::test]
 async fn a_compaction_between_plan_and_commit_makes_the_run_replan() {
-    let env = TestEnv::with_pipelines("sqlite", &pipeline()).await;
-    let ingestor = env.ingestor().await;
-    let p = env.processor().await;
-    let base = Utc::now() - chrono::Duration::hours(3);
-    let mut m = Model::default();
+    let (env, ingestor, p, base, mut m) = setup("sqlite", &pipeline(), 3).await;
     ingest_random(
         &env,
         &ingestor,
@@ -1239,10 +1232,7 @@ async fn a_compaction_between_plan_and_commit_makes_the_run_replan() {
     )
     .await;
     p.run(LATEST, soon()).await.unwrap();
-    let mut newer = random_versions(40, 100, 701);
-    for v in &mut newer {
-        v.3 += 3600;
-    }
+    let newer = later_versions(40, 100, 701, 3600);
     ingest_random(&env, &ingestor, "orders/c1.jsonl", base, &mut m, &newer).await;
     let config = env.config.clone();
     let racing = env
@@ -1322,10 +1312,7 @@ async fn runs_with_deletes(
     mut check: impl FnMut(&[(u32, u32)]),
 ) {
     for i in from..from + 5 {
-        let mut v = random_versions(30, 300, 600 + i);
-        for x in &mut v {
-            x.3 += 3600 * (i as i64 + 1);
-        }
+        let v = later_versions(30, 300, 600 + i, 3600 * (i as i64 + 1));
         ingest_random(env, ingestor, &format!("orders/d{i}.jsonl"), base, m, &v).await;
         p.run(LATEST, soon()).await.unwrap();
         check(&delete_manifests(p, env, LATEST).await.1);
@@ -1334,11 +1321,7 @@ async fn runs_with_deletes(
 
 #[tokio::test]
 async fn delete_manifests_are_folded_by_a_manifest_rewrite_and_past_the_merge_count() {
-    let env = TestEnv::with_pipelines("sqlite", &pipeline()).await;
-    let ingestor = env.ingestor().await;
-    let p = env.processor().await;
-    let base = Utc::now() - chrono::Duration::hours(30);
-    let mut m = Model::default();
+    let (env, ingestor, p, base, mut m) = setup("sqlite", &pipeline(), 30).await;
     let v = random_versions(600, 300, 599);
     ingest_random(&env, &ingestor, "orders/d.jsonl", base, &mut m, &v).await;
     p.run(LATEST, soon()).await.unwrap();

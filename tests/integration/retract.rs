@@ -3,14 +3,13 @@
 //! were in, so keys fall back to their previous surviving version, corrected values replace
 //! the old ones, and the sink equals the batch — exactly once under crashes and concurrent runs.
 
-use chrono::Utc;
 use floe::process::Processor;
 
 use crate::faults::{faulty, faulty_on, Fault};
 use crate::harness::TestEnv;
 use crate::latest::{
-    assert_reconciled, ingest, ingest_random, pipeline, random_versions, sink_rows, soon, Model,
-    LATEST, TOMBSTONES,
+    assert_reconciled, ingest, ingest_random, pipeline, random_versions, setup, sink_rows, soon,
+    Model, LATEST, TOMBSTONES,
 };
 
 type Version = (i64, &'static str, &'static str, i64);
@@ -30,11 +29,7 @@ fn row(c: &str, o: &str, s: &str) -> Vec<String> {
 
 #[tokio::test]
 async fn a_source_delete_retracts_rows_and_keys_fall_back_to_their_previous_version() {
-    let env = TestEnv::with_pipelines("sqlite", &pipeline()).await;
-    let ingestor = env.ingestor().await;
-    let p = env.processor().await;
-    let base = Utc::now() - chrono::Duration::hours(2);
-    let mut m = Model::default();
+    let (env, ingestor, p, base, mut m) = setup("sqlite", &pipeline(), 2).await;
     let a: [Version; 4] = [
         (1, "o1", "placed", 10),
         (2, "o2", "placed", 10),
@@ -101,11 +96,7 @@ async fn a_source_delete_retracts_rows_and_keys_fall_back_to_their_previous_vers
 
 #[tokio::test]
 async fn a_source_overwrite_with_corrected_values_amid_appends_reaches_the_sink() {
-    let env = TestEnv::with_pipelines("sqlite", &pipeline()).await;
-    let ingestor = env.ingestor().await;
-    let p = env.processor().await;
-    let base = Utc::now() - chrono::Duration::hours(2);
-    let mut m = Model::default();
+    let (env, ingestor, p, base, mut m) = setup("sqlite", &pipeline(), 2).await;
     let a: [Version; 4] = [
         (1, "o1", "placed", 10),
         (2, "o2", "cancelled", 10),
@@ -152,10 +143,7 @@ t.overwrite(df, overwrite_filter="customer_id = 4 or customer_id = 2")
 
 #[tokio::test]
 async fn a_retraction_is_exactly_once_under_crashes_and_concurrent_runs() {
-    let env = TestEnv::with_pipelines("sqlite", &pipeline()).await;
-    let ingestor = env.ingestor().await;
-    let base = Utc::now() - chrono::Duration::hours(3);
-    let mut m = Model::default();
+    let (env, ingestor, _, base, mut m) = setup("sqlite", &pipeline(), 3).await;
     let mut all = Vec::new();
     for i in 0..3 {
         let v = random_versions(150, 60, 300 + i);
@@ -240,11 +228,7 @@ async fn a_retraction_is_exactly_once_under_crashes_and_concurrent_runs() {
 
 #[tokio::test]
 async fn a_source_merge_on_read_delete_stops_a_latest_run_naming_the_fix() {
-    let env = TestEnv::with_pipelines("sqlite", &pipeline()).await;
-    let ingestor = env.ingestor().await;
-    let p = env.processor().await;
-    let base = Utc::now() - chrono::Duration::hours(2);
-    let mut m = Model::default();
+    let (env, ingestor, p, base, mut m) = setup("sqlite", &pipeline(), 2).await;
     let a: [Version; 2] = [(1, "o1", "placed", 10), (2, "o2", "placed", 10)];
     ingest(&env, &ingestor, "orders/a.jsonl", base, &mut m, &a).await;
     p.run(LATEST, soon()).await.unwrap();
@@ -262,11 +246,7 @@ async fn a_source_merge_on_read_delete_stops_a_latest_run_naming_the_fix() {
 
 #[tokio::test]
 async fn a_run_behind_a_tombstone_rebuild_re_plans_instead_of_applying_them() {
-    let env = TestEnv::with_pipelines("sqlite", &pipeline()).await;
-    let ingestor = env.ingestor().await;
-    let p = env.processor().await;
-    let base = Utc::now() - chrono::Duration::hours(2);
-    let mut m = Model::default();
+    let (env, ingestor, p, base, mut m) = setup("sqlite", &pipeline(), 2).await;
     let a: [Version; 2] = [(1, "o1", "placed", 10), (2, "o2", "cancelled", 10)];
     ingest(&env, &ingestor, "orders/a.jsonl", base, &mut m, &a).await;
     p.run(LATEST, soon()).await.unwrap();
@@ -312,11 +292,7 @@ async fn a_run_behind_a_tombstone_rebuild_re_plans_instead_of_applying_them() {
 
 #[tokio::test]
 async fn a_removed_file_already_gone_rebuilds_every_bucket() {
-    let env = TestEnv::with_pipelines("sqlite", &pipeline()).await;
-    let ingestor = env.ingestor().await;
-    let p = env.processor().await;
-    let base = Utc::now() - chrono::Duration::hours(2);
-    let mut m = Model::default();
+    let (env, ingestor, p, base, mut m) = setup("sqlite", &pipeline(), 2).await;
     for i in 0..2 {
         let v = random_versions(80, 30, 500 + i);
         ingest_random(
@@ -388,11 +364,7 @@ fn limits() -> floe::commit::CommitLimits {
 /// not change, else B's false tombstone lands and the next merge of the bucket deletes the key.
 #[tokio::test]
 async fn a_rebuild_without_tombstone_changes_still_fences_an_older_runs_tombstones() {
-    let env = TestEnv::with_pipelines("sqlite", &pipeline()).await;
-    let ingestor = env.ingestor().await;
-    let p = env.processor().await;
-    let base = Utc::now() - chrono::Duration::hours(2);
-    let mut m = Model::default();
+    let (env, ingestor, p, base, mut m) = setup("sqlite", &pipeline(), 2).await;
     let k = 1;
     let j = (2..200).find(|j| bucket4(*j) == bucket4(k)).unwrap();
     ingest(
@@ -507,11 +479,7 @@ async fn delete_a_source_file(env: &TestEnv, p: &Processor) {
 
 #[tokio::test]
 async fn a_rebuild_past_the_deadline_stops_with_a_retryable_error_naming_the_refresh() {
-    let env = TestEnv::with_pipelines("sqlite", &pipeline()).await;
-    let ingestor = env.ingestor().await;
-    let p = env.processor().await;
-    let base = Utc::now() - chrono::Duration::hours(2);
-    let mut m = Model::default();
+    let (env, ingestor, p, base, mut m) = setup("sqlite", &pipeline(), 2).await;
     for i in 0..4 {
         let v = random_versions(40, 20, 700 + i);
         let key = format!("orders/d{i}.jsonl");
@@ -558,11 +526,8 @@ mode = "append"
 keys = ["order_id"]
 sql = "SELECT order_id, customer_id FROM source"
 "#;
-    let env = TestEnv::with_pipelines("sqlite", &format!("{}{append}", pipeline())).await;
-    let ingestor = env.ingestor().await;
-    let p = env.processor().await;
-    let base = Utc::now() - chrono::Duration::hours(2);
-    let mut m = Model::default();
+    let (env, ingestor, p, base, mut m) =
+        setup("sqlite", &format!("{}{append}", pipeline()), 2).await;
     let a: [Version; 2] = [(1, "o1", "placed", 10), (2, "o2", "placed", 10)];
     ingest(&env, &ingestor, "orders/a.jsonl", base, &mut m, &a).await;
     let batch = serde_json::json!({"detail-type": "Scheduled Event"});
