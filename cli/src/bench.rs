@@ -4,7 +4,7 @@
 //! Prints a table of wall time, rows/s, peak RSS and the ratios.
 
 use std::io::{BufReader, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -246,6 +246,25 @@ pub(crate) fn median_run(name: String, runs: &[Run]) -> Run {
     }
 }
 
+/// This binary as a benchmark child: `floe bench --child <mode> --input <input> --work <work>`,
+/// metrics off and only warnings logged (the parent measures it as a whole).
+pub(crate) fn child_command(exe: &Path, mode: &str, input: &Path, work: &Path) -> Command {
+    let mut c = Command::new(exe);
+    c.args(["bench", "--child", mode, "--input"])
+        .arg(input)
+        .arg("--work")
+        .arg(work);
+    c.env("FLOE_METRICS", "off").env("RUST_LOG", "warn");
+    c
+}
+
+/// `dir`, emptied (deleted and created again), as an absolute path.
+pub(crate) fn fresh_dir(dir: &Path) -> Result<PathBuf> {
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir)?;
+    Ok(std::fs::canonicalize(dir)?)
+}
+
 fn percentile(mut v: Vec<f64>, p: f64) -> f64 {
     if v.is_empty() {
         return 0.0;
@@ -407,15 +426,8 @@ pub async fn run(args: BenchArgs) -> Result<()> {
     }
     bar.finish_and_clear();
     let exe = std::env::current_exe()?;
-    let child = |mode: &str, input: &Path, work: &str| {
-        let mut c = Command::new(&exe);
-        c.args(["bench", "--child", mode, "--input"])
-            .arg(input)
-            .arg("--work")
-            .arg(dir.join(work));
-        c.env("FLOE_METRICS", "off").env("RUST_LOG", "warn");
-        c
-    };
+    let child =
+        |mode: &str, input: &Path, work: &str| child_command(&exe, mode, input, &dir.join(work));
     let py = |mode: &str, input: &Path, work: &str| {
         let mut c = Command::new(&python);
         c.arg("infra/bench_pyiceberg.py")

@@ -5,7 +5,6 @@
 //! ratio is of the medians.
 
 use std::path::Path;
-use std::process::Command;
 
 use anyhow::Result;
 
@@ -42,13 +41,7 @@ pub(crate) fn run(dir: &Path, big_mb: usize, repeat: usize) -> Result<()> {
     // A fresh warehouse per run: a second run into the same one would find the object committed.
     let child = |mode: &str, work: &str| {
         let _ = std::fs::remove_dir_all(dir.join(work));
-        let mut c = Command::new(&exe);
-        c.args(["bench", "--child", mode, "--input"])
-            .arg(&big)
-            .arg("--work")
-            .arg(dir.join(work));
-        c.env("FLOE_METRICS", "off").env("RUST_LOG", "warn");
-        c
+        crate::bench::child_command(&exe, mode, &big, &dir.join(work))
     };
     let (mut plain, mut checked) = (Vec::new(), Vec::new());
     for i in 1..=repeat {

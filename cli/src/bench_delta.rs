@@ -10,7 +10,6 @@
 //! bytes rewritten, peak RSS — side by side, with the ratio.
 
 use std::path::Path;
-use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -260,19 +259,11 @@ pub(crate) async fn child_run(work: &Path) -> Result<Value> {
 
 /// Runs the benchmark in `dir` (deleted first): a 100 k-row and a `big_rows` source.
 pub(crate) fn run(dir: &Path, big_rows: u64, recompute: bool) -> Result<()> {
-    let _ = std::fs::remove_dir_all(dir);
-    std::fs::create_dir_all(dir)?;
-    let dir = std::fs::canonicalize(dir)?;
+    let dir = crate::bench::fresh_dir(dir)?;
     let exe = std::env::current_exe()?;
     let child = |mode: &str, work: &Path, rows: u64| {
-        let mut c = Command::new(&exe);
-        c.args(["bench", "--child", mode, "--input"])
-            .arg(work)
-            .arg("--work")
-            .arg(work)
-            .arg("--child-rows")
-            .arg(rows.to_string());
-        c.env("FLOE_METRICS", "off").env("RUST_LOG", "warn");
+        let mut c = crate::bench::child_command(&exe, mode, work, work);
+        c.arg("--child-rows").arg(rows.to_string());
         if recompute {
             c.env(RECOMPUTE_ENV, "1");
         }

@@ -13,7 +13,6 @@
 //! work.
 
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
@@ -206,22 +205,15 @@ pub(crate) async fn child_round(work: &Path, keys: u64, rebuild: bool) -> Result
 
 /// Runs the benchmark in `dir` (deleted first).
 pub(crate) fn run(dir: &Path, keys: u64, buckets: u32) -> Result<()> {
-    let _ = std::fs::remove_dir_all(dir);
-    std::fs::create_dir_all(dir)?;
-    let dir = std::fs::canonicalize(dir)?;
+    let dir = crate::bench::fresh_dir(dir)?;
     let exe = std::env::current_exe()?;
     let work = dir.join("work");
     let child = |mode: &str| {
-        let mut c = Command::new(&exe);
-        c.args(["bench", "--child", mode, "--input"])
-            .arg(&work)
-            .arg("--work")
-            .arg(&work)
-            .arg("--child-rows")
+        let mut c = crate::bench::child_command(&exe, mode, &work, &work);
+        c.arg("--child-rows")
             .arg(keys.to_string())
             .arg("--child-buckets")
             .arg(buckets.to_string());
-        c.env("FLOE_METRICS", "off").env("RUST_LOG", "warn");
         c
     };
     progress::note(format!(
