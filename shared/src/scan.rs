@@ -76,9 +76,7 @@ pub(crate) async fn live_deletes_of(
 ) -> Result<Vec<LiveDelete>> {
     let mut out = Vec::new();
     for mf in manifests {
-        if mf.content != ManifestContentType::Deletes
-            || !(mf.has_added_files() || mf.has_existing_files())
-        {
+        if mf.content != ManifestContentType::Deletes || !snapshot::lists_live(mf) {
             continue;
         }
         let m = mf

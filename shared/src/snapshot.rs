@@ -287,6 +287,12 @@ pub async fn current_manifests(table: &Table) -> Result<Vec<ManifestFile>> {
     read_manifest_list(table, snap).await
 }
 
+/// Whether manifest `m` lists a live file (an ADDED or EXISTING entry); one of only DELETED
+/// entries belongs to the snapshot that wrote it.
+pub(crate) fn lists_live(m: &ManifestFile) -> bool {
+    m.has_added_files() || m.has_existing_files()
+}
+
 async fn read_manifest_list(
     table: &Table,
     snap: &iceberg::spec::SnapshotRef,
@@ -658,25 +664,25 @@ impl Manifests<'_> {
         let mut kept_live = false;
         for mf in existing {
             if mf.content == ManifestContentType::Deletes {
-                deletes.push(mf);
+                // A delete manifest of only deleted entries lists nothing live (as for data).
+                if lists_live(&mf) {
+                    deletes.push(mf);
+                }
                 continue;
             }
             // A manifest of only DELETED entries (an earlier overwrite's or replace's
             // tombstones) lists no live file: it belongs to the snapshot that wrote it, not to
             // later ones (Java's snapshot producer drops it too). Carried on, one would pile up
             // per aggregate run, and every reader of the live files would load them all.
-            if mf.content == ManifestContentType::Data
-                && !mf.has_added_files()
-                && !mf.has_existing_files()
-            {
+            if mf.content == ManifestContentType::Data && !lists_live(&mf) {
                 continue;
             }
             let touches = rewrite_manifests && mf.content == ManifestContentType::Data
                 || (!removed.is_empty()
                     && mf.content == ManifestContentType::Data
-                    && (mf.has_added_files() || mf.has_existing_files()));
+                    && lists_live(&mf));
             if !touches {
-                kept_live |= mf.has_added_files() || mf.has_existing_files();
+                kept_live |= lists_live(&mf);
                 self.manifests.push(mf);
                 continue;
             }
@@ -742,25 +748,18 @@ impl Manifests<'_> {
                 ),
             ));
         }
-        let live_deletes = deletes
-            .iter()
-            .any(|m| m.has_added_files() || m.has_existing_files());
         // Delete manifests are folded on a manifest rewrite, and (as Java's merging producer
         // does) once a commit adding delete files finds `min_merge` of them: a latest sink gets
         // one per run, and every reader loads them all.
-        let delete_manifests = deletes
-            .iter()
-            .filter(|m| m.has_added_files() || m.has_existing_files())
-            .count();
         let fold_deletes = change.rewrite_manifests
-            || (merge_enabled && !change.added_deletes.is_empty() && delete_manifests >= min_merge);
+            || (merge_enabled && !change.added_deletes.is_empty() && deletes.len() >= min_merge);
         if kept_live {
             let carried = self
                 .carry_deletes(deletes, &change.removed_deletes, fold_deletes)
                 .await?;
             self.manifests.extend(carried);
         } else {
-            self.dropped_deletes = live_deletes;
+            self.dropped_deletes = !deletes.is_empty();
         }
         for (spec_id, entries) in merged {
             let (path, mut w) = self.files.open(spec_by_id(md, spec_id)?)?;
@@ -785,7 +784,7 @@ impl Manifests<'_> {
         Ok(())
     }
 
-    /// The base's delete manifests, carried unchanged, except those listing a delete file of
+    /// The base's live delete manifests, carried unchanged, except those listing a delete file of
     /// `removed` (rewritten with it as a deleted entry). With `fold`, every live delete manifest
     /// is read and its live entries folded into one delete manifest per partition spec (a
     /// manifest rewrite; the entries keep their data and file sequence numbers, which decide
@@ -796,23 +795,19 @@ impl Manifests<'_> {
         removed: &[String],
         fold: bool,
     ) -> Result<Vec<ManifestFile>> {
-        // A delete manifest of only deleted entries lists nothing live (as for data).
-        let live: Vec<ManifestFile> = deletes
-            .into_iter()
-            .filter(|m| m.has_added_files() || m.has_existing_files())
-            .collect();
-        if removed.is_empty() && (!fold || live.len() <= 1) {
-            return Ok(live);
+        if removed.is_empty() && (!fold || deletes.len() <= 1) {
+            return Ok(deletes);
         }
         let table = self.files.table;
         let md = table.metadata();
         let removed: HashSet<&str> = removed.iter().map(String::as_str).collect();
         let mut found: HashSet<String> = HashSet::new();
         let mut out = Vec::new();
-        // Open writers: one per spec when folding, else one per rewritten manifest.
+        // Open writers, written at the end: one per spec when folding, else one per rewritten
+        // manifest.
         let mut writers: Vec<(String, ManifestWriter)> = Vec::new();
         let mut by_spec: HashMap<i32, usize> = HashMap::new();
-        for mf in live {
+        for mf in deletes {
             let manifest = mf
                 .load_manifest(table.file_io())
                 .await
@@ -826,11 +821,13 @@ impl Manifests<'_> {
                 continue;
             }
             let part_spec = spec_by_id(md, mf.partition_spec_id)?;
-            let at = match (fold, by_spec.get(&mf.partition_spec_id)) {
-                (true, Some(&i)) => i,
-                _ => {
+            let at = match by_spec.get(&mf.partition_spec_id) {
+                Some(&i) => i,
+                None => {
                     writers.push(self.files.open_deletes(part_spec.clone())?);
-                    by_spec.insert(mf.partition_spec_id, writers.len() - 1);
+                    if fold {
+                        by_spec.insert(mf.partition_spec_id, writers.len() - 1);
+                    }
                     writers.len() - 1
                 }
             };
@@ -853,16 +850,6 @@ impl Manifests<'_> {
                     w.add_existing_file(df, sid, data_seq, file_seq)
                         .map_err(ice("manifest entry"))?;
                 }
-            }
-            if !fold {
-                let (path, w) = writers.remove(at);
-                by_spec.clear();
-                out.push(
-                    w.write_manifest_file()
-                        .await
-                        .map_err(ice("writing a delete manifest"))?,
-                );
-                self.written.push(path);
             }
         }
         for (path, w) in writers {

@@ -22,13 +22,13 @@ impl Maintainer {
         let table = self.committer.load(ident).await?;
         // (data manifests, delete manifests with live files)
         let count = |ms: &[ManifestFile]| {
-            let of = |content| {
-                ms.iter()
-                    .filter(move |m: &&ManifestFile| m.content == content)
-            };
-            let data = of(ManifestContentType::Data).count();
-            let deletes = of(ManifestContentType::Deletes)
-                .filter(|m| m.has_added_files() || m.has_existing_files())
+            let data = ms
+                .iter()
+                .filter(|m| m.content == ManifestContentType::Data)
+                .count();
+            let deletes = ms
+                .iter()
+                .filter(|m| m.content == ManifestContentType::Deletes && snapshot::lists_live(m))
                 .count();
             (data, deletes)
         };
