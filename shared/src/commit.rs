@@ -230,6 +230,9 @@ impl Committer {
         F: FnMut(&Table) -> Result<Plan> + Send,
     {
         let mut attempt = 0u32;
+        // Attempts that lost a race (the pointer moved) and those that failed otherwise: each
+        // kind of failure has its own pause (see `pause_after`).
+        let (mut lost, mut failed) = (0u32, 0u32);
         let mut in_flight: Vec<InFlight> = Vec::new();
         loop {
             attempt += 1;
@@ -287,8 +290,13 @@ impl Committer {
                 .with_retryable(true)
                 .with_source(error));
             }
-            let pause =
-                backoff(attempt).min(limits.deadline.saturating_duration_since(Instant::now()));
+            if error.kind() == ErrorKind::CommitConflict {
+                lost += 1;
+            } else {
+                failed += 1;
+            }
+            let pause = pause_after(error.kind(), lost, failed)
+                .min(limits.deadline.saturating_duration_since(Instant::now()));
             tracing::info!(table = %ident, attempt, error = %error, in_flight = in_flight.len(), pause_ms = pause.as_millis() as u64, "commit not installed; re-validating");
             tokio::time::sleep(pause).await;
         }
@@ -478,9 +486,50 @@ fn unknown(ident: &TableIdent, in_flight: &[InFlight]) -> Error {
     .with_retryable(true)
 }
 
-/// Exponential backoff with full jitter: 25 ms doubling to 2 s.
-fn backoff(attempt: u32) -> Duration {
-    let cap = 25u64.saturating_mul(1 << attempt.min(7)).min(2000);
+/// The pause before the next attempt, after `lost` attempts that lost a race and `failed` that
+/// failed otherwise (`kind`: the last one's).
+///
+/// A lost race (`CommitConflict`) means another writer's version landed: the catalog is
+/// working, and under steady contention (two ingest functions committing several times a second)
+/// a pause that kept doubling would make the loser wait seconds while the winner's next commits
+/// take every slot. So it stays short: a cap of 10 ms doubling to 160 ms for the first six lost
+/// races, enough to spread a few writers' retries, and the next attempt starts from the version
+/// that won; only a longer losing streak (a large herd) doubles on to 2 s. Other retryable
+/// failures (a timeout, a 5xx, throttling) may mean an overloaded service: a cap of 25 ms
+/// doubling to 2 s. The pause is drawn between half the cap and the cap.
+fn pause_after(kind: ErrorKind, lost: u32, failed: u32) -> Duration {
+    let cap = if kind == ErrorKind::CommitConflict {
+        // 10, 20, 40, 80, 160, 160 ms; then doubling to 2 s (a herd of writers too large for
+        // short pauses to spread keeps losing: it spreads over longer ones).
+        match lost {
+            0..=6 => 10u64.saturating_mul(1 << lost.saturating_sub(1).min(4)),
+            _ => 160u64.saturating_mul(1 << (lost - 6).min(4)).min(2000),
+        }
+    } else {
+        25u64.saturating_mul(1 << failed.min(7)).min(2000)
+    };
     let r = (uuid::Uuid::new_v4().as_u128() % 1000) as u64;
     Duration::from_millis(cap / 2 + cap * r / 2000)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lost_race_pauses_briefly_however_often_other_failures_back_off_to_seconds() {
+        for lost in 1..=6 {
+            let p = pause_after(ErrorKind::CommitConflict, lost, 0);
+            assert!(p <= Duration::from_millis(160), "lost {lost}: {p:?}");
+        }
+        // A long losing streak (a herd): longer pauses, at most 2 s.
+        let herd = pause_after(ErrorKind::CommitConflict, 12, 0);
+        assert!(herd >= Duration::from_millis(1000) && herd <= Duration::from_millis(2000));
+        assert!(pause_after(ErrorKind::CommitConflict, 1, 0) <= Duration::from_millis(10));
+        // Lost races before do not lengthen the pause after a timeout, nor the reverse.
+        assert!(pause_after(ErrorKind::Catalog, 30, 1) <= Duration::from_millis(50));
+        let long = pause_after(ErrorKind::Catalog, 0, 10);
+        assert!(long >= Duration::from_millis(1000) && long <= Duration::from_millis(2000));
+        assert!(pause_after(ErrorKind::CommitConflict, 1, 10) <= Duration::from_millis(10));
+    }
 }

@@ -298,8 +298,23 @@ pub(crate) async fn read_position_deletes(
                     .position(|f| f.metadata().get("PARQUET:field_id") == Some(&id.to_string()))
                     .unwrap_or(fallback)
             };
-            let paths = batch.column(col(DELETE_FILE_PATH_ID, 0));
-            let pos = batch.column(col(DELETE_POS_ID, 1));
+            // Another engine's writer may use large strings or another integer width.
+            let as_type = |i: usize, t: &arrow_schema::DataType| {
+                if i >= batch.num_columns() {
+                    return Err(Error::new(
+                        crate::error::ErrorKind::Internal,
+                        "a position delete file without (file_path string, pos long)",
+                    ));
+                }
+                arrow::compute::cast(batch.column(i), t).map_err(|e| {
+                    Error::new(
+                        crate::error::ErrorKind::Internal,
+                        format!("position delete file: {e}"),
+                    )
+                })
+            };
+            let paths = as_type(col(DELETE_FILE_PATH_ID, 0), &arrow_schema::DataType::Utf8)?;
+            let pos = as_type(col(DELETE_POS_ID, 1), &arrow_schema::DataType::Int64)?;
             let (Some(paths), Some(pos)) = (
                 paths.as_any().downcast_ref::<StringArray>(),
                 pos.as_any().downcast_ref::<Int64Array>(),

@@ -687,6 +687,33 @@ async fn a_latest_sink_whose_bucket_spec_another_engine_changed_is_stale() {
 /// Another engine's merge-on-read delete of row 0 of `table`'s first live data file: a position
 /// delete file, a delete manifest and a `delete` snapshot on top of the current one.
 pub(crate) async fn delete_first_row(env: &TestEnv, p: &Processor, table: &str) {
+    let ident = floe::catalog::table_ident(&env.config, table).unwrap();
+    let t = p.committer().load(&ident).await.unwrap();
+    let victim = floe::scan::live_files(&t).await.unwrap().remove(0);
+    commit_row_deletes(
+        env,
+        &t,
+        vec![RowDeletes::Positions(vec![(victim, vec![0])], true)],
+    )
+    .await;
+}
+
+/// Row-level deletes another engine commits (merge-on-read).
+pub(crate) enum RowDeletes {
+    /// Position deletes of these rows of these files: one delete file per file, naming it as
+    /// its `referenced_data_file` when the flag says so (else a reader must read the file to
+    /// know which data files it deletes from).
+    Positions(Vec<(floe::scan::LiveFile, Vec<i64>)>, bool),
+    /// An equality delete file on `customer_id` (in the partition of the given file).
+    CustomerEquals(Box<floe::scan::LiveFile>, i64),
+}
+
+/// Commits `deletes` (their delete files, one delete manifest) as a `delete` snapshot of `t`.
+pub(crate) async fn commit_row_deletes(
+    env: &TestEnv,
+    t: &iceberg::table::Table,
+    deletes: Vec<RowDeletes>,
+) {
     use arrow::array::{Int64Array, RecordBatch, StringArray};
     use arrow::datatypes::{DataType, Field, Schema};
     use iceberg::spec::{
@@ -695,57 +722,107 @@ pub(crate) async fn delete_first_row(env: &TestEnv, p: &Processor, table: &str) 
         MAIN_BRANCH,
     };
     use std::sync::Arc;
-    let ident = floe::catalog::table_ident(&env.config, table).unwrap();
-    let t = p.committer().load(&ident).await.unwrap();
     let md = t.metadata();
-    let victim = floe::scan::live_files(&t).await.unwrap().remove(0);
     let id =
         |n: i32| std::collections::HashMap::from([("PARQUET:field_id".to_string(), n.to_string())]);
-    let schema = Arc::new(Schema::new(vec![
-        Field::new("file_path", DataType::Utf8, false).with_metadata(id(2147483546)),
-        Field::new("pos", DataType::Int64, false).with_metadata(id(2147483545)),
-    ]));
-    let batch = RecordBatch::try_new(
-        schema.clone(),
-        vec![
-            Arc::new(StringArray::from(vec![victim.file.file_path()])),
-            Arc::new(Int64Array::from(vec![0i64])),
-        ],
-    )
-    .unwrap();
-    let mut buf = Vec::new();
-    let mut w = parquet::arrow::ArrowWriter::try_new(&mut buf, schema, None).unwrap();
-    w.write(&batch).unwrap();
-    w.close().unwrap();
     let dir = md.location().trim_end_matches('/').to_string();
     let tag = uuid::Uuid::new_v4();
-    let path = format!("{dir}/data/pos-deletes-{tag}.parquet");
-    let size = buf.len() as u64;
-    t.file_io()
-        .new_output(&path)
-        .unwrap()
-        .write(buf.into())
-        .await
-        .unwrap();
-    let delete = DataFileBuilder::default()
-        .content(DataContentType::PositionDeletes)
-        .file_path(path)
-        .file_format(DataFileFormat::Parquet)
-        .partition(victim.file.partition().clone())
-        .partition_spec_id(victim.spec_id)
-        .record_count(1)
-        .file_size_in_bytes(size)
-        .referenced_data_file(Some(victim.file.file_path().to_string()))
-        .build()
-        .unwrap();
+    // (delete file entry, spec id) per file written.
+    let mut written = Vec::new();
+    let write = |batch: RecordBatch| {
+        let mut buf = Vec::new();
+        let mut w = parquet::arrow::ArrowWriter::try_new(&mut buf, batch.schema(), None).unwrap();
+        w.write(&batch).unwrap();
+        w.close().unwrap();
+        buf
+    };
+    let mut n = 0;
+    for d in deletes {
+        let (victim, buf, content, rows, referenced, eq) = match d {
+            RowDeletes::Positions(files, reference) => {
+                for (victim, positions) in files {
+                    let schema = Arc::new(Schema::new(vec![
+                        Field::new("file_path", DataType::Utf8, false)
+                            .with_metadata(id(2147483546)),
+                        Field::new("pos", DataType::Int64, false).with_metadata(id(2147483545)),
+                    ]));
+                    let path = victim.file.file_path().to_string();
+                    let batch = RecordBatch::try_new(
+                        schema,
+                        vec![
+                            Arc::new(StringArray::from(vec![path.as_str(); positions.len()])),
+                            Arc::new(Int64Array::from(positions.clone())),
+                        ],
+                    )
+                    .unwrap();
+                    let buf = write(batch);
+                    written.push((
+                        victim.clone(),
+                        buf,
+                        DataContentType::PositionDeletes,
+                        positions.len() as u64,
+                        reference.then_some(path),
+                        None,
+                    ));
+                }
+                continue;
+            }
+            RowDeletes::CustomerEquals(victim, customer) => {
+                let field = md.current_schema().field_by_name("customer_id").unwrap().id;
+                let schema = Arc::new(Schema::new(vec![Field::new(
+                    "customer_id",
+                    DataType::Int64,
+                    false,
+                )
+                .with_metadata(id(field))]));
+                let batch =
+                    RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from(vec![customer]))])
+                        .unwrap();
+                let buf = write(batch);
+                (
+                    *victim,
+                    buf,
+                    DataContentType::EqualityDeletes,
+                    1,
+                    None,
+                    Some(vec![field]),
+                )
+            }
+        };
+        written.push((victim, buf, content, rows, referenced, eq));
+    }
     let seq = md.next_sequence_number();
     let snapshot_id = (uuid::Uuid::new_v4().as_u64_pair().0 >> 1) as i64;
+    let mut entries = Vec::new();
+    let mut spec_id = None;
+    for (victim, buf, content, rows, referenced, eq) in written {
+        let path = format!("{dir}/data/row-deletes-{tag}-{n}.parquet");
+        n += 1;
+        let size = buf.len() as u64;
+        t.file_io()
+            .new_output(&path)
+            .unwrap()
+            .write(buf.into())
+            .await
+            .unwrap();
+        let mut b = DataFileBuilder::default();
+        b.content(content)
+            .file_path(path)
+            .file_format(DataFileFormat::Parquet)
+            .partition(victim.file.partition().clone())
+            .partition_spec_id(victim.spec_id)
+            .record_count(rows)
+            .file_size_in_bytes(size)
+            .referenced_data_file(referenced);
+        if let Some(eq) = eq {
+            b.equality_ids(Some(eq));
+        }
+        entries.push(b.build().unwrap());
+        spec_id = Some(victim.spec_id);
+    }
+    let spec_id = spec_id.expect("some deletes");
     let manifest_path = format!("{dir}/metadata/{tag}-deletes-m0.avro");
-    let spec = md
-        .partition_spec_by_id(victim.spec_id)
-        .unwrap()
-        .as_ref()
-        .clone();
+    let spec = md.partition_spec_by_id(spec_id).unwrap().as_ref().clone();
     let mut mw = ManifestWriterBuilder::new(
         t.file_io().new_output(&manifest_path).unwrap(),
         Some(snapshot_id),
@@ -753,8 +830,18 @@ pub(crate) async fn delete_first_row(env: &TestEnv, p: &Processor, table: &str) 
         spec,
     )
     .build_v2_deletes();
-    mw.add_file(delete, seq).unwrap();
-    let mut manifests = floe::snapshot::current_manifests(&t).await.unwrap();
+    let (count, positions) = (
+        entries.len(),
+        entries
+            .iter()
+            .filter(|e| e.content_type() == DataContentType::PositionDeletes)
+            .map(|e| e.record_count())
+            .sum::<u64>(),
+    );
+    for e in entries {
+        mw.add_file(e, seq).unwrap();
+    }
+    let mut manifests = floe::snapshot::current_manifests(t).await.unwrap();
     manifests.push(mw.write_manifest_file().await.unwrap());
     let list_path = format!("{dir}/metadata/snap-{snapshot_id}-0-{tag}.avro");
     let out = t.file_io().new_output(&list_path).unwrap();
@@ -773,10 +860,10 @@ pub(crate) async fn delete_first_row(env: &TestEnv, p: &Processor, table: &str) 
             props.insert(k.to_string(), v.clone());
         }
     }
-    props.insert("added-delete-files".into(), "1".into());
-    props.insert("added-position-deletes".into(), "1".into());
-    props.insert("total-delete-files".into(), "1".into());
-    props.insert("total-position-deletes".into(), "1".into());
+    props.insert("added-delete-files".into(), count.to_string());
+    props.insert("added-position-deletes".into(), positions.to_string());
+    props.insert("total-delete-files".into(), count.to_string());
+    props.insert("total-position-deletes".into(), positions.to_string());
     let snapshot = Snapshot::builder()
         .with_snapshot_id(snapshot_id)
         .with_parent_snapshot_id(md.current_snapshot_id())
@@ -800,7 +887,51 @@ pub(crate) async fn delete_first_row(env: &TestEnv, p: &Processor, table: &str) 
         SnapshotReference::new(snapshot_id, SnapshotRetention::branch(None, None, None)),
     )
     .unwrap();
-    install(env, &t, builder).await;
+    install(env, t, builder).await;
+}
+
+/// The positions of the rows of `t`'s live data files (as written: delete files not applied)
+/// whose `(customer_id, order_id, status)` match `pick`, per file (files without a match left
+/// out).
+pub(crate) async fn rows_where(
+    t: &iceberg::table::Table,
+    pick: impl Fn(i64, &str, &str) -> bool,
+) -> Vec<(floe::scan::LiveFile, Vec<i64>)> {
+    use arrow::array::{Array, Int64Array, StringArray};
+    let mut out = Vec::new();
+    for f in floe::scan::live_files(t).await.unwrap() {
+        let bytes = t
+            .file_io()
+            .new_input(f.file.file_path())
+            .unwrap()
+            .read()
+            .await
+            .unwrap();
+        let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(bytes)
+            .unwrap()
+            .build()
+            .unwrap();
+        let (mut at, mut hits) = (0i64, Vec::new());
+        for batch in reader {
+            let batch = batch.unwrap();
+            let c = batch.column_by_name("customer_id").unwrap();
+            let c = c.as_any().downcast_ref::<Int64Array>().unwrap();
+            let st = batch.column_by_name("status").unwrap();
+            let st = st.as_any().downcast_ref::<StringArray>().unwrap();
+            let o = batch.column_by_name("order_id").unwrap();
+            let o = o.as_any().downcast_ref::<StringArray>().unwrap();
+            for i in 0..batch.num_rows() {
+                if c.is_valid(i) && pick(c.value(i), o.value(i), st.value(i)) {
+                    hits.push(at + i as i64);
+                }
+            }
+            at += batch.num_rows() as i64;
+        }
+        if !hits.is_empty() {
+            out.push((f, hits));
+        }
+    }
+    out
 }
 
 /// Whether `table`'s current snapshot lists delete files.

@@ -8,8 +8,8 @@ use floe::process::Processor;
 use crate::faults::{faulty, faulty_on, Fault};
 use crate::harness::TestEnv;
 use crate::latest::{
-    assert_reconciled, ingest, ingest_random, pipeline, random_versions, setup, sink_rows, soon,
-    Model, LATEST, TOMBSTONES,
+    assert_reconciled, commit_row_deletes, ingest, ingest_random, pipeline, random_versions,
+    rows_where, setup, sink_rows, soon, Model, RowDeletes, LATEST, TOMBSTONES,
 };
 
 type Version = (i64, &'static str, &'static str, i64);
@@ -226,19 +226,179 @@ async fn a_retraction_is_exactly_once_under_crashes_and_concurrent_runs() {
     assert_eq!((again.row_changes, again.sink_snapshot), (0, None));
 }
 
+/// Another engine's merge-on-read delete (Spark's `write.delete.mode = merge-on-read`): position
+/// delete files naming the deleted rows. Only those rows' key buckets are rebuilt, whether the
+/// delete files name their data file (`referenced_data_file`) or must be read to know it.
 #[tokio::test]
-async fn a_source_merge_on_read_delete_stops_a_latest_run_naming_the_fix() {
+async fn a_source_merge_on_read_delete_retracts_the_rows_it_deletes() {
+    let (env, ingestor, p, base, mut m) = setup("sqlite", &pipeline(), 2).await;
+    let a: [Version; 4] = [
+        (1, "o1", "placed", 10),
+        (2, "o2", "placed", 10),
+        (3, "o3", "placed", 10),
+        (4, "o4", "placed", 5),
+    ];
+    let b: [Version; 4] = [
+        (1, "o1", "shipped", 20),
+        (2, "o2", "cancelled", 20),
+        (3, "o3", "paid", 30),
+        (5, "o5", "placed", 1),
+    ];
+    ingest(&env, &ingestor, "orders/a.jsonl", base, &mut m, &a).await;
+    ingest(&env, &ingestor, "orders/b.jsonl", base, &mut m, &b).await;
+    p.run(LATEST, soon()).await.unwrap();
+    assert_eq!(sink_rows(&env), m.live(), "before the delete");
+    assert_eq!(env.pyiceberg_rows(TOMBSTONES)["rows"], 1, "c2's tombstone");
+
+    // c1's `shipped` and c2's `cancelled` versions are deleted by position, their delete files
+    // not naming the data file.
+    let source = p.committer().load(&env.ident()).await.unwrap();
+    let victims = rows_where(&source, |_, _, s| s == "shipped" || s == "cancelled").await;
+    assert_eq!(victims.iter().map(|(_, v)| v.len()).sum::<usize>(), 2);
+    commit_row_deletes(&env, &source, vec![RowDeletes::Positions(victims, false)]).await;
+    let gone = |v: &&Version| v.2 == "shipped" || v.2 == "cancelled";
+    let kept: Vec<Version> = a.iter().chain(&b).filter(|v| !gone(v)).copied().collect();
+    let m = model_of(kept.iter().copied());
+    let r = p.run(LATEST, soon()).await.unwrap();
+    let deleted_buckets: std::collections::BTreeSet<i32> = [1, 2].map(bucket4).into();
+    assert_eq!(
+        (r.row_changes, r.buckets_rebuilt),
+        (1, deleted_buckets.len()),
+        "the deleted rows' buckets only: {r:?}"
+    );
+    assert!(r.sink_snapshot.is_some(), "{r:?}");
+    assert_eq!(
+        sink_rows(&env),
+        vec![
+            row("1", "o1", "placed"),
+            row("2", "o2", "placed"),
+            row("3", "o3", "paid"),
+            row("4", "o4", "placed"),
+            row("5", "o5", "placed"),
+        ],
+        "c1 and c2 back to their previous version"
+    );
+    assert_eq!(sink_rows(&env), m.live());
+    assert_eq!(
+        env.pyiceberg_rows(TOMBSTONES)["rows"],
+        0,
+        "c2's delete taken back"
+    );
+    assert_reconciled(&p, "after the position deletes").await;
+
+    // c5 deleted by a delete file that names its data file; c3's `paid` too.
+    let source = p.committer().load(&env.ident()).await.unwrap();
+    let victims = rows_where(&source, |c, _, s| c == 5 || s == "paid").await;
+    commit_row_deletes(&env, &source, vec![RowDeletes::Positions(victims, true)]).await;
+    let kept: Vec<Version> = kept
+        .into_iter()
+        .filter(|v| v.0 != 5 && v.2 != "paid")
+        .collect();
+    let m = model_of(kept.iter().copied());
+    let r = p.run(LATEST, soon()).await.unwrap();
+    let deleted_buckets: std::collections::BTreeSet<i32> = [3, 5].map(bucket4).into();
+    assert_eq!(
+        (r.row_changes, r.buckets_rebuilt),
+        (1, deleted_buckets.len()),
+        "{r:?}"
+    );
+    assert_eq!(sink_rows(&env), m.live(), "c5 gone, c3 back to `placed`");
+    assert_reconciled(&p, "after the second position deletes").await;
+
+    // Nothing new: no commit. Later versions merge as usual over the deleted rows.
+    let again = p.run(LATEST, soon()).await.unwrap();
+    assert_eq!((again.row_changes, again.sink_snapshot), (0, None));
+    let mut m = m;
+    let c: [Version; 2] = [(5, "o5", "paid", 40), (1, "o1", "paid", 50)];
+    ingest(&env, &ingestor, "orders/c.jsonl", base, &mut m, &c).await;
+    p.run(LATEST, soon()).await.unwrap();
+    assert_eq!(sink_rows(&env), m.live(), "after later versions");
+    assert_reconciled(&p, "after later versions").await;
+}
+
+/// Position deletes in a delta that also appended the file they delete from, two delete
+/// snapshots naming the same file, and positions past the first batch a reader returns (8192
+/// rows): the run equals the batch, and later runs stay equal.
+#[tokio::test]
+async fn position_deletes_on_a_file_of_the_same_delta_twice_and_past_the_first_batch() {
+    let (env, ingestor, p, base, mut m) = setup("sqlite", &pipeline(), 2).await;
+    let first = random_versions(200, 50, 7);
+    ingest_random(&env, &ingestor, "orders/r1.jsonl", base, &mut m, &first).await;
+    p.run(LATEST, soon()).await.unwrap();
+    assert_eq!(sink_rows(&env), m.live());
+
+    // One delta: a large object appended, then two delete snapshots on its file(s).
+    let big = crate::latest::later_versions(10_000, 50, 8, 1);
+    ingest_random(&env, &ingestor, "orders/r2.jsonl", base, &mut m, &big).await;
+    let source = p.committer().load(&env.ident()).await.unwrap();
+    // In one key bucket only: the newest version of a key (its latest changes), and versions
+    // far into the object (past the first 8192 rows). Only that bucket is rebuilt: a position
+    // read wrong would name another key, most likely in another bucket.
+    let b = bucket4(big[0].0);
+    let newest = first
+        .iter()
+        .chain(&big)
+        .filter(|v| v.0 == big[0].0)
+        .max_by(|x, y| (x.3, &x.1, &x.2).cmp(&(y.3, &y.1, &y.2)))
+        .unwrap()
+        .1
+        .clone();
+    let far: Vec<String> = big[9000..]
+        .iter()
+        .filter(|v| bucket4(v.0) == b)
+        .take(3)
+        .map(|v| v.1.clone())
+        .collect();
+    assert_eq!(far.len(), 3);
+    let doomed: std::collections::BTreeSet<String> =
+        far.iter().cloned().chain([newest.clone()]).collect();
+    let v1 = rows_where(&source, |_, o, _| o == newest || o == far[0]).await;
+    commit_row_deletes(&env, &source, vec![RowDeletes::Positions(v1, false)]).await;
+    let source = p.committer().load(&env.ident()).await.unwrap();
+    let v2 = rows_where(&source, |_, o, _| far[1..].iter().any(|f| f == o)).await;
+    assert!(
+        v2.iter().flat_map(|(_, p)| p).any(|&p| p >= 8192),
+        "a deleted row past the first batch: {v2:?}"
+    );
+    commit_row_deletes(&env, &source, vec![RowDeletes::Positions(v2, true)]).await;
+    let kept = first
+        .iter()
+        .chain(&big)
+        .filter(|v| !doomed.contains(&v.1))
+        .map(|(c, o, s, t)| (*c, o.as_str(), s.as_str(), *t));
+    let m = model_of(kept);
+    let r = p.run(LATEST, soon()).await.unwrap();
+    assert_eq!(
+        (r.row_changes, r.buckets_rebuilt),
+        (2, 1),
+        "one bucket: {r:?}"
+    );
+    assert_eq!(sink_rows(&env), m.live(), "the deleted versions are gone");
+    assert_reconciled(&p, "after deletes in the delta that appended the file").await;
+    let again = p.run(LATEST, soon()).await.unwrap();
+    assert_eq!((again.row_changes, again.sink_snapshot), (0, None));
+}
+
+/// Equality deletes (rows deleted by value) are not read: the run stops naming the fix.
+#[tokio::test]
+async fn a_source_equality_delete_stops_a_latest_run_naming_the_fix() {
     let (env, ingestor, p, base, mut m) = setup("sqlite", &pipeline(), 2).await;
     let a: [Version; 2] = [(1, "o1", "placed", 10), (2, "o2", "placed", 10)];
     ingest(&env, &ingestor, "orders/a.jsonl", base, &mut m, &a).await;
     p.run(LATEST, soon()).await.unwrap();
-    // Another engine's position delete (merge-on-read) in the source.
-    crate::latest::delete_first_row(&env, &p, "orders").await;
+    let source = p.committer().load(&env.ident()).await.unwrap();
+    let victim = floe::scan::live_files(&source).await.unwrap().remove(0);
+    commit_row_deletes(
+        &env,
+        &source,
+        vec![RowDeletes::CustomerEquals(Box::new(victim), 1)],
+    )
+    .await;
     let e = p.run(LATEST, soon()).await.unwrap_err();
     assert_eq!(e.kind(), floe::ErrorKind::Stale, "{e}");
     let msg = e.to_string();
     assert!(
-        msg.contains("delete file") && msg.contains("copy-on-write") && msg.contains("refresh"),
+        msg.contains("equality delete") && msg.contains("copy-on-write") && msg.contains("refresh"),
         "{msg}"
     );
     assert_eq!(sink_rows(&env), m.live(), "nothing applied");

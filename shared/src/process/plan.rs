@@ -9,8 +9,9 @@
 //! them), `replace` snapshots (compaction) change no data and are skipped, and `overwrite`/`delete`
 //! follow an explicit policy that fails loudly by default. A `latest` pipeline retracts them
 //! ([`RowChangePolicy::Retract`]): their added data files join the delta like an append's, and
-//! the data files they removed are listed ([`Delta::removed`]) for the run to rebuild the key
-//! buckets those files held (`retract.rs`).
+//! the data files they removed are listed ([`Delta::removed`]), and so are the rows their
+//! position delete files delete (another engine's merge-on-read, [`Delta::deleted`]), for the
+//! run to rebuild the key buckets those rows were in (`retract.rs`).
 //!
 //! The processor runs the pipeline's SQL over what this plans.
 
@@ -31,8 +32,9 @@ pub enum RowChangePolicy {
     /// Skip them, logging each (for consumers that only care about new rows).
     Skip,
     /// Process them (`latest` pipelines): the data files they added are new files, the data
-    /// files they removed are listed in [`Delta::removed`]. Delete files (row-level deletes,
-    /// merge-on-read) are refused: floe reads data files only.
+    /// files they removed are listed in [`Delta::removed`], and the rows their position delete
+    /// files delete (another engine's merge-on-read) in [`Delta::deleted`]. Equality delete
+    /// files and deletion vectors are refused: floe does not read them.
     Retract,
 }
 
@@ -101,8 +103,12 @@ pub struct Delta {
     /// The data files they removed (files of the delta's own appends that a later row change
     /// removed are here, not in `files`).
     pub removed: Vec<NewFile>,
+    /// Rows their position delete files deleted: each data file named (live when the delete
+    /// was committed) with the positions deleted in it, ascending.
+    pub deleted: Vec<(NewFile, Vec<i64>)>,
     /// A row change whose removed files could not all be found in its manifests (their count
-    /// is below its summary's `deleted-data-files`): the removed keys are unknown.
+    /// is below its summary's `deleted-data-files`), or whose deleted rows are too many to
+    /// list: the removed keys are unknown.
     pub removed_unknown: bool,
 }
 
@@ -162,11 +168,14 @@ pub async fn plan(
     // The appends' manifest lists and new manifests are small GETs whose cost is their latency:
     // fetched several at once, used in the chain's order.
     let retract = policy == RowChangePolicy::Retract;
+    // Positions of deleted rows the delta may list (all its snapshots together).
+    let budget = std::sync::atomic::AtomicU64::new(0);
+    let budget = &budget;
     let fetch = |s: iceberg::spec::SnapshotRef| async move {
         match s.summary().operation {
             Operation::Append => added_files(source, &s).await.map(Some),
             Operation::Overwrite | Operation::Delete if retract => {
-                changed_files(source, &s, consumer).await.map(Some)
+                changed_files(source, &s, consumer, budget).await.map(Some)
             }
             _ => Ok(None),
         }
@@ -198,6 +207,7 @@ pub async fn plan(
                     }
                 }
                 delta.files.extend(changed.added);
+                delta.deleted.extend(changed.deleted);
             }
             Operation::Overwrite | Operation::Delete => match policy {
                 RowChangePolicy::Fail => {
@@ -226,14 +236,20 @@ pub async fn plan(
 /// latency, not the CPU (iceberg's reader defaults to one data file per core).
 pub(super) const READ_CONCURRENCY: usize = 16;
 
-/// The data files one snapshot added and removed.
+/// The data files one snapshot added and removed, and the rows it deleted.
 #[derive(Debug, Default)]
 struct Changed {
     added: Vec<NewFile>,
     removed: Vec<NewFile>,
-    /// Fewer removed files found than its summary counts.
+    deleted: Vec<(NewFile, Vec<i64>)>,
+    /// Fewer removed files found than its summary counts, or too many deleted rows to list.
     incomplete: bool,
 }
+
+/// Most rows a run lists by position as deleted by other engines' position delete files
+/// (summed over the delta's snapshots, read several at once); past it, every key bucket is
+/// rebuilt instead (the positions are not held in memory).
+const MAX_DELETED_POSITIONS: u64 = 2_000_000;
 
 /// The data files `s` (an append) added, from its own manifest list.
 async fn added_files(source: &Table, s: &iceberg::spec::SnapshotRef) -> Result<Changed> {
@@ -241,41 +257,119 @@ async fn added_files(source: &Table, s: &iceberg::spec::SnapshotRef) -> Result<C
     Ok(changed)
 }
 
-/// The data files `s` (an overwrite or delete) added and removed; `Stale` when it added delete
-/// files (row-level deletes of another engine, merge-on-read), which floe does not read.
+/// The data files `s` (an overwrite or delete) added and removed, and the rows its position
+/// delete files delete; `Stale` when it added equality delete files or deletion vectors (row-level
+/// deletes by value, or in Puffin files), which floe does not read.
 async fn changed_files(
     source: &Table,
     s: &iceberg::spec::SnapshotRef,
     consumer: &str,
+    budget: &std::sync::atomic::AtomicU64,
 ) -> Result<Changed> {
     let (mut changed, deletes) = snapshot_files(source, s, true).await?;
-    if deletes > 0 {
-        return Err(Error::new(
-            ErrorKind::Stale,
-            format!(
-                "snapshot {} of {} ({}) added {deletes} delete file(s): row-level deletes by another                  engine in merge-on-read mode, which floe does not read yet; nothing was processed.                  Have the writer use copy-on-write (Spark: `write.delete.mode`, `write.update.mode`                  and `write.merge.mode` = `copy-on-write`), rewrite the table's data files with the                  deletes applied, then rebuild the pipeline: `floe process refresh --pipeline {consumer}`",
-                s.snapshot_id(),
-                source.identifier(),
-                s.summary().operation.as_str()
-            ),
-        ));
+    if !deletes.is_empty() {
+        deleted_rows(source, s, &deletes, consumer, budget, &mut changed).await?;
     }
     let counted = s
         .summary()
         .additional_properties
         .get("deleted-data-files")
         .and_then(|v| v.parse::<usize>().ok());
-    changed.incomplete = counted.is_some_and(|n| n > changed.removed.len());
+    changed.incomplete |= counted.is_some_and(|n| n > changed.removed.len());
     Ok(changed)
 }
 
+/// The rows `s`'s position delete files `deletes` delete (another engine's merge-on-read
+/// delete or update): each data file they name that is live at `s`, with its positions.
+/// More positions than are left of the run's `budget`: `incomplete` (every bucket is rebuilt).
+async fn deleted_rows(
+    source: &Table,
+    s: &iceberg::spec::SnapshotRef,
+    deletes: &[(DataFile, i32)],
+    consumer: &str,
+    budget: &std::sync::atomic::AtomicU64,
+    changed: &mut Changed,
+) -> Result<()> {
+    use iceberg::spec::{DataContentType, DataFileFormat};
+    if let Some((d, _)) = deletes.iter().find(|(d, _)| {
+        d.content_type() != DataContentType::PositionDeletes
+            || d.file_format() != DataFileFormat::Parquet
+    }) {
+        return Err(Error::new(
+            ErrorKind::Stale,
+            format!(
+                "snapshot {} of {} ({}) added {} ({}): row-level deletes floe does not read \
+                 (it applies position delete files in Parquet only); nothing was processed. Have \
+                 the writer use position deletes or copy-on-write (Spark: `write.delete.mode`, \
+                 `write.update.mode` and `write.merge.mode` = `copy-on-write`), rewrite the \
+                 table's data files with the deletes applied, then rebuild the pipeline: \
+                 `floe process refresh --pipeline {consumer}`",
+                s.snapshot_id(),
+                source.identifier(),
+                s.summary().operation.as_str(),
+                match d.content_type() {
+                    DataContentType::EqualityDeletes => "equality delete files",
+                    _ => "a deletion vector",
+                },
+                d.file_path(),
+            ),
+        ));
+    }
+    let rows: u64 = deletes.iter().map(|(d, _)| d.record_count()).sum();
+    // Taken from the run's budget before reading (the snapshots are read several at once).
+    let taken = budget.fetch_add(rows, std::sync::atomic::Ordering::SeqCst);
+    if taken.saturating_add(rows) > MAX_DELETED_POSITIONS {
+        tracing::warn!(
+            snapshot = s.snapshot_id(),
+            rows,
+            "too many deleted rows to list: every key bucket is rebuilt"
+        );
+        changed.incomplete = true;
+        return Ok(());
+    }
+    let tasks: Vec<iceberg::scan::FileScanTaskDeleteFile> = deletes
+        .iter()
+        .map(|(d, spec_id)| iceberg::scan::FileScanTaskDeleteFile {
+            file_path: d.file_path().to_string(),
+            file_size_in_bytes: d.file_size_in_bytes(),
+            file_type: d.content_type(),
+            partition_spec_id: *spec_id,
+            equality_ids: None,
+        })
+        .collect();
+    let mut positions = crate::write::read_position_deletes(source, &tasks).await?;
+    // A position delete names files by path; those live at `s` are the ones it deletes from
+    // (one naming a file that is not live applies to nothing).
+    let live = crate::scan::live_files_at(source, s.snapshot_id())
+        .await?
+        .unwrap_or_default();
+    for f in live {
+        let Some(p) = positions.remove(f.file.file_path()) else {
+            continue;
+        };
+        let mut p: Vec<i64> = p.into_iter().filter(|&i| i >= 0).collect();
+        p.sort_unstable();
+        changed.deleted.push((
+            NewFile {
+                file: f.file,
+                spec_id: f.spec_id,
+                snapshot_id: s.snapshot_id(),
+                deletes: Vec::new(),
+            },
+            p,
+        ));
+    }
+    Ok(())
+}
+
 /// What `s` wrote in its own manifests (those it added): the data files it added, those it
-/// removed (with `removed`), and how many delete files it added.
+/// removed (with `removed`), and the delete files it added (with `removed`; else only whether
+/// it added any).
 async fn snapshot_files(
     source: &Table,
     s: &iceberg::spec::SnapshotRef,
     removed: bool,
-) -> Result<(Changed, usize)> {
+) -> Result<(Changed, Vec<(DataFile, i32)>)> {
     let list = source.manifest_list_reader(s).load().await.map_err(|e| {
         Error::iceberg(
             format!("reading the manifest list of snapshot {}", s.snapshot_id()),
@@ -283,14 +377,26 @@ async fn snapshot_files(
         )
     })?;
     let mut out = Changed::default();
-    let mut deletes = 0;
+    let mut deletes = Vec::new();
     for mf in list.entries() {
         if mf.added_snapshot_id != s.snapshot_id() {
             continue;
         }
         if mf.content != ManifestContentType::Data {
-            if mf.has_added_files() {
-                deletes += mf.added_files_count.unwrap_or(1).max(1) as usize;
+            if removed && mf.has_added_files() {
+                let m = mf
+                    .load_manifest(source.file_io())
+                    .await
+                    .map_err(|e| Error::iceberg("reading a delete manifest", e))?;
+                deletes.extend(
+                    m.entries()
+                        .iter()
+                        .filter(|e| {
+                            e.status() == ManifestStatus::Added
+                                && e.snapshot_id().unwrap_or(s.snapshot_id()) == s.snapshot_id()
+                        })
+                        .map(|e| (e.data_file().clone(), mf.partition_spec_id)),
+                );
             }
             continue;
         }

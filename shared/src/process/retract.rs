@@ -1,11 +1,13 @@
 //! A `latest` run's retraction of source row changes: another writer's `overwrite`/`delete`
-//! snapshots (copy-on-write: data files removed, corrected ones added) in the run's delta.
+//! snapshots in the run's delta, copy-on-write (data files removed, corrected ones added) or
+//! merge-on-read (position delete files added, naming the deleted rows by file and position).
 //!
 //! A latest run merges by a maximum, which can add versions but never take one back. So the
 //! key buckets a row change may have changed — the buckets of the keys in the data files it
-//! removed (the SQL run over those files, which are still in storage while the snapshots
-//! before the change are kept; an unreadable one, or a change whose removed files its
-//! manifests do not all list, means every bucket) — are **rebuilt from the source** at the
+//! removed, and of the rows its position deletes delete (the SQL run over those files, or over
+//! those rows of their files, which are still in storage while the snapshots before the change
+//! are kept; an unreadable one, or a change whose removed files its manifests do not all list,
+//! means every bucket) — are **rebuilt from the source** at the
 //! run's target snapshot: the SQL over every live source file, only the output rows of those
 //! buckets kept, reduced to the latest version per key ([`Latest::reduce`], the batch), split
 //! into live rows (the buckets' new sink files) and deletes (their new tombstones, at the run's
@@ -52,6 +54,8 @@ const REDUCE_EVERY: usize = 8;
 pub(super) struct Retraction {
     snapshots: usize,
     removed: Vec<LiveFile>,
+    /// Files another engine's position deletes deleted rows from, with those rows' positions.
+    deleted: Vec<(LiveFile, Vec<i64>)>,
     unknown: bool,
     /// When the rebuild must have read the source (checked between chunks).
     by: Instant,
@@ -72,6 +76,11 @@ impl Retraction {
                     // Read whole: every key they held may have changed.
                     deletes: Vec::new(),
                 })
+                .collect(),
+            deleted: delta
+                .deleted
+                .iter()
+                .map(|(f, positions)| (LiveFile::new(f.file.clone(), f.spec_id), positions.clone()))
                 .collect(),
             unknown: delta.removed_unknown,
         }
@@ -338,7 +347,7 @@ async fn affected(
             "a row change's removed files are not all in its manifests: rebuilding every bucket");
         return Ok(Affected::All);
     }
-    for f in &r.removed {
+    for f in r.removed.iter().chain(r.deleted.iter().map(|(f, _)| f)) {
         let path = f.file.file_path();
         let exists = pos.source.file_io().exists(path).await.map_err(|e| {
             Error::iceberg(format!("checking removed file {path}"), e).with_retryable(true)
@@ -351,6 +360,7 @@ async fn affected(
     }
     let mut set = BTreeSet::new();
     for chunk in input::chunks(&r.removed) {
+        in_time(p, r.by)?;
         let (schema, rows, cost) = input::read_rows_costed(&pos.source, chunk).await?;
         report.delta_files_read += cost.files;
         report.delta_bytes_read += cost.bytes;
@@ -359,5 +369,57 @@ async fn affected(
             set.extend(latest.by_bucket(b)?.into_keys());
         }
     }
+    // Rows deleted by position: only those rows' keys (each file read in order, the rows at
+    // the deleted positions kept).
+    let files: Vec<LiveFile> = r.deleted.iter().map(|(f, _)| f.clone()).collect();
+    let schema = transform::table_schema(&pos.source)?;
+    let mut at = 0;
+    for chunk in input::chunks(&files) {
+        in_time(p, r.by)?;
+        let (read, cost) = input::read_positioned(&pos.source, chunk, None, &schema).await?;
+        report.delta_files_read += cost.files;
+        report.delta_bytes_read += cost.bytes;
+        let mut rows = Vec::new();
+        for batches in &read {
+            rows.extend(rows_at(batches, &r.deleted[at].1)?);
+            at += 1;
+        }
+        if rows.is_empty() {
+            continue;
+        }
+        let (_, out) = transform::run_sql(&p.sql, schema.clone(), rows, context).await?;
+        for b in &out {
+            set.extend(latest.by_bucket(b)?.into_keys());
+        }
+    }
     Ok(Affected::Some(set))
+}
+
+/// The rows at `positions` (ascending) of one file read in order as `batches`.
+fn rows_at(batches: &[RecordBatch], positions: &[i64]) -> Result<Vec<RecordBatch>> {
+    let mut out = Vec::new();
+    let (mut start, mut next) = (0i64, 0usize);
+    for b in batches {
+        let n = b.num_rows() as i64;
+        let mut mask = vec![false; b.num_rows()];
+        let mut any = false;
+        while next < positions.len() && positions[next] < start + n {
+            if let Some(m) = usize::try_from(positions[next] - start)
+                .ok()
+                .and_then(|i| mask.get_mut(i))
+            {
+                *m = true;
+                any = true;
+            }
+            next += 1;
+        }
+        if any {
+            let kept =
+                arrow::compute::filter_record_batch(b, &arrow::array::BooleanArray::from(mask))
+                    .map_err(|e| Error::new(ErrorKind::Internal, format!("deleted rows: {e}")))?;
+            out.push(kept);
+        }
+        start += n;
+    }
+    Ok(out)
 }
