@@ -27,21 +27,24 @@ fn row(c: &str, o: &str, s: &str) -> Vec<String> {
     vec![c.to_string(), o.to_string(), s.to_string()]
 }
 
+/// Two objects of versions: first ones, then later ones (a correction takes some back).
+const A: [Version; 4] = [
+    (1, "o1", "placed", 10),
+    (2, "o2", "placed", 10),
+    (3, "o3", "placed", 10),
+    (4, "o4", "placed", 5),
+];
+const B: [Version; 4] = [
+    (1, "o1", "shipped", 20),
+    (2, "o2", "cancelled", 20),
+    (3, "o3", "paid", 30),
+    (5, "o5", "placed", 1),
+];
+
 #[tokio::test]
 async fn a_source_delete_retracts_rows_and_keys_fall_back_to_their_previous_version() {
     let (env, ingestor, p, base, mut m) = setup("sqlite", &pipeline(), 2).await;
-    let a: [Version; 4] = [
-        (1, "o1", "placed", 10),
-        (2, "o2", "placed", 10),
-        (3, "o3", "placed", 10),
-        (4, "o4", "placed", 5),
-    ];
-    let b: [Version; 4] = [
-        (1, "o1", "shipped", 20),
-        (2, "o2", "cancelled", 20),
-        (3, "o3", "paid", 30),
-        (5, "o5", "placed", 1),
-    ];
+    let (a, b) = (A, B);
     ingest(&env, &ingestor, "orders/a.jsonl", base, &mut m, &a).await;
     ingest(&env, &ingestor, "orders/b.jsonl", base, &mut m, &b).await;
     p.run(LATEST, soon()).await.unwrap();
@@ -232,18 +235,7 @@ async fn a_retraction_is_exactly_once_under_crashes_and_concurrent_runs() {
 #[tokio::test]
 async fn a_source_merge_on_read_delete_retracts_the_rows_it_deletes() {
     let (env, ingestor, p, base, mut m) = setup("sqlite", &pipeline(), 2).await;
-    let a: [Version; 4] = [
-        (1, "o1", "placed", 10),
-        (2, "o2", "placed", 10),
-        (3, "o3", "placed", 10),
-        (4, "o4", "placed", 5),
-    ];
-    let b: [Version; 4] = [
-        (1, "o1", "shipped", 20),
-        (2, "o2", "cancelled", 20),
-        (3, "o3", "paid", 30),
-        (5, "o5", "placed", 1),
-    ];
+    let (a, b) = (A, B);
     ingest(&env, &ingestor, "orders/a.jsonl", base, &mut m, &a).await;
     ingest(&env, &ingestor, "orders/b.jsonl", base, &mut m, &b).await;
     p.run(LATEST, soon()).await.unwrap();
