@@ -41,6 +41,24 @@ const B: [Version; 4] = [
     (5, "o5", "placed", 1),
 ];
 
+/// After a retraction: a run with nothing new commits nothing, and the later versions `c`
+/// (recorded in `m`) then merge as usual.
+async fn no_commit_then_later_versions_merge(
+    env: &TestEnv,
+    ingestor: &floe::ingest::Ingestor,
+    p: &Processor,
+    base: chrono::DateTime<chrono::Utc>,
+    mut m: Model,
+    c: &[Version],
+) {
+    let again = p.run(LATEST, soon()).await.unwrap();
+    assert_eq!((again.row_changes, again.sink_snapshot), (0, None));
+    ingest(env, ingestor, "orders/c.jsonl", base, &mut m, c).await;
+    p.run(LATEST, soon()).await.unwrap();
+    assert_eq!(sink_rows(env), m.live(), "after later versions");
+    assert_reconciled(p, "after later versions").await;
+}
+
 #[tokio::test]
 async fn a_source_delete_retracts_rows_and_keys_fall_back_to_their_previous_version() {
     let (env, ingestor, p, base, mut m) = setup("sqlite", &pipeline(), 2).await;
@@ -87,14 +105,8 @@ async fn a_source_delete_retracts_rows_and_keys_fall_back_to_their_previous_vers
 
     // Nothing new: no commit. A late older version of a corrected key changes nothing; a newer
     // one wins as usual.
-    let again = p.run(LATEST, soon()).await.unwrap();
-    assert_eq!((again.row_changes, again.sink_snapshot), (0, None));
-    let mut m = m;
     let c: [Version; 2] = [(2, "o2", "placed", 5), (1, "o1", "paid", 50)];
-    ingest(&env, &ingestor, "orders/c.jsonl", base, &mut m, &c).await;
-    p.run(LATEST, soon()).await.unwrap();
-    assert_eq!(sink_rows(&env), m.live(), "after later versions");
-    assert_reconciled(&p, "after later versions").await;
+    no_commit_then_later_versions_merge(&env, &ingestor, &p, base, m, &c).await;
 }
 
 #[tokio::test]
@@ -298,14 +310,8 @@ async fn a_source_merge_on_read_delete_retracts_the_rows_it_deletes() {
     assert_reconciled(&p, "after the second position deletes").await;
 
     // Nothing new: no commit. Later versions merge as usual over the deleted rows.
-    let again = p.run(LATEST, soon()).await.unwrap();
-    assert_eq!((again.row_changes, again.sink_snapshot), (0, None));
-    let mut m = m;
     let c: [Version; 2] = [(5, "o5", "paid", 40), (1, "o1", "paid", 50)];
-    ingest(&env, &ingestor, "orders/c.jsonl", base, &mut m, &c).await;
-    p.run(LATEST, soon()).await.unwrap();
-    assert_eq!(sink_rows(&env), m.live(), "after later versions");
-    assert_reconciled(&p, "after later versions").await;
+    no_commit_then_later_versions_merge(&env, &ingestor, &p, base, m, &c).await;
 }
 
 /// Position deletes in a delta that also appended the file they delete from, two delete

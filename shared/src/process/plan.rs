@@ -285,13 +285,13 @@ async fn changed_files(
 async fn deleted_rows(
     source: &Table,
     s: &iceberg::spec::SnapshotRef,
-    deletes: &[(DataFile, i32)],
+    deletes: &[crate::scan::LiveDelete],
     consumer: &str,
     budget: &std::sync::atomic::AtomicU64,
     changed: &mut Changed,
 ) -> Result<()> {
     use iceberg::spec::{DataContentType, DataFileFormat};
-    if let Some((d, _)) = deletes.iter().find(|(d, _)| {
+    if let Some(d) = deletes.iter().map(|d| &d.file).find(|d| {
         d.content_type() != DataContentType::PositionDeletes
             || d.file_format() != DataFileFormat::Parquet
     }) {
@@ -315,7 +315,7 @@ async fn deleted_rows(
             ),
         ));
     }
-    let rows: u64 = deletes.iter().map(|(d, _)| d.record_count()).sum();
+    let rows: u64 = deletes.iter().map(|d| d.file.record_count()).sum();
     // Taken from the run's budget before reading (the snapshots are read several at once).
     let taken = budget.fetch_add(rows, std::sync::atomic::Ordering::SeqCst);
     if taken.saturating_add(rows) > MAX_DELETED_POSITIONS {
@@ -327,16 +327,7 @@ async fn deleted_rows(
         changed.incomplete = true;
         return Ok(());
     }
-    let tasks: Vec<iceberg::scan::FileScanTaskDeleteFile> = deletes
-        .iter()
-        .map(|(d, spec_id)| iceberg::scan::FileScanTaskDeleteFile {
-            file_path: d.file_path().to_string(),
-            file_size_in_bytes: d.file_size_in_bytes(),
-            file_type: d.content_type(),
-            partition_spec_id: *spec_id,
-            equality_ids: None,
-        })
-        .collect();
+    let tasks: Vec<_> = deletes.iter().map(crate::scan::LiveDelete::task).collect();
     let mut positions = crate::write::read_position_deletes(source, &tasks).await?;
     // A position delete names files by path; those live at `s` are the ones it deletes from
     // (one naming a file that is not live applies to nothing).
@@ -369,7 +360,7 @@ async fn snapshot_files(
     source: &Table,
     s: &iceberg::spec::SnapshotRef,
     removed: bool,
-) -> Result<(Changed, Vec<(DataFile, i32)>)> {
+) -> Result<(Changed, Vec<crate::scan::LiveDelete>)> {
     let list = source.manifest_list_reader(s).load().await.map_err(|e| {
         Error::iceberg(
             format!("reading the manifest list of snapshot {}", s.snapshot_id()),
@@ -395,7 +386,11 @@ async fn snapshot_files(
                             e.status() == ManifestStatus::Added
                                 && e.snapshot_id().unwrap_or(s.snapshot_id()) == s.snapshot_id()
                         })
-                        .map(|e| (e.data_file().clone(), mf.partition_spec_id)),
+                        .map(|e| crate::scan::LiveDelete {
+                            file: e.data_file().clone(),
+                            spec_id: mf.partition_spec_id,
+                            seq: e.sequence_number().unwrap_or(s.sequence_number()),
+                        }),
                 );
             }
             continue;
