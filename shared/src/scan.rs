@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use futures::StreamExt;
 use iceberg::scan::{FileScanTask, FileScanTaskDeleteFile};
 use iceberg::spec::{DataContentType, DataFile, ManifestContentType, ManifestFile};
 use iceberg::table::Table;
@@ -75,14 +76,14 @@ pub(crate) async fn live_deletes_of(
     manifests: &[ManifestFile],
 ) -> Result<Vec<LiveDelete>> {
     let mut out = Vec::new();
-    for mf in manifests {
-        if mf.content != ManifestContentType::Deletes || !snapshot::lists_live(mf) {
-            continue;
-        }
-        let m = mf
-            .load_manifest(table.file_io())
-            .await
-            .map_err(|e| Error::iceberg("reading a delete manifest", e))?;
+    let live = manifests
+        .iter()
+        .filter(|mf| mf.content == ManifestContentType::Deletes && snapshot::lists_live(mf))
+        .cloned()
+        .collect::<Vec<_>>();
+    let mut loads = snapshot::load_manifests(table, live, "a delete manifest");
+    while let Some(loaded) = loads.next().await {
+        let (mf, m) = loaded?;
         for e in m.entries().iter().filter(|e| e.is_alive()) {
             out.push(LiveDelete {
                 file: e.data_file().clone(),
@@ -114,14 +115,12 @@ pub(crate) async fn live_files_added_by(table: &Table) -> Result<Vec<(LiveFile, 
     let mut out = Vec::new();
     let manifests = snapshot::current_manifests(table).await?;
     let deletes = Box::pin(live_deletes_of(table, &manifests)).await?;
-    for mf in manifests {
-        if mf.content != ManifestContentType::Data {
-            continue;
-        }
-        let m = mf
-            .load_manifest(table.file_io())
-            .await
-            .map_err(|e| Error::iceberg("reading a manifest", e))?;
+    let data = manifests
+        .into_iter()
+        .filter(|mf| mf.content == ManifestContentType::Data);
+    let mut loads = snapshot::load_manifests(table, data, "a manifest");
+    while let Some(loaded) = loads.next().await {
+        let (mf, m) = loaded?;
         for e in m.entries().iter().filter(|e| e.is_alive()) {
             let file = e.data_file().clone();
             let seq = e.sequence_number().unwrap_or(0);
@@ -154,14 +153,12 @@ pub(crate) async fn live_files_at(
     let manifests: Vec<iceberg::spec::ManifestFile> = list.consume_entries().into_iter().collect();
     let deletes = Box::pin(live_deletes_of(table, &manifests)).await?;
     let mut out = Vec::new();
-    for mf in manifests {
-        if mf.content != ManifestContentType::Data {
-            continue;
-        }
-        let m = mf
-            .load_manifest(table.file_io())
-            .await
-            .map_err(|e| Error::iceberg("reading a manifest", e).with_retryable(true))?;
+    let data = manifests
+        .into_iter()
+        .filter(|mf| mf.content == ManifestContentType::Data);
+    let mut loads = snapshot::load_manifests(table, data, "a manifest");
+    while let Some(loaded) = loads.next().await {
+        let (mf, m) = loaded.map_err(|e| e.with_retryable(true))?;
         for e in m.entries().iter().filter(|e| e.is_alive()) {
             let file = e.data_file().clone();
             let seq = e.sequence_number().unwrap_or(0);

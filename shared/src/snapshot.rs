@@ -6,6 +6,8 @@
 use std::collections::{HashMap, HashSet};
 use std::str::FromStr;
 
+use futures::StreamExt;
+
 use iceberg::spec::{
     DataContentType, DataFile, ManifestContentType, ManifestFile, ManifestList, ManifestListWriter,
     ManifestWriter, ManifestWriterBuilder, Operation, PartitionSpec, Snapshot, SnapshotReference,
@@ -18,6 +20,9 @@ use iceberg::{MetadataLocation, TableRequirement, TableUpdate};
 use crate::error::{Error, ErrorKind, Result};
 use crate::requests::Meter;
 use crate::summary;
+
+/// Manifests a commit reads at once (carrying a base's manifests over, merging them).
+const MANIFEST_READS: usize = 16;
 
 /// A change to the table's data files (or only to its manifests or snapshots).
 #[derive(Debug, Clone)]
@@ -291,6 +296,26 @@ pub async fn current_manifests(table: &Table) -> Result<Vec<ManifestFile>> {
 /// entries belongs to the snapshot that wrote it.
 pub(crate) fn lists_live(m: &ManifestFile) -> bool {
     m.has_added_files() || m.has_existing_files()
+}
+
+/// The manifests of `manifests`, each with its entries read: [`MANIFEST_READS`] fetched at
+/// once, handed out in the given order (a caller holds at most that many beyond the one it is
+/// at). `what` names them in a read error.
+pub(crate) fn load_manifests<'a>(
+    table: &'a Table,
+    manifests: impl IntoIterator<Item = ManifestFile> + 'a,
+    what: &'static str,
+) -> impl futures::Stream<Item = Result<(ManifestFile, iceberg::spec::Manifest)>> + 'a {
+    let file_io = table.file_io();
+    futures::stream::iter(manifests)
+        .map(move |mf| async move {
+            let m = mf
+                .load_manifest(file_io)
+                .await
+                .map_err(|e| Error::iceberg(format!("reading {what}"), e))?;
+            Ok((mf, m))
+        })
+        .buffered(MANIFEST_READS)
 }
 
 async fn read_manifest_list(
@@ -662,6 +687,9 @@ impl Manifests<'_> {
         let mut deletes: Vec<ManifestFile> = Vec::new();
         // Whether a live data file of the base stays live.
         let mut kept_live = false;
+        // The data manifests carried, in the base's order, each with whether it must be read
+        // (it may list a removed file, or all are merged).
+        let mut carried: Vec<(ManifestFile, bool)> = Vec::new();
         for mf in existing {
             if mf.content == ManifestContentType::Deletes {
                 // A delete manifest of only deleted entries lists nothing live (as for data).
@@ -681,15 +709,32 @@ impl Manifests<'_> {
                 || (!removed.is_empty()
                     && mf.content == ManifestContentType::Data
                     && lists_live(&mf));
-            if !touches {
+            carried.push((mf, touches));
+        }
+        // The manifests to read are fetched [`MANIFEST_READS`] at a time and handled in order: a
+        // merging append reads ~100 of them, and one after another that was the slowest attempt
+        // of an ingest commit (the longer an attempt, the likelier another writer's commit lands
+        // in between and it has to start again).
+        let mut loads = futures::stream::iter(carried)
+            .map(|(mf, touches)| async move {
+                let manifest = match touches {
+                    true => Some(
+                        mf.load_manifest(file_io)
+                            .await
+                            .map_err(ice("reading a manifest"))?,
+                    ),
+                    false => None,
+                };
+                Ok::<_, Error>((mf, manifest))
+            })
+            .buffered(MANIFEST_READS);
+        while let Some(loaded) = loads.next().await {
+            let (mf, manifest) = loaded?;
+            let Some(manifest) = manifest else {
                 kept_live |= lists_live(&mf);
                 self.manifests.push(mf);
                 continue;
-            }
-            let manifest = mf
-                .load_manifest(file_io)
-                .await
-                .map_err(ice("reading a manifest"))?;
+            };
             let hit = manifest
                 .entries()
                 .iter()
@@ -807,11 +852,9 @@ impl Manifests<'_> {
         // manifest.
         let mut writers: Vec<(String, ManifestWriter)> = Vec::new();
         let mut by_spec: HashMap<i32, usize> = HashMap::new();
-        for mf in deletes {
-            let manifest = mf
-                .load_manifest(table.file_io())
-                .await
-                .map_err(ice("reading a delete manifest"))?;
+        let mut loads = load_manifests(table, deletes, "a delete manifest");
+        while let Some(loaded) = loads.next().await {
+            let (mf, manifest) = loaded?;
             let hit = manifest
                 .entries()
                 .iter()

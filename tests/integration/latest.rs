@@ -43,8 +43,23 @@ pub(crate) async fn setup(
     let env = TestEnv::with_pipelines(kind, pipelines).await;
     let ingestor = env.ingestor().await;
     let p = env.processor().await;
-    let base = Utc::now() - chrono::Duration::hours(hours);
-    (env, ingestor, p, base, Model::default())
+    (env, ingestor, p, base_hours_back(hours), Model::default())
+}
+
+/// A base time `hours` back; under a day, moved earlier when that span would cross midnight UTC,
+/// so the versions of a test land in one day partition whatever the time of day it runs at (a
+/// test that counts rows per file must not depend on the clock).
+fn base_hours_back(hours: i64) -> DateTime<Utc> {
+    let now = Utc::now();
+    let base = now - chrono::Duration::hours(hours);
+    if hours >= 24 || base.date_naive() == now.date_naive() {
+        return base;
+    }
+    let midnight = now
+        .date_naive()
+        .and_hms_opt(0, 0, 0)
+        .map_or(now, |t| t.and_utc());
+    midnight - chrono::Duration::hours(hours + 1)
 }
 
 /// One version of a customer's latest order: `t` seconds after `base`.
