@@ -71,7 +71,8 @@ where
 /// Bounds on one commit.
 #[derive(Debug, Clone)]
 pub struct CommitLimits {
-    /// Most attempts.
+    /// Most attempts that failed for another reason than a lost race (lost races are bounded by
+    /// the deadline only: each is another writer's commit landing).
     pub max_attempts: u32,
     /// Give up (retryable) after this instant.
     pub deadline: Instant,
@@ -271,7 +272,17 @@ impl Committer {
                 }
                 Err(e) => e,
             };
-            if attempt >= limits.max_attempts || Instant::now() >= limits.deadline {
+            if error.kind() == ErrorKind::CommitConflict {
+                lost += 1;
+            } else {
+                failed += 1;
+            }
+            // A lost race is another writer's progress, not a fault: only the deadline bounds
+            // those. Counted against `max_attempts`, two writers of one busy table starved one
+            // of them (each of its attempts reloads the table, the winner's does not, so the
+            // loser's window is the longer one and it lost again and again: 20 times at 10
+            // objects/s in the freshness benchmark, and its batch went back to the queue).
+            if failed >= limits.max_attempts || Instant::now() >= limits.deadline {
                 // One last look: an earlier attempt may have landed after all.
                 if !in_flight.is_empty() {
                     if let Ok(table) = self.load(ident).await {
@@ -289,11 +300,6 @@ impl Committer {
                 )
                 .with_retryable(true)
                 .with_source(error));
-            }
-            if error.kind() == ErrorKind::CommitConflict {
-                lost += 1;
-            } else {
-                failed += 1;
             }
             let pause = pause_after(error.kind(), lost, failed)
                 .min(limits.deadline.saturating_duration_since(Instant::now()));

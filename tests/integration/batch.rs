@@ -10,7 +10,7 @@ use floe::ingest::{Ingestor, ObjectReport, PayloadResult, Status};
 use iceberg::spec::Snapshot;
 use serde_json::json;
 
-use crate::faults::{assert_referenced_files_exist, race_before_swap};
+use crate::faults::{assert_referenced_files_exist, race_before_swap, race_before_swaps, Race};
 use crate::harness::{orders, TestEnv};
 
 const APPEND: &str = "suspicious_orders";
@@ -282,6 +282,42 @@ async fn a_redelivered_payload_adds_nothing_and_a_partly_committed_one_adds_the_
         env.count_rows(ingestor.catalog().as_ref()).await,
         75 + 10 + 11 + 12 + 13
     );
+}
+
+/// Another writer of the table commits just before each of our first six swaps: more lost races
+/// than `max_commit_attempts` (3). A lost race is that writer's progress, not a fault, so the
+/// commit goes on (each attempt re-validated on the new version) until it lands; giving up made
+/// the loser of a steady two-writer race hand its batch back to the queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_losing_more_races_than_max_attempts_still_lands() {
+    let mut env = TestEnv::new("sqlite").await;
+    env.config.ingest.max_commit_attempts = 3;
+    let keys: Vec<String> = (0..7).map(|i| format!("orders/s{i}.jsonl")).collect();
+    for (i, k) in keys.iter().enumerate() {
+        put(&env, k, 20, 900 + i as u64).await;
+    }
+    let other = Arc::new(env.ingestor().await);
+    let races: Vec<Race> = keys[1..]
+        .iter()
+        .map(|k| {
+            let (other, obj) = (other.clone(), env.object(k));
+            let race: Race = Box::new(move || {
+                Box::pin(async move {
+                    let r = other.ingest(&obj, soon()).await.unwrap();
+                    assert_eq!(r.status, Status::Committed);
+                })
+            });
+            race
+        })
+        .collect();
+    let ingestor = env.ingestor_with(race_before_swaps(races)).await;
+    let r = ingestor
+        .ingest(&env.object(&keys[0]), soon())
+        .await
+        .unwrap();
+    assert_eq!((r.status, r.attempts), (Status::Committed, 7), "{r:?}");
+    assert_eq!(snapshots(&env, &ingestor, "orders").await.len(), 7);
+    assert_eq!(env.count_rows(ingestor.catalog().as_ref()).await, 140);
 }
 
 /// Another delivery of a member commits while the batch commit is in flight: the batch's swap

@@ -223,7 +223,7 @@ pub(crate) async fn assert_referenced_files_exist(table: &Table, context: &str) 
 pub(crate) type Race = Box<dyn FnOnce() -> futures::future::BoxFuture<'static, ()> + Send>;
 
 struct RaceBeforeSwap {
-    race: std::sync::Mutex<Option<Race>>,
+    races: std::sync::Mutex<std::collections::VecDeque<Race>>,
     inner: Arc<dyn PointerSwap>,
 }
 
@@ -244,7 +244,7 @@ impl PointerSwap for RaceBeforeSwap {
     }
 
     async fn swap(&self, ident: &TableIdent, staged: &Staged) -> floe::Result<()> {
-        let race = self.race.lock().ok().and_then(|mut r| r.take());
+        let race = self.races.lock().ok().and_then(|mut r| r.pop_front());
         if let Some(race) = race {
             race().await;
         }
@@ -256,9 +256,16 @@ impl PointerSwap for RaceBeforeSwap {
 pub(crate) fn race_before_swap(
     race: Race,
 ) -> impl FnOnce(Arc<dyn PointerSwap>) -> Arc<dyn PointerSwap> {
+    race_before_swaps(vec![race])
+}
+
+/// Wraps a pointer swap so that the `n`th of `races` runs just before the `n`th swap.
+pub(crate) fn race_before_swaps(
+    races: Vec<Race>,
+) -> impl FnOnce(Arc<dyn PointerSwap>) -> Arc<dyn PointerSwap> {
     move |inner| {
         Arc::new(RaceBeforeSwap {
-            race: std::sync::Mutex::new(Some(race)),
+            races: std::sync::Mutex::new(races.into()),
             inner,
         })
     }

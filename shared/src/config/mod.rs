@@ -266,7 +266,9 @@ pub struct IngestConfig {
     /// Clock skew tolerated between S3 and the committers when looking for an earlier commit.
     #[serde(default = "default_skew")]
     pub dedup_skew_seconds: u64,
-    /// Most commit attempts per object before giving the event back for a later retry.
+    /// Most failed commit attempts per object before giving the event back for a later retry.
+    /// Attempts that lost a race to another writer do not count (each is that writer's
+    /// progress): `commit_timeout_seconds` bounds those.
     #[serde(default = "default_attempts")]
     pub max_commit_attempts: u32,
     /// Most seconds spent retrying one commit (kept well inside the Lambda timeout).
