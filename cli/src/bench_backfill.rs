@@ -3,7 +3,7 @@
 //! commit per object (the same code path with batches of one, as one Lambda invocation per
 //! object would). Each run is a child process on a fresh table: objects/s, rows/s, commits per
 //! object, the commit-retry rate (attempts beyond the first, per commit), objects whose commit
-//! gave up after `max_commit_attempts` (contention) and peak RSS.
+//! gave up (contention: lost races beyond 5 × `max_commit_attempts`) and peak RSS.
 
 use std::path::Path;
 use std::process::Command;
@@ -50,7 +50,7 @@ pub(crate) async fn child(mode: &str, inputs: &Path, work: &Path) -> Result<Valu
     let plan = ingestor.plan_backfill("input", prefix, &options).await?;
     let report = ingestor.run_backfill(&plan, &options, &|_| {}).await;
     let secs = t0.elapsed().as_secs_f64();
-    // Objects whose commit gave up (contention beyond `max_commit_attempts`) are a result, not
+    // Objects whose commit gave up (contention beyond its lost-race bound) are a result, not
     // an error: a Lambda's SQS redelivery would retry them.
     Ok(json!({
         "failed": report.failed,

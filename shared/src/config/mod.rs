@@ -267,8 +267,8 @@ pub struct IngestConfig {
     #[serde(default = "default_skew")]
     pub dedup_skew_seconds: u64,
     /// Most failed commit attempts per object before giving the event back for a later retry.
-    /// Attempts that lost a race to another writer do not count (each is that writer's
-    /// progress): `commit_timeout_seconds` bounds those.
+    /// Attempts that lost a race to another writer count apart (each is that writer's
+    /// progress): up to 5× this many, within `commit_timeout_seconds`.
     #[serde(default = "default_attempts")]
     pub max_commit_attempts: u32,
     /// Most seconds spent retrying one commit (kept well inside the Lambda timeout).

@@ -253,10 +253,14 @@ impl Maintainer {
         &self.committer
     }
 
+    /// The limits of one maintenance commit: the run's deadline, and no longer than a commit
+    /// window (`commit_timeout_seconds`), so a slow rewrite losing races to a steady stream of
+    /// appends gives up and leaves the run's time to the other tables.
     fn limits(&self, opts: &Options) -> CommitLimits {
+        let window = Duration::from_secs(self.config.ingest.commit_timeout_seconds);
         CommitLimits {
             max_attempts: self.config.ingest.max_commit_attempts,
-            deadline: opts.deadline,
+            deadline: opts.deadline.min(Instant::now() + window),
             skew: Duration::from_secs(self.config.ingest.dedup_skew_seconds),
         }
     }
