@@ -528,6 +528,13 @@ fn unknown(ident: &TableIdent, in_flight: &[InFlight]) -> Error {
     .with_retryable(true)
 }
 
+/// Deletes files no table version references (best effort: orphan cleanup finds what is left).
+async fn discard(table: &Table, paths: Vec<String>) {
+    for path in paths {
+        let _ = table.file_io().delete(&path).await;
+    }
+}
+
 /// The pause before the next attempt, after `lost` attempts that lost a race and `failed` that
 /// failed otherwise (`kind`: the last one's).
 ///
@@ -539,13 +546,6 @@ fn unknown(ident: &TableIdent, in_flight: &[InFlight]) -> Error {
 /// that won; only a longer losing streak (a large herd) doubles on to 2 s. Other retryable
 /// failures (a timeout, a 5xx, throttling) may mean an overloaded service: a cap of 25 ms
 /// doubling to 2 s. The pause is drawn between half the cap and the cap.
-/// Deletes files no table version references (best effort: orphan cleanup finds what is left).
-async fn discard(table: &Table, paths: Vec<String>) {
-    for path in paths {
-        let _ = table.file_io().delete(&path).await;
-    }
-}
-
 fn pause_after(kind: ErrorKind, lost: u32, failed: u32) -> Duration {
     let cap = if kind == ErrorKind::CommitConflict {
         // 10, 20, 40, 80, 160, 160 ms; then doubling to 2 s (a herd of writers too large for
