@@ -386,30 +386,33 @@ impl Committer {
             });
         }
         let load_ms = t0.elapsed().as_secs_f64() * 1e3;
-        let change = match plan(&table) {
-            Ok(Plan::Apply(change)) => change,
-            Ok(Plan::Skip(why)) => {
-                discard(&table, garbage).await;
-                return Ok(Step::Skipped(why));
-            }
-            Err(e) => {
-                discard(&table, garbage).await;
-                return Err(e);
-            }
+        let step = self.apply(ident, &table, in_flight, plan, load_ms).await;
+        discard(&table, garbage).await;
+        step
+    }
+
+    /// The rest of an attempt on `table` (loaded in `load_ms`): plan, stage, swap.
+    async fn apply<F>(
+        &self,
+        ident: &TableIdent,
+        table: &Table,
+        in_flight: &mut Vec<InFlight>,
+        plan: &mut F,
+        load_ms: f64,
+    ) -> Result<Step>
+    where
+        F: FnMut(&Table) -> Result<Plan> + Send,
+    {
+        let change = match plan(table)? {
+            Plan::Skip(why) => return Ok(Step::Skipped(why)),
+            Plan::Apply(change) => change,
         };
         let swap = &self.swap;
         let t1 = Instant::now();
-        let staged = match snapshot::stage(&table, &change, swap.writes_metadata()).await {
-            Ok(staged) => staged,
-            Err(e) => {
-                discard(&table, garbage).await;
-                return Err(e);
-            }
-        };
+        let staged = snapshot::stage(table, &change, swap.writes_metadata()).await?;
         let stage_ms = t1.elapsed().as_secs_f64() * 1e3;
         let t2 = Instant::now();
         let swapped = swap.swap(ident, &staged).await;
-        discard(&table, garbage).await;
         tracing::debug!(table = %ident, load_ms, stage_ms, swap_ms = t2.elapsed().as_secs_f64() * 1e3, "commit attempt");
         if let Err(e) = swapped {
             // Even a "conflict" is only believed once the table is seen without this version: an
@@ -425,7 +428,7 @@ impl Committer {
             return Err(e);
         }
         if swap.writes_metadata() {
-            self.remember_staged(&table, &staged);
+            self.remember_staged(table, &staged);
         }
         let props = staged.metadata.properties();
         if props
