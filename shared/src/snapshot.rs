@@ -479,10 +479,14 @@ pub(crate) async fn stage(table: &Table, change: &Change, write: bool) -> Result
         collector: SnapshotSummaryCollector::default(),
         dropped_deletes: false,
     };
+    let t0 = std::time::Instant::now();
     m.carry_existing(change).await?;
+    let carry_ms = t0.elapsed().as_secs_f64() * 1e3;
     m.add_files(&change.added, seq).await?;
     m.add_deletes(&change.added_deletes, seq).await?;
+    let add_ms = t0.elapsed().as_secs_f64() * 1e3 - carry_ms;
     let list_path = m.write_list(parent.map(|s| s.snapshot_id()), seq).await?;
+    let list_ms = t0.elapsed().as_secs_f64() * 1e3 - carry_ms - add_ms;
     let mut props = snapshot_summary(
         change,
         parent.map(|p| p.summary()),
@@ -527,7 +531,15 @@ pub(crate) async fn stage(table: &Table, change: &Change, write: bool) -> Result
             SnapshotReference::new(snapshot_id, SnapshotRetention::branch(None, None, None)),
         )
         .map_err(ice("moving main"))?;
+    let t1 = std::time::Instant::now();
     let mut staged = write_metadata(table, builder, write).await?;
+    tracing::debug!(
+        carry_ms,
+        add_ms,
+        list_ms,
+        metadata_ms = t1.elapsed().as_secs_f64() * 1e3,
+        "staged"
+    );
     staged.snapshot_id = Some(snapshot_id);
     m.written.append(&mut staged.written);
     staged.written = m.written;
@@ -1082,7 +1094,9 @@ pub async fn write_metadata(
     write: bool,
 ) -> Result<Staged> {
     let previous = base_location(table)?;
+    let t0 = std::time::Instant::now();
     let built = builder.build().map_err(ice("building metadata"))?;
+    let build_ms = t0.elapsed().as_secs_f64() * 1e3;
     let changes = built.changes.clone();
     // What a REST server checks before applying the updates. Besides main's snapshot, the schema
     // the change was built on: another engine's schema change makes no snapshot, and applying
@@ -1118,6 +1132,11 @@ pub async fn write_metadata(
             .await
             .map_err(ice("writing metadata"))?;
     }
+    tracing::debug!(
+        build_ms,
+        write_ms = t0.elapsed().as_secs_f64() * 1e3 - build_ms,
+        "metadata written"
+    );
     let location = location.to_string();
     Ok(Staged {
         metadata,
