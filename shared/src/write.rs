@@ -45,17 +45,25 @@ impl Sink {
         match self {
             Sink::Fanout(fan) => {
                 let (w, splitter, values) = &mut **fan;
-                // Most batches hold one partition (a day of event time): iceberg's split turns
-                // every row's partition value into a `Literal` and hashes it (~17 % of the CPU
-                // of ingesting a big object on one core). When the values are all equal the
-                // key is that of the first row, and the batch goes to it whole.
-                if batch.num_rows() > 1 && one_partition(&values.calculate(&batch)?) {
-                    if let Some((key, _)) = splitter.split(&batch.slice(0, 1))?.pop() {
-                        return w.write(key, batch).await;
+                // iceberg's split turns every row's partition value into a `Literal` and hashes
+                // it (~17 % of the CPU of ingesting a big object on one core). Batches hold one
+                // partition or a few (a day of event time, and the late rows of the day before):
+                // they are cut by comparing whole columns of partition values instead, each
+                // part keyed by iceberg from its first row.
+                let (parts, rest) = by_partition(&values.calculate(&batch)?, batch)?;
+                for part in parts {
+                    if let Some((key, _)) = splitter.split(&part.slice(0, 1))?.pop() {
+                        w.write(key, part).await?;
+                    } else {
+                        for (key, p) in splitter.split(&part)? {
+                            w.write(key, p).await?;
+                        }
                     }
                 }
-                for (key, part) in splitter.split(&batch)? {
-                    w.write(key, part).await?;
+                if let Some(rest) = rest {
+                    for (key, part) in splitter.split(&rest)? {
+                        w.write(key, part).await?;
+                    }
                 }
                 Ok(())
             }
@@ -71,19 +79,76 @@ impl Sink {
     }
 }
 
-/// Whether every row of `values` (a batch's partition values, one struct per row) is the same,
-/// non-null partition. Anything it cannot compare answers no (the batch is then split).
-fn one_partition(values: &ArrayRef) -> bool {
-    let Some(values) = values.as_any().downcast_ref::<StructArray>() else {
-        return false;
+/// Partitions a batch is cut into by [`by_partition`] before the rest goes to iceberg's split.
+const MAX_PARTS: usize = 8;
+
+/// Cuts `batch` into parts whose rows share one partition value (`values`: the batch's partition
+/// values, one struct per row), in order of first appearance, rows in their order within a part.
+/// Rows are equal when every partition column holds the same value or both hold null, compared
+/// exactly (floats by their bits: `-0.0` and `0.0` go apart, which only means one more file).
+/// Past [`MAX_PARTS`] parts, or when the values cannot be compared, the rows left are returned
+/// as the rest, for iceberg's row-by-row split.
+fn by_partition(
+    values: &ArrayRef,
+    batch: RecordBatch,
+) -> iceberg::Result<(Vec<RecordBatch>, Option<RecordBatch>)> {
+    use arrow::compute::kernels::{boolean, cmp};
+    use arrow::compute::{filter, filter_record_batch};
+    let arrow_err = |e: arrow::error::ArrowError| {
+        iceberg::Error::new(
+            iceberg::ErrorKind::Unexpected,
+            "splitting a batch by partition",
+        )
+        .with_source(e)
     };
-    values.null_count() == 0
-        && values.columns().iter().all(|c| {
-            c.null_count() == 0
-                && !c.is_empty()
-                && arrow::compute::kernels::cmp::eq(c, &Scalar::new(c.slice(0, 1)))
-                    .is_ok_and(|same| same.true_count() == c.len())
-        })
+    let Some(values) = values.as_any().downcast_ref::<StructArray>() else {
+        return Ok((Vec::new(), Some(batch)));
+    };
+    if values.null_count() > 0 || values.len() != batch.num_rows() {
+        return Ok((Vec::new(), Some(batch)));
+    }
+    let mut parts = Vec::new();
+    let mut rest = batch;
+    let mut columns: Vec<ArrayRef> = values.columns().to_vec();
+    while rest.num_rows() > 0 {
+        if parts.len() == MAX_PARTS {
+            return Ok((parts, Some(rest)));
+        }
+        // Rows whose every partition column equals the first row's (null equal to null).
+        let mut same: Option<arrow::array::BooleanArray> = None;
+        for c in &columns {
+            let Ok(eq) = cmp::not_distinct(c, &Scalar::new(c.slice(0, 1))) else {
+                return Ok((parts, Some(rest)));
+            };
+            same = Some(match same {
+                None => eq,
+                Some(s) => boolean::and(&s, &eq).map_err(arrow_err)?,
+            });
+        }
+        let Some(same) = same else {
+            // No partition column at all: one partition.
+            parts.push(rest);
+            break;
+        };
+        match same.true_count() {
+            n if n == rest.num_rows() => {
+                parts.push(rest);
+                break;
+            }
+            // Not even the first row equals itself: leave the rows to iceberg.
+            0 => return Ok((parts, Some(rest))),
+            _ => {}
+        }
+        let others = boolean::not(&same).map_err(arrow_err)?;
+        parts.push(filter_record_batch(&rest, &same).map_err(arrow_err)?);
+        rest = filter_record_batch(&rest, &others).map_err(arrow_err)?;
+        columns = columns
+            .iter()
+            .map(|c| filter(c, &others))
+            .collect::<std::result::Result<_, _>>()
+            .map_err(arrow_err)?;
+    }
+    Ok((parts, None))
 }
 
 /// Parquet writer settings: zstd, row groups small enough to bound memory per open file.
@@ -448,7 +513,7 @@ mod tests {
             files(vec![vec![d(20000, 1), d(20000, 5), d(20000, DAY_US - 1)]]).await,
             vec![(Some(20000), 3)]
         );
-        // Two days in one batch (and the last row alone in its day): split by row.
+        // Two days in one batch (and the last row alone in its day): cut in two.
         assert_eq!(
             files(vec![vec![d(20000, 1), d(20001, 0), d(20000, 7)]]).await,
             vec![(Some(20000), 2), (Some(20001), 1)]
@@ -468,9 +533,63 @@ mod tests {
             .await,
             vec![(Some(20000), 1), (Some(20002), 3)]
         );
-        // Not a struct of partition values: no fast path.
-        assert!(!one_partition(
-            &(Arc::new(Int64Array::from(vec![1, 1])) as ArrayRef)
-        ));
+        // Ten days in one batch: cut by column up to MAX_PARTS, the rest split by iceberg.
+        let ten: Vec<_> = (0..20).map(|i| d(20000 + i % 10, i)).collect();
+        assert_eq!(
+            files(vec![ten]).await,
+            (0..10).map(|i| (Some(20000 + i), 2)).collect::<Vec<_>>()
+        );
+    }
+
+    fn ids(b: &RecordBatch) -> Vec<i64> {
+        b.column(0)
+            .as_any()
+            .downcast_ref::<Int64Array>()
+            .unwrap()
+            .values()
+            .to_vec()
+    }
+
+    fn cut(ts: Vec<Option<i64>>) -> (Vec<Vec<i64>>, Option<Vec<i64>>) {
+        let t = table();
+        let md = t.metadata();
+        let values =
+            PartitionValueCalculator::try_new(md.default_partition_spec(), md.current_schema())
+                .unwrap();
+        let b = batch(&t, ts);
+        let (parts, rest) = by_partition(&values.calculate(&b).unwrap(), b).unwrap();
+        (parts.iter().map(ids).collect(), rest.as_ref().map(ids))
+    }
+
+    #[tokio::test]
+    async fn a_batch_is_cut_by_partition_in_order_of_first_row_keeping_row_order() {
+        let d = |day: i64, us: i64| Some(day * DAY_US + us);
+        // Days interleaved, nulls together: parts in order of first appearance.
+        assert_eq!(
+            cut(vec![
+                d(7, 1),
+                d(8, 0),
+                d(7, 9),
+                None,
+                d(8, 5),
+                None,
+                d(7, 2)
+            ]),
+            (vec![vec![0, 2, 6], vec![1, 4], vec![3, 5]], None)
+        );
+        // One partition: the batch whole.
+        assert_eq!(cut(vec![d(7, 1), d(7, 2)]), (vec![vec![0, 1]], None));
+        // More partitions than MAX_PARTS: the first MAX_PARTS cut, the rows left as the rest.
+        let many: Vec<_> = (0..(MAX_PARTS as i64 + 2)).map(|i| d(i, 0)).collect();
+        let (parts, rest) = cut(many);
+        assert_eq!(parts.len(), MAX_PARTS);
+        assert_eq!(rest, Some(vec![MAX_PARTS as i64, MAX_PARTS as i64 + 1]));
+        // Not a struct of partition values: all of it is the rest.
+        let t = table();
+        let b = batch(&t, vec![d(1, 0), d(1, 1)]);
+        let (parts, rest) =
+            by_partition(&(Arc::new(Int64Array::from(vec![1, 1])) as ArrayRef), b).unwrap();
+        assert!(parts.is_empty());
+        assert_eq!(rest.map(|r| r.num_rows()), Some(2));
     }
 }
