@@ -554,6 +554,52 @@ fn decode_json_bytes(
         .with_batch_size(rows.max(1))
         .with_strict_mode(strict)
         .build_decoder()?;
+    decode_json_with(&mut decoder, schema, data, rows)
+}
+
+/// Strict decoding of chunk after chunk through one decoder, whose buffers are kept between
+/// chunks (a decoder per chunk allocated and first-touched its tape again each time: more than
+/// half the page faults of ingesting a big object). A decoder that failed is dropped: its state
+/// is then unknown.
+struct StrictDecoder {
+    schema: SchemaRef,
+    /// The decoder and the most rows it takes at once (its batch size: the largest chunk yet,
+    /// so that its buffers are sized by the chunks, not by `chunk_records`).
+    decoder: Option<(arrow::json::reader::Decoder, usize)>,
+}
+
+impl StrictDecoder {
+    fn new(schema: SchemaRef) -> Self {
+        Self {
+            schema,
+            decoder: None,
+        }
+    }
+
+    fn decode(&mut self, data: &[u8], rows: usize) -> Result<RecordBatch, ArrowError> {
+        let (mut decoder, size) = match self.decoder.take() {
+            Some((d, size)) if size >= rows => (d, size),
+            _ => (
+                arrow::json::ReaderBuilder::new(self.schema.clone())
+                    .with_batch_size(rows.max(1))
+                    .with_strict_mode(true)
+                    .build_decoder()?,
+                rows.max(1),
+            ),
+        };
+        let batch = decode_json_with(&mut decoder, &self.schema, data, rows)?;
+        self.decoder = Some((decoder, size));
+        Ok(batch)
+    }
+}
+
+/// `data` (`rows` lines of one JSON object each) through `decoder`, flushed as one batch.
+fn decode_json_with(
+    decoder: &mut arrow::json::reader::Decoder,
+    schema: &SchemaRef,
+    data: &[u8],
+    rows: usize,
+) -> Result<RecordBatch, ArrowError> {
     let mut off = 0;
     while off < data.len() {
         let n = decoder.decode(&data[off..])?;
@@ -763,6 +809,7 @@ fn decode_jsonl(reader: Box<dyn Read + '_>, ctx: &mut Ctx<'_>) -> Result<(), Dec
     let mut chunk = TextChunk::default();
     let mut line_no = 0u64;
     let limit = ctx.spec.chunk_records;
+    let mut strict = StrictDecoder::new(schema.clone());
     let max_line = usize_limit(ctx.limits.max_line_bytes);
     let max_depth = ctx.limits.max_nesting_depth;
     loop {
@@ -812,9 +859,11 @@ fn decode_jsonl(reader: Box<dyn Read + '_>, ctx: &mut Ctx<'_>) -> Result<(), Dec
         let full = chunk.full(limit, ctx.limits.chunk_bytes);
         if (full || eof) && !chunk.spans.is_empty() {
             // Fast path: strict decoding succeeds when the chunk has no unknown fields.
-            let strict_ok = chunk.spans.first().zip(chunk.spans.last()).map(|(f, l)| {
-                decode_json_bytes(&schema, true, &chunk.buf[f.0..l.1], chunk.spans.len())
-            });
+            let strict_ok = chunk
+                .spans
+                .first()
+                .zip(chunk.spans.last())
+                .map(|(f, l)| strict.decode(&chunk.buf[f.0..l.1], chunk.spans.len()));
             match strict_ok {
                 Some(Ok(batch)) => {
                     ctx.seen += chunk.spans.len() as u64;

@@ -84,10 +84,12 @@ const MAX_PARTS: usize = 8;
 
 /// Cuts `batch` into parts whose rows share one partition value (`values`: the batch's partition
 /// values, one struct per row), in order of first appearance, rows in their order within a part.
-/// Rows are equal when every partition column holds the same value or both hold null, compared
-/// exactly (floats by their bits: `-0.0` and `0.0` go apart, which only means one more file).
-/// Past [`MAX_PARTS`] parts, or when the values cannot be compared, the rows left are returned
-/// as the rest, for iceberg's row-by-row split.
+/// Rows are equal when every partition column holds the same value or both hold null. Floats
+/// are left to iceberg (arrow compares them by their bits, iceberg's keys do not: `-0.0` and
+/// `0.0` would be two parts of one key, written to one file out of row order). Past
+/// [`MAX_PARTS`] parts, at a part smaller than 1/[`MAX_PARTS`] of the rows left (many small
+/// partitions: each cut would copy the batch again), or when the values cannot be compared, the
+/// rows left are returned as the rest, for iceberg's row-by-row split.
 fn by_partition(
     values: &ArrayRef,
     batch: RecordBatch,
@@ -104,7 +106,8 @@ fn by_partition(
     let Some(values) = values.as_any().downcast_ref::<StructArray>() else {
         return Ok((Vec::new(), Some(batch)));
     };
-    if values.null_count() > 0 || values.len() != batch.num_rows() {
+    let floats = values.columns().iter().any(|c| c.data_type().is_floating());
+    if floats || values.null_count() > 0 || values.len() != batch.num_rows() {
         return Ok((Vec::new(), Some(batch)));
     }
     let mut parts = Vec::new();
@@ -135,8 +138,8 @@ fn by_partition(
                 parts.push(rest);
                 break;
             }
-            // Not even the first row equals itself: leave the rows to iceberg.
-            0 => return Ok((parts, Some(rest))),
+            // A small part (or, defensively, none): leave the rows to iceberg.
+            n if n * MAX_PARTS < rest.num_rows() => return Ok((parts, Some(rest))),
             _ => {}
         }
         let others = boolean::not(&same).map_err(arrow_err)?;
@@ -533,7 +536,7 @@ mod tests {
             .await,
             vec![(Some(20000), 1), (Some(20002), 3)]
         );
-        // Ten days in one batch: cut by column up to MAX_PARTS, the rest split by iceberg.
+        // Ten days of two rows in one batch: many small partitions, split by iceberg.
         let ten: Vec<_> = (0..20).map(|i| d(20000 + i % 10, i)).collect();
         assert_eq!(
             files(vec![ten]).await,
@@ -579,11 +582,36 @@ mod tests {
         );
         // One partition: the batch whole.
         assert_eq!(cut(vec![d(7, 1), d(7, 2)]), (vec![vec![0, 1]], None));
-        // More partitions than MAX_PARTS: the first MAX_PARTS cut, the rows left as the rest.
-        let many: Vec<_> = (0..(MAX_PARTS as i64 + 2)).map(|i| d(i, 0)).collect();
+        // More partitions than MAX_PARTS (day i has 10 - i rows, each part at least an eighth
+        // of the rows left): the first MAX_PARTS cut, the rows left as the rest.
+        let many: Vec<_> = (0..10i64)
+            .flat_map(|i| (0..10 - i).map(move |us| d(i, us)))
+            .collect();
         let (parts, rest) = cut(many);
-        assert_eq!(parts.len(), MAX_PARTS);
-        assert_eq!(rest, Some(vec![MAX_PARTS as i64, MAX_PARTS as i64 + 1]));
+        assert_eq!(
+            parts.iter().map(Vec::len).collect::<Vec<_>>(),
+            vec![10, 9, 8, 7, 6, 5, 4, 3]
+        );
+        assert_eq!(rest, Some(vec![52, 53, 54]));
+        // Many small partitions: no cut at all (each would copy the batch again).
+        let (parts, rest) = cut((0..16).map(|i| d(i, 0)).collect());
+        assert!(parts.is_empty());
+        assert_eq!(rest.map(|r| r.len()), Some(16));
+        // Float partition values: left to iceberg, whose keys equate -0.0 and 0.0.
+        let t = table();
+        let b = batch(&t, vec![d(1, 0), d(1, 1)]);
+        let zeros: ArrayRef = Arc::new(arrow::array::Float64Array::from(vec![-0.0, 0.0]));
+        let values: ArrayRef = Arc::new(StructArray::from(vec![(
+            Arc::new(arrow_schema::Field::new(
+                "x",
+                arrow_schema::DataType::Float64,
+                true,
+            )),
+            zeros,
+        )]));
+        let (parts, rest) = by_partition(&values, b).unwrap();
+        assert!(parts.is_empty());
+        assert_eq!(rest.map(|r| r.num_rows()), Some(2));
         // Not a struct of partition values: all of it is the rest.
         let t = table();
         let b = batch(&t, vec![d(1, 0), d(1, 1)]);
