@@ -561,6 +561,9 @@ fn decode_json_bytes(
 /// chunks (a decoder per chunk allocated and first-touched its tape again each time: more than
 /// half the page faults of ingesting a big object). A decoder that failed is dropped: its state
 /// is then unknown.
+/// The largest chunk (bytes of text) after which [`StrictDecoder`] keeps its decoder.
+const KEEP_DECODER_BYTES: usize = 8 << 20;
+
 struct StrictDecoder {
     schema: SchemaRef,
     /// The decoder and the most rows it takes at once (its batch size: the largest chunk yet,
@@ -588,7 +591,11 @@ impl StrictDecoder {
             ),
         };
         let batch = decode_json_with(&mut decoder, &self.schema, data, rows)?;
-        self.decoder = Some((decoder, size));
+        // A tape holds ~16 bytes per JSON token: kept only after modest chunks, so that a
+        // dense chunk's tape is not held while the rows wait to be written.
+        if data.len() <= KEEP_DECODER_BYTES {
+            self.decoder = Some((decoder, size));
+        }
         Ok(batch)
     }
 }
@@ -764,7 +771,7 @@ fn read_line_bounded(
 /// Whether JSON text nests objects/arrays deeper than `max` (brackets in strings do not count).
 fn nests_deeper(text: &[u8], max: usize) -> bool {
     // Cheap bound first: a line with at most `max` opening brackets cannot nest deeper.
-    if text.iter().filter(|&&b| b == b'[' || b == b'{').count() <= max {
+    if memchr::memchr2_iter(b'[', b'{', text).take(max + 1).count() <= max {
         return false;
     }
     let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
@@ -792,6 +799,12 @@ fn nests_deeper(text: &[u8], max: usize) -> bool {
         }
     }
     false
+}
+
+/// Whether a line, without its surrounding whitespace, starts with `{` and ends with `}`.
+fn one_object_shaped(line: &[u8]) -> bool {
+    let text = line.trim_ascii();
+    text.first() == Some(&b'{') && text.last() == Some(&b'}')
 }
 
 fn decode_jsonl(reader: Box<dyn Read + '_>, ctx: &mut Ctx<'_>) -> Result<(), DecodeFailure> {
@@ -858,12 +871,23 @@ fn decode_jsonl(reader: Box<dyn Read + '_>, ctx: &mut Ctx<'_>) -> Result<(), Dec
         }
         let full = chunk.full(limit, ctx.limits.chunk_bytes);
         if (full || eof) && !chunk.spans.is_empty() {
-            // Fast path: strict decoding succeeds when the chunk has no unknown fields.
+            // Fast path: strict decoding succeeds when the chunk has no unknown fields. The
+            // decoder reads the chunk as one text and counts its values, so a value may only
+            // span lines when no line can hold one: every line must open and close an object
+            // (a value broken over two lines then fails the count or the shape).
+            let shaped = chunk
+                .spans
+                .iter()
+                .all(|&(s, e, _)| one_object_shaped(&chunk.buf[s..e]));
             let strict_ok = chunk
                 .spans
                 .first()
                 .zip(chunk.spans.last())
-                .map(|(f, l)| strict.decode(&chunk.buf[f.0..l.1], chunk.spans.len()));
+                .filter(|_| shaped)
+                .map(|(f, l)| strict.decode(&chunk.buf[f.0..l.1], chunk.spans.len()))
+                .or(Some(Err(ArrowError::JsonError(
+                    "a line is not one JSON object".into(),
+                ))));
             match strict_ok {
                 Some(Ok(batch)) => {
                     ctx.seen += chunk.spans.len() as u64;
@@ -894,6 +918,18 @@ fn decode_jsonl(reader: Box<dyn Read + '_>, ctx: &mut Ctx<'_>) -> Result<(), Dec
                     // (dropped columns aside: checked by key, then decoded leniently).
                     let lenient_ok = ctx.spec.allow_unknown;
                     let decode = |d: &[u8], rows: usize| {
+                        // Lines decoded together must each be one object (see the fast path);
+                        // otherwise they are halved down to lines decoded alone.
+                        if rows > 1
+                            && !d
+                                .split(|&b| b == b'\n')
+                                .filter(|l| !l.trim_ascii().is_empty())
+                                .all(one_object_shaped)
+                        {
+                            return Err(ArrowError::JsonError(
+                                "a line is not one JSON object".into(),
+                            ));
+                        }
                         if let Some(name) = refused_key(d, &refused) {
                             return Err(ArrowError::JsonError(refused_field(&name)));
                         }
@@ -1580,6 +1616,42 @@ mod tests {
         .unwrap();
         rejected.sort_by_key(|r| r.record);
         (seen, rows, rejected, unknown)
+    }
+
+    #[test]
+    fn jsonl_a_value_split_across_lines_is_not_ingested() {
+        // Before: the strict decoder read the chunk as one text and only counted its values,
+        // so two values over two lines (the second broken across the line break) made two rows,
+        // the second attributed to `"t":…}`, no JSON object of its own.
+        let input = b"{\"id\":\"a\",\"t\":\"2026-11-30T10:00:00Z\"}{\"id\":\"b\",\n\"t\":\"2026-11-30T10:00:00Z\"}\n";
+        let (seen, rows, rejected, _) = run(input, &spec(Format::Jsonl));
+        assert_eq!(seen, 2);
+        assert_eq!((rows, rejected.len()), (0, 2));
+    }
+
+    #[test]
+    fn jsonl_chunks_after_a_failed_one_decode_afresh() {
+        // chunk_records = 4: a full chunk, a chunk whose last line is cut (no newline at the
+        // end of its text, then a line holding a number), then more valid chunks.
+        let ok = |id: &str| format!("{{\"id\":\"{id}\",\"t\":\"2026-11-30T10:00:00Z\"}}\n");
+        let mut input = String::new();
+        for i in 0..4 {
+            input += &ok(&format!("a{i}"));
+        }
+        input += &ok("b0");
+        input += "{\"id\":\"cut\",\"t\":\"2026-11-30T10:00:00Z\"\n";
+        input += "1\n";
+        input += &ok("b3");
+        for i in 0..6 {
+            input += &ok(&format!("c{i}"));
+        }
+        let (seen, rows, rejected, _) = run(input.as_bytes(), &spec(Format::Jsonl));
+        assert_eq!(seen, 14);
+        assert_eq!(rows, 12);
+        assert_eq!(
+            rejected.iter().map(|r| r.record).collect::<Vec<_>>(),
+            vec![6, 7]
+        );
     }
 
     #[test]
