@@ -307,7 +307,7 @@ pub(crate) fn decode_checked<'a, R: Read + 'a>(
         stored_read,
     };
     match spec.format {
-        Format::Jsonl => decode_jsonl(reader, &mut ctx)?,
+        Format::Jsonl => decode_jsonl(skip_bom(reader).map_err(io_failure)?, &mut ctx)?,
         Format::Csv => decode_csv(reader, &mut ctx)?,
         Format::Parquet => decode_parquet(reader, &mut ctx)?,
     }
@@ -315,6 +315,28 @@ pub(crate) fn decode_checked<'a, R: Read + 'a>(
         return Err(DecodeFailure::Unreadable("object holds no records".into()));
     }
     Ok(ctx.seen)
+}
+
+/// `input` without a UTF-8 byte-order mark at its start (Windows tools write one before JSON
+/// lines; it is not part of the first record). CSV's reader drops it itself.
+fn skip_bom<'a>(mut input: Box<dyn Read + 'a>) -> std::io::Result<Box<dyn Read + 'a>> {
+    const BOM: &[u8] = b"\xef\xbb\xbf";
+    let mut head = [0u8; 3];
+    let mut n = 0;
+    while n < head.len() {
+        match input.read(&mut head[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let kept = if &head[..n] == BOM {
+        &[][..]
+    } else {
+        &head[..n]
+    };
+    Ok(Box::new(std::io::Cursor::new(kept.to_vec()).chain(input)))
 }
 
 struct Ctx<'a> {
@@ -1616,6 +1638,23 @@ mod tests {
         .unwrap();
         rejected.sort_by_key(|r| r.record);
         (seen, rows, rejected, unknown)
+    }
+
+    #[test]
+    fn jsonl_with_a_byte_order_mark_keeps_its_first_record() {
+        // Before: the first line failed ("unexpected 'ï'") and went to quarantine.
+        let line = "{\"id\":\"a\",\"t\":\"2026-11-30T10:00:00Z\"}\n";
+        let input = format!("\u{feff}{line}{line}");
+        let (seen, rows, rejected, _) = run(input.as_bytes(), &spec(Format::Jsonl));
+        assert_eq!((seen, rows, rejected.len()), (2, 2, 0));
+        // A mark anywhere else is the record's text, and a short object is read whole.
+        let (seen, rows, rejected, _) = run(
+            format!("{line}\u{feff}{line}").as_bytes(),
+            &spec(Format::Jsonl),
+        );
+        assert_eq!((seen, rows, rejected.len()), (2, 1, 1));
+        let (seen, rows, rejected, _) = run(b"{}\n", &spec(Format::Jsonl));
+        assert_eq!((seen, rows, rejected.len()), (1, 0, 1));
     }
 
     #[test]
