@@ -572,22 +572,25 @@ fn decode_json_bytes(
     data: &[u8],
     rows: usize,
 ) -> Result<RecordBatch, ArrowError> {
-    let mut decoder = arrow::json::ReaderBuilder::new(schema.clone())
+    let json = json_schema(schema);
+    let mut decoder = arrow::json::ReaderBuilder::new(json.clone())
         .with_batch_size(rows.max(1))
         .with_strict_mode(strict)
         .build_decoder()?;
-    decode_json_with(&mut decoder, schema, data, rows)
+    decode_json_with(&mut decoder, &json, schema, data, rows)
 }
+
+/// The largest chunk (bytes of text) after which [`StrictDecoder`] keeps its decoder.
+const KEEP_DECODER_BYTES: usize = 8 << 20;
 
 /// Strict decoding of chunk after chunk through one decoder, whose buffers are kept between
 /// chunks (a decoder per chunk allocated and first-touched its tape again each time: more than
 /// half the page faults of ingesting a big object). A decoder that failed is dropped: its state
 /// is then unknown.
-/// The largest chunk (bytes of text) after which [`StrictDecoder`] keeps its decoder.
-const KEEP_DECODER_BYTES: usize = 8 << 20;
-
 struct StrictDecoder {
     schema: SchemaRef,
+    /// [`json_schema`] of `schema`: what the decoder reads.
+    json: SchemaRef,
     /// The decoder and the most rows it takes at once (its batch size: the largest chunk yet,
     /// so that its buffers are sized by the chunks, not by `chunk_records`).
     decoder: Option<(arrow::json::reader::Decoder, usize)>,
@@ -596,6 +599,7 @@ struct StrictDecoder {
 impl StrictDecoder {
     fn new(schema: SchemaRef) -> Self {
         Self {
+            json: json_schema(&schema),
             schema,
             decoder: None,
         }
@@ -605,14 +609,14 @@ impl StrictDecoder {
         let (mut decoder, size) = match self.decoder.take() {
             Some((d, size)) if size >= rows => (d, size),
             _ => (
-                arrow::json::ReaderBuilder::new(self.schema.clone())
+                arrow::json::ReaderBuilder::new(self.json.clone())
                     .with_batch_size(rows.max(1))
                     .with_strict_mode(true)
                     .build_decoder()?,
                 rows.max(1),
             ),
         };
-        let batch = decode_json_with(&mut decoder, &self.schema, data, rows)?;
+        let batch = decode_json_with(&mut decoder, &self.json, &self.schema, data, rows)?;
         // A tape holds ~16 bytes per JSON token: kept only after modest chunks, so that a
         // dense chunk's tape is not held while the rows wait to be written.
         if data.len() <= KEEP_DECODER_BYTES {
@@ -622,9 +626,11 @@ impl StrictDecoder {
     }
 }
 
-/// `data` (`rows` lines of one JSON object each) through `decoder`, flushed as one batch.
+/// `data` (`rows` lines of one JSON object each) through `decoder` (reading `json`), flushed as
+/// one batch of `schema`.
 fn decode_json_with(
     decoder: &mut arrow::json::reader::Decoder,
+    json: &SchemaRef,
     schema: &SchemaRef,
     data: &[u8],
     rows: usize,
@@ -641,14 +647,129 @@ fn decode_json_with(
     }
     let batch = decoder
         .flush()?
-        .unwrap_or_else(|| RecordBatch::new_empty(schema.clone()));
+        .unwrap_or_else(|| RecordBatch::new_empty(json.clone()));
     if batch.num_rows() != rows {
         return Err(ArrowError::JsonError(format!(
             "expected one JSON object per line, found {} values in {rows} lines",
             batch.num_rows()
         )));
     }
-    Ok(batch)
+    exact_ints(batch, schema)
+}
+
+/// Decimal digits kept after the point when JSON integers are read ([`json_schema`]).
+const INT_SCALE: u32 = 10;
+
+fn is_int(t: &DataType) -> bool {
+    matches!(
+        t,
+        DataType::Int8 | DataType::Int16 | DataType::Int32 | DataType::Int64
+    )
+}
+
+/// The schema JSON is read into: `schema` with its integer columns as exact decimals (38
+/// digits, [`INT_SCALE`] after the point). arrow reads a number with a fraction into an integer
+/// column by truncating it (`1.5` became 1); read as a decimal, [`exact_ints`] can refuse it.
+fn json_schema(schema: &SchemaRef) -> SchemaRef {
+    if !schema.fields().iter().any(|f| is_int(f.data_type())) {
+        return schema.clone();
+    }
+    let fields: Vec<Field> = schema
+        .fields()
+        .iter()
+        .map(|f| {
+            if is_int(f.data_type()) {
+                f.as_ref()
+                    .clone()
+                    .with_data_type(DataType::Decimal128(38, INT_SCALE as i8))
+            } else {
+                f.as_ref().clone()
+            }
+        })
+        .collect();
+    Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()))
+}
+
+/// `batch` (read with [`json_schema`]) as a batch of `schema`: every integer column from its
+/// decimals. A value with a fraction, or beyond the column's type, fails the batch with the
+/// field and value named, as arrow's own errors do.
+fn exact_ints(batch: RecordBatch, schema: &SchemaRef) -> Result<RecordBatch, ArrowError> {
+    if Arc::ptr_eq(batch.schema_ref(), schema)
+        || !schema.fields().iter().any(|f| is_int(f.data_type()))
+    {
+        return Ok(batch);
+    }
+    let columns = schema
+        .fields()
+        .iter()
+        .zip(batch.columns())
+        .map(|(field, column)| {
+            if is_int(field.data_type()) && matches!(column.data_type(), DataType::Decimal128(..)) {
+                integers(field, column)
+            } else {
+                Ok(column.clone())
+            }
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    RecordBatch::try_new(schema.clone(), columns)
+}
+
+/// One integer column of `field`'s type from `column`'s decimals (scale [`INT_SCALE`]).
+fn integers(field: &Field, column: &ArrayRef) -> Result<ArrayRef, ArrowError> {
+    use arrow::array::{Decimal128Array, Int16Array, Int32Array, Int64Array, Int8Array};
+    let decimals = column
+        .as_any()
+        .downcast_ref::<Decimal128Array>()
+        .ok_or_else(|| {
+            ArrowError::JsonError(format!("field '{}' was not read as decimals", field.name()))
+        })?;
+    let unit = 10i128.pow(INT_SCALE);
+    let (min, max) = match field.data_type() {
+        DataType::Int8 => (i8::MIN as i128, i8::MAX as i128),
+        DataType::Int16 => (i16::MIN as i128, i16::MAX as i128),
+        DataType::Int32 => (i32::MIN as i128, i32::MAX as i128),
+        _ => (i64::MIN as i128, i64::MAX as i128),
+    };
+    let mut values = Vec::with_capacity(decimals.len());
+    for (i, &v) in decimals.values().iter().enumerate() {
+        if decimals.is_null(i) {
+            values.push(0i64);
+            continue;
+        }
+        let whole = v / unit;
+        if v % unit != 0 {
+            return Err(ArrowError::JsonError(format!(
+                "whilst decoding field '{}': {} is not an integer ({})",
+                field.name(),
+                decimals.value_as_string(i).trim_end_matches('0'),
+                field.data_type()
+            )));
+        }
+        if whole < min || whole > max {
+            return Err(ArrowError::JsonError(format!(
+                "whilst decoding field '{}': {whole} is out of range for {}",
+                field.name(),
+                field.data_type()
+            )));
+        }
+        values.push(whole as i64);
+    }
+    let nulls = decimals.nulls().cloned();
+    Ok(match field.data_type() {
+        DataType::Int8 => Arc::new(Int8Array::new(
+            values.iter().map(|&v| v as i8).collect(),
+            nulls,
+        )),
+        DataType::Int16 => Arc::new(Int16Array::new(
+            values.iter().map(|&v| v as i16).collect(),
+            nulls,
+        )),
+        DataType::Int32 => Arc::new(Int32Array::new(
+            values.iter().map(|&v| v as i32).collect(),
+            nulls,
+        )),
+        _ => Arc::new(Int64Array::new(values.into(), nulls)),
+    })
 }
 
 /// Schema hints from a JSON object line: keys not in `known` with the type their value suggests,
@@ -1655,6 +1776,71 @@ mod tests {
         assert_eq!((seen, rows, rejected.len()), (2, 1, 1));
         let (seen, rows, rejected, _) = run(b"{}\n", &spec(Format::Jsonl));
         assert_eq!((seen, rows, rejected.len()), (1, 0, 1));
+    }
+
+    #[test]
+    fn jsonl_a_fraction_in_an_integer_column_is_quarantined_not_truncated() {
+        // Before: arrow read 1.5 into the long column `n` as 1 (and 1e-3 as 0), silently.
+        let line = |n: &str| format!("{{\"id\":\"a\",\"n\":{n},\"t\":\"2026-11-30T10:00:00Z\"}}\n");
+        let ok = [
+            "7",
+            "-7",
+            "2.0",
+            "1e3",
+            "\"12\"",
+            "9223372036854775807",
+            "null",
+        ];
+        let bad = ["1.5", "1e-3", "-0.25", "9223372036854775808", "1e30"];
+        let input: String = ok.iter().chain(bad.iter()).map(|n| line(n)).collect();
+        let mut values = Vec::new();
+        let mut rejected = Vec::new();
+        let seen = decode(input.as_bytes(), &spec(Format::Jsonl), &mut |p| {
+            match p {
+                Piece::Batch(b) => {
+                    let n = b.column_by_name("n").unwrap();
+                    let n = n
+                        .as_any()
+                        .downcast_ref::<arrow::array::Int64Array>()
+                        .unwrap();
+                    values.extend(n.iter());
+                }
+                Piece::Rejected(r) => rejected.extend(r),
+                _ => {}
+            }
+            true
+        })
+        .unwrap();
+        assert_eq!(seen, 12);
+        assert_eq!(
+            values,
+            vec![
+                Some(7),
+                Some(-7),
+                Some(2),
+                Some(1000),
+                Some(12),
+                Some(i64::MAX),
+                None
+            ]
+        );
+        rejected.sort_by_key(|r| r.record);
+        assert_eq!(
+            rejected.iter().map(|r| r.record).collect::<Vec<_>>(),
+            vec![8, 9, 10, 11, 12]
+        );
+        assert!(
+            rejected[0]
+                .reason
+                .contains("field 'n': 1.5 is not an integer"),
+            "{}",
+            rejected[0].reason
+        );
+        assert!(
+            rejected[3].reason.contains("out of range"),
+            "{}",
+            rejected[3].reason
+        );
     }
 
     #[test]
