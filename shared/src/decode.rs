@@ -534,11 +534,39 @@ fn decode_isolating(
 
 fn clean_arrow_error(e: &ArrowError) -> String {
     let s = e.to_string();
-    s.strip_prefix("Json error: ")
+    let s = s
+        .strip_prefix("Json error: ")
         .or_else(|| s.strip_prefix("Parser error: "))
         .or_else(|| s.strip_prefix("Csv error: "))
-        .unwrap_or(&s)
-        .to_string()
+        .unwrap_or(&s);
+    without_line_number(s)
+}
+
+/// `reason` without arrow-csv's " for line N" / " at line N": the record was decoded alone, so
+/// N counts within that one record (always 1 or 2), not in the object; the quarantine record
+/// carries the object's record number.
+fn without_line_number(reason: &str) -> String {
+    let mut out = String::with_capacity(reason.len());
+    let mut rest = reason;
+    while let Some(at) = [" for line ", " at line "]
+        .iter()
+        .filter_map(|p| rest.find(p).map(|i| (i, p.len())))
+        .min()
+    {
+        let (i, len) = at;
+        let digits = rest[i + len..]
+            .bytes()
+            .take_while(u8::is_ascii_digit)
+            .count();
+        if digits == 0 {
+            out.push_str(&rest[..i + len]);
+        } else {
+            out.push_str(&rest[..i]);
+        }
+        rest = &rest[i + len + digits..];
+    }
+    out.push_str(rest);
+    out
 }
 
 /// Emits a decoded text chunk: bad records isolated, required fields checked.
@@ -1840,6 +1868,29 @@ mod tests {
             rejected[3].reason.contains("out of range"),
             "{}",
             rejected[3].reason
+        );
+    }
+
+    #[test]
+    fn csv_reasons_do_not_name_a_line_of_the_record_decoded_alone() {
+        // Before: every ragged record's reason said "for line 1", whichever record it was.
+        let input = b"id,t,n\na,2026-11-30T10:00:00Z\nb,2026-11-30T10:00:00Z,1\nc\n";
+        let (seen, rows, rejected, _) = run(input, &spec(Format::Csv));
+        assert_eq!((seen, rows), (3, 1));
+        let reasons: Vec<_> = rejected
+            .iter()
+            .map(|r| (r.record, r.reason.as_str()))
+            .collect();
+        assert_eq!(
+            reasons,
+            vec![
+                (2, "incorrect number of fields, expected 3 got 2"),
+                (4, "incorrect number of fields, expected 3 got 1")
+            ]
+        );
+        assert_eq!(
+            without_line_number("value 'x' for column 2 at line 2. Row data: 'at line '"),
+            "value 'x' for column 2. Row data: 'at line '"
         );
     }
 
