@@ -604,6 +604,7 @@ fn decode_json_bytes(
     let mut decoder = arrow::json::ReaderBuilder::new(json.clone())
         .with_batch_size(rows.max(1))
         .with_strict_mode(strict)
+        .with_coerce_primitive(true)
         .build_decoder()?;
     decode_json_with(&mut decoder, &json, schema, data, rows)
 }
@@ -640,6 +641,7 @@ impl StrictDecoder {
                 arrow::json::ReaderBuilder::new(self.json.clone())
                     .with_batch_size(rows.max(1))
                     .with_strict_mode(true)
+                    .with_coerce_primitive(true)
                     .build_decoder()?,
                 rows.max(1),
             ),
@@ -685,9 +687,6 @@ fn decode_json_with(
     exact_ints(batch, schema)
 }
 
-/// Decimal digits kept after the point when JSON integers are read ([`json_schema`]).
-const INT_SCALE: u32 = 10;
-
 fn is_int(t: &DataType) -> bool {
     matches!(
         t,
@@ -695,9 +694,10 @@ fn is_int(t: &DataType) -> bool {
     )
 }
 
-/// The schema JSON is read into: `schema` with its integer columns as exact decimals (38
-/// digits, [`INT_SCALE`] after the point). arrow reads a number with a fraction into an integer
-/// column by truncating it (`1.5` became 1); read as a decimal, [`exact_ints`] can refuse it.
+/// The schema JSON is read into: `schema` with its integer columns as text (a number's own
+/// digits: the decoder coerces numbers and booleans into text columns), parsed exactly by
+/// [`exact_ints`]. arrow reads a number with a fraction into an integer column by truncating it
+/// (`1.5` became 1).
 fn json_schema(schema: &SchemaRef) -> SchemaRef {
     if !schema.fields().iter().any(|f| is_int(f.data_type())) {
         return schema.clone();
@@ -707,9 +707,7 @@ fn json_schema(schema: &SchemaRef) -> SchemaRef {
         .iter()
         .map(|f| {
             if is_int(f.data_type()) {
-                f.as_ref()
-                    .clone()
-                    .with_data_type(DataType::Decimal128(38, INT_SCALE as i8))
+                f.as_ref().clone().with_data_type(DataType::Utf8)
             } else {
                 f.as_ref().clone()
             }
@@ -718,9 +716,9 @@ fn json_schema(schema: &SchemaRef) -> SchemaRef {
     Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()))
 }
 
-/// `batch` (read with [`json_schema`]) as a batch of `schema`: every integer column from its
-/// decimals. A value with a fraction, or beyond the column's type, fails the batch with the
-/// field and value named, as arrow's own errors do.
+/// `batch` (read with [`json_schema`]) as a batch of `schema`: every integer column parsed from
+/// its text. A value that is no number, has a fraction, or lies beyond the column's type fails
+/// the batch with the field and value named, as arrow's own errors do.
 fn exact_ints(batch: RecordBatch, schema: &SchemaRef) -> Result<RecordBatch, ArrowError> {
     if Arc::ptr_eq(batch.schema_ref(), schema)
         || !schema.fields().iter().any(|f| is_int(f.data_type()))
@@ -732,7 +730,7 @@ fn exact_ints(batch: RecordBatch, schema: &SchemaRef) -> Result<RecordBatch, Arr
         .iter()
         .zip(batch.columns())
         .map(|(field, column)| {
-            if is_int(field.data_type()) && matches!(column.data_type(), DataType::Decimal128(..)) {
+            if is_int(field.data_type()) && column.data_type() == &DataType::Utf8 {
                 integers(field, column)
             } else {
                 Ok(column.clone())
@@ -742,47 +740,56 @@ fn exact_ints(batch: RecordBatch, schema: &SchemaRef) -> Result<RecordBatch, Arr
     RecordBatch::try_new(schema.clone(), columns)
 }
 
-/// One integer column of `field`'s type from `column`'s decimals (scale [`INT_SCALE`]).
+/// One integer column of `field`'s type from `column`'s text.
 fn integers(field: &Field, column: &ArrayRef) -> Result<ArrayRef, ArrowError> {
-    use arrow::array::{Decimal128Array, Int16Array, Int32Array, Int64Array, Int8Array};
-    let decimals = column
+    use arrow::array::{Int16Array, Int32Array, Int64Array, Int8Array, StringArray};
+    let text = column
         .as_any()
-        .downcast_ref::<Decimal128Array>()
+        .downcast_ref::<StringArray>()
         .ok_or_else(|| {
-            ArrowError::JsonError(format!("field '{}' was not read as decimals", field.name()))
+            ArrowError::JsonError(format!("field '{}' was not read as text", field.name()))
         })?;
-    let unit = 10i128.pow(INT_SCALE);
     let (min, max) = match field.data_type() {
         DataType::Int8 => (i8::MIN as i128, i8::MAX as i128),
         DataType::Int16 => (i16::MIN as i128, i16::MAX as i128),
         DataType::Int32 => (i32::MIN as i128, i32::MAX as i128),
         _ => (i64::MIN as i128, i64::MAX as i128),
     };
-    let mut values = Vec::with_capacity(decimals.len());
-    for (i, &v) in decimals.values().iter().enumerate() {
-        if decimals.is_null(i) {
+    let mut values = Vec::with_capacity(text.len());
+    for i in 0..text.len() {
+        if text.is_null(i) {
             values.push(0i64);
             continue;
         }
-        let whole = v / unit;
-        if v % unit != 0 {
-            return Err(ArrowError::JsonError(format!(
-                "whilst decoding field '{}': {} is not an integer ({})",
-                field.name(),
-                decimals.value_as_string(i).trim_end_matches('0'),
-                field.data_type()
-            )));
-        }
-        if whole < min || whole > max {
-            return Err(ArrowError::JsonError(format!(
-                "whilst decoding field '{}': {whole} is out of range for {}",
-                field.name(),
-                field.data_type()
-            )));
-        }
-        values.push(whole as i64);
+        let t = text.value(i);
+        let fail = |what: &str| {
+            ArrowError::JsonError(format!("whilst decoding field '{}': {what}", field.name()))
+        };
+        let v = match exact_integer(t) {
+            Integer::Exact(v) if (min..=max).contains(&v) => v,
+            Integer::Exact(_) | Integer::TooLarge => {
+                return Err(fail(&format!(
+                    "{t} is out of range for {}",
+                    field.data_type()
+                )))
+            }
+            Integer::Fraction => {
+                return Err(fail(&format!(
+                    "{t} is not an integer ({})",
+                    field.data_type()
+                )))
+            }
+            Integer::NotANumber => {
+                return Err(fail(&format!(
+                    "failed to parse {:?} as {}",
+                    t,
+                    field.data_type()
+                )))
+            }
+        };
+        values.push(v as i64);
     }
-    let nulls = decimals.nulls().cloned();
+    let nulls = text.nulls().cloned();
     Ok(match field.data_type() {
         DataType::Int8 => Arc::new(Int8Array::new(
             values.iter().map(|&v| v as i8).collect(),
@@ -798,6 +805,85 @@ fn integers(field: &Field, column: &ArrayRef) -> Result<ArrayRef, ArrowError> {
         )),
         _ => Arc::new(Int64Array::new(values.into(), nulls)),
     })
+}
+
+/// What a number's text denotes, read exactly.
+#[derive(Debug, PartialEq, Eq)]
+enum Integer {
+    /// An integer within ±10^19 (`7`, `-0`, `2.0`, `1e3`, `+7`).
+    Exact(i128),
+    /// An integer of 20 digits or more.
+    TooLarge,
+    /// A number with a fraction (`1.5`, `1e-3`).
+    Fraction,
+    /// Not a number: `digits[.digits][e[±]digits]` with an optional sign, nothing around it.
+    NotANumber,
+}
+
+/// Reads `text` as a decimal number exactly (no float on the way): integral or not, and its value
+/// when it is an integer of at most 19 digits.
+fn exact_integer(text: &str) -> Integer {
+    let b = text.as_bytes();
+    let (negative, b) = match b.first() {
+        Some(b'-') => (true, &b[1..]),
+        Some(b'+') => (false, &b[1..]),
+        _ => (false, b),
+    };
+    let int_len = b.iter().take_while(|c| c.is_ascii_digit()).count();
+    if int_len == 0 {
+        return Integer::NotANumber;
+    }
+    let (int, mut rest) = b.split_at(int_len);
+    let mut frac: &[u8] = &[];
+    if let Some((b'.', after)) = rest.split_first() {
+        let n = after.iter().take_while(|c| c.is_ascii_digit()).count();
+        frac = &after[..n];
+        rest = &after[n..];
+    }
+    // The exponent, saturated far beyond any digit count that matters.
+    let mut exp: i64 = 0;
+    if let Some((b'e' | b'E', after)) = rest.split_first() {
+        let (sign, digits) = match after.split_first() {
+            Some((b'-', d)) => (-1, d),
+            Some((b'+', d)) => (1, d),
+            _ => (1, after),
+        };
+        let n = digits.iter().take_while(|c| c.is_ascii_digit()).count();
+        if n == 0 || n != digits.len() {
+            return Integer::NotANumber;
+        }
+        for d in digits {
+            exp = (exp * 10 + i64::from(d - b'0')).min(1 << 40);
+        }
+        exp *= sign;
+        rest = &[];
+    }
+    if !rest.is_empty() {
+        return Integer::NotANumber;
+    }
+    // The significant digits and where the point falls among them.
+    let all: Vec<u8> = int.iter().chain(frac).copied().collect();
+    let lead = all.iter().take_while(|&&c| c == b'0').count();
+    let digits = &all[lead..];
+    let digits = &digits[..digits.len() - digits.iter().rev().take_while(|&&c| c == b'0').count()];
+    if digits.is_empty() {
+        return Integer::Exact(0);
+    }
+    let point = int.len() as i64 - lead as i64 + exp;
+    if point < digits.len() as i64 {
+        return Integer::Fraction;
+    }
+    if point > 19 {
+        return Integer::TooLarge;
+    }
+    let mut v: i128 = 0;
+    for d in digits {
+        v = v * 10 + i128::from(d - b'0');
+    }
+    for _ in digits.len() as i64..point {
+        v *= 10;
+    }
+    Integer::Exact(if negative { -v } else { v })
 }
 
 /// Schema hints from a JSON object line: keys not in `known` with the type their value suggests,
@@ -1807,6 +1893,51 @@ mod tests {
     }
 
     #[test]
+    fn numbers_are_read_exactly_as_integers_or_refused() {
+        use Integer::*;
+        for (text, want) in [
+            ("7", Exact(7)),
+            ("-7", Exact(-7)),
+            ("+7", Exact(7)),
+            ("-0", Exact(0)),
+            ("007", Exact(7)),
+            ("2.0", Exact(2)),
+            ("5.", Exact(5)),
+            ("1e3", Exact(1000)),
+            ("1.5e1", Exact(15)),
+            ("1500e-2", Exact(15)),
+            ("0e40", Exact(0)),
+            ("0.0e99999", Exact(0)),
+            ("9223372036854775807", Exact(i64::MAX as i128)),
+            ("9223372036854775808", Exact(i64::MAX as i128 + 1)),
+            ("1.5", Fraction),
+            ("1e-3", Fraction),
+            ("1e-11", Fraction),
+            ("1.00000000001", Fraction),
+            ("7.000000000009", Fraction),
+            ("1e65536", TooLarge),
+            ("2e65537", TooLarge),
+            ("1e999999999999999999999", TooLarge),
+            ("10000000000000000000", TooLarge),
+            ("e5", NotANumber),
+            ("-.", NotANumber),
+            ("+.", NotANumber),
+            ("1e5-5", NotANumber),
+            ("1e", NotANumber),
+            (" 7", NotANumber),
+            ("7 ", NotANumber),
+            ("0x10", NotANumber),
+            ("", NotANumber),
+            ("true", NotANumber),
+            (".5", NotANumber),
+        ] {
+            assert_eq!(exact_integer(text), want, "{text}");
+        }
+        let big = format!("1{}7", "0".repeat(258));
+        assert_eq!(exact_integer(&big), TooLarge);
+    }
+
+    #[test]
     fn jsonl_a_fraction_in_an_integer_column_is_quarantined_not_truncated() {
         // Before: arrow read 1.5 into the long column `n` as 1 (and 1e-3 as 0), silently.
         let line = |n: &str| format!("{{\"id\":\"a\",\"n\":{n},\"t\":\"2026-11-30T10:00:00Z\"}}\n");
@@ -1818,8 +1949,19 @@ mod tests {
             "\"12\"",
             "9223372036854775807",
             "null",
+            "0e40",
         ];
-        let bad = ["1.5", "1e-3", "-0.25", "9223372036854775808", "1e30"];
+        let bad = [
+            "1.5",
+            "1e-3",
+            "-0.25",
+            "9223372036854775808",
+            "1e30",
+            "1e65536",
+            "\"e5\"",
+            "1e-11",
+            "\"x\"",
+        ];
         let input: String = ok.iter().chain(bad.iter()).map(|n| line(n)).collect();
         let mut values = Vec::new();
         let mut rejected = Vec::new();
@@ -1839,36 +1981,39 @@ mod tests {
             true
         })
         .unwrap();
-        assert_eq!(seen, 12);
-        assert_eq!(
-            values,
-            vec![
-                Some(7),
-                Some(-7),
-                Some(2),
-                Some(1000),
-                Some(12),
-                Some(i64::MAX),
-                None
-            ]
-        );
+        assert_eq!(seen, 17);
+        let want = [
+            Some(7),
+            Some(-7),
+            Some(2),
+            Some(1000),
+            Some(12),
+            Some(i64::MAX),
+            None,
+            Some(0),
+        ];
+        assert_eq!(values, want);
         rejected.sort_by_key(|r| r.record);
+        let records: Vec<u64> = rejected.iter().map(|r| r.record).collect();
+        assert_eq!(records, (9..=17).collect::<Vec<u64>>());
+        let reasons: Vec<&str> = rejected.iter().map(|r| r.reason.as_str()).collect();
         assert_eq!(
-            rejected.iter().map(|r| r.record).collect::<Vec<_>>(),
-            vec![8, 9, 10, 11, 12]
+            reasons[0],
+            "whilst decoding field 'n': 1.5 is not an integer (Int64)"
         );
+        assert!(reasons[3].contains("out of range"), "{reasons:?}");
         assert!(
-            rejected[0]
-                .reason
-                .contains("field 'n': 1.5 is not an integer"),
-            "{}",
-            rejected[0].reason
+            reasons
+                .iter()
+                .all(|r| r.starts_with("whilst decoding field 'n': ")),
+            "{reasons:?}"
         );
-        assert!(
-            rejected[3].reason.contains("out of range"),
-            "{}",
-            rejected[3].reason
+        // A number in a text column lands as its JSON text.
+        let (_, rows, rejected, _) = run(
+            b"{\"id\":12,\"t\":\"2026-11-30T10:00:00Z\"}\n",
+            &spec(Format::Jsonl),
         );
+        assert_eq!((rows, rejected.len()), (1, 0));
     }
 
     #[test]
