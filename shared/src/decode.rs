@@ -833,6 +833,11 @@ fn exact_integer(text: &str) -> Integer {
     if int_len == 0 {
         return Integer::NotANumber;
     }
+    // The common case, plain digits of any i64: read directly.
+    if int_len == b.len() && int_len <= 18 {
+        let v = b.iter().fold(0i128, |v, d| v * 10 + i128::from(d - b'0'));
+        return Integer::Exact(if negative { -v } else { v });
+    }
     let (int, mut rest) = b.split_at(int_len);
     let mut frac: &[u8] = &[];
     if let Some((b'.', after)) = rest.split_first() {
