@@ -676,7 +676,8 @@ fn decode_json_with(
         off += n;
     }
     let batch = decoder
-        .flush()?
+        .flush()
+        .map_err(|e| integer_reason(e, schema))?
         .unwrap_or_else(|| RecordBatch::new_empty(json.clone()));
     if batch.num_rows() != rows {
         return Err(ArrowError::JsonError(format!(
@@ -714,6 +715,25 @@ fn json_schema(schema: &SchemaRef) -> SchemaRef {
         })
         .collect();
     Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()))
+}
+
+/// `e` with "expected string" said as "expected an integer" when the field is an integer column
+/// (read as text by [`json_schema`]: an array or object there fails as for a text column).
+fn integer_reason(e: ArrowError, schema: &SchemaRef) -> ArrowError {
+    let ArrowError::JsonError(message) = &e else {
+        return e;
+    };
+    for f in schema.fields().iter().filter(|f| is_int(f.data_type())) {
+        let text = format!("whilst decoding field '{}': expected string got ", f.name());
+        if let Some(rest) = message.strip_prefix(&text) {
+            return ArrowError::JsonError(format!(
+                "whilst decoding field '{}': expected an integer ({}) got {rest}",
+                f.name(),
+                f.data_type()
+            ));
+        }
+    }
+    e
 }
 
 /// `batch` (read with [`json_schema`]) as a batch of `schema`: every integer column parsed from
@@ -906,8 +926,14 @@ fn scan_keys(
     for (k, v) in map {
         match known.get(&k) {
             Some(DataType::Int32) => {
-                if let Some(n) = v.as_i64() {
-                    if i32::try_from(n).is_err() {
+                // Any integral spelling counts, as it would land in a long (`3e9`, `"3000000000"`).
+                let text = match &v {
+                    serde_json::Value::Number(n) => n.to_string(),
+                    serde_json::Value::String(s) => s.clone(),
+                    _ => continue,
+                };
+                if let Integer::Exact(n) = exact_integer(&text) {
+                    if i32::try_from(n).is_err() && i64::try_from(n).is_ok() {
                         widen.insert(k, PrimitiveType::Long);
                     }
                 }
@@ -2041,6 +2067,47 @@ mod tests {
         assert_eq!(
             without_line_number("value 'x' for column 2 at line 2. Row data: 'at line '"),
             "value 'x' for column 2. Row data: 'at line '"
+        );
+    }
+
+    #[test]
+    fn jsonl_integral_spellings_beyond_int_widen_to_long_and_non_scalars_are_named() {
+        let mut s = spec(Format::Jsonl);
+        s.schema = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Utf8, true),
+            Field::new("n", DataType::Int32, true),
+            Field::new(
+                "t",
+                DataType::Timestamp(TimeUnit::Microsecond, Some("+00:00".into())),
+                true,
+            ),
+        ]));
+        // Before: only a plain 3000000000 widened; 3e9 and the rest were quarantined as out
+        // of range although they are the same integer.
+        for n in ["3000000000", "3e9", "3000000000.0", "\"3000000000\""] {
+            let line = format!("{{\"id\":\"a\",\"n\":{n},\"t\":\"2026-11-30T10:00:00Z\"}}\n");
+            let mut widen = BTreeMap::new();
+            decode(line.as_bytes(), &s, &mut |p| {
+                if let Piece::Widen(w) = p {
+                    widen.extend(w)
+                }
+                true
+            })
+            .unwrap();
+            assert_eq!(widen.get("n"), Some(&PrimitiveType::Long), "{n}");
+        }
+        // An array in an integer column: the reason asks for an integer, not text.
+        let (_, rows, rejected, _) = run(
+            b"{\"id\":\"a\",\"n\":[1],\"t\":\"2026-11-30T10:00:00Z\"}\n",
+            &spec(Format::Jsonl),
+        );
+        assert_eq!((rows, rejected.len()), (0, 1));
+        assert!(
+            rejected[0]
+                .reason
+                .starts_with("whilst decoding field 'n': expected an integer (Int64) got"),
+            "{}",
+            rejected[0].reason
         );
     }
 
