@@ -695,19 +695,25 @@ fn is_int(t: &DataType) -> bool {
     )
 }
 
-/// The schema JSON is read into: `schema` with its integer columns as text (a number's own
-/// digits: the decoder coerces numbers and booleans into text columns), parsed exactly by
-/// [`exact_ints`]. arrow reads a number with a fraction into an integer column by truncating it
-/// (`1.5` became 1).
+/// Columns read from the number's text ([`json_schema`]): integers and decimals.
+fn is_exact(t: &DataType) -> bool {
+    is_int(t) || matches!(t, DataType::Decimal128(_, s) if *s >= 0)
+}
+
+/// The schema JSON is read into: `schema` with its integer and decimal columns as text (a
+/// number's own digits: the decoder coerces numbers and booleans into text columns), parsed
+/// exactly by [`exact_ints`]. arrow reads a number with a fraction into an integer column by
+/// truncating it (`1.5` became 1), truncates extra decimals, and its decimal parser wraps on huge
+/// exponents and reads some garbage (`"e5"`) as 0.
 fn json_schema(schema: &SchemaRef) -> SchemaRef {
-    if !schema.fields().iter().any(|f| is_int(f.data_type())) {
+    if !schema.fields().iter().any(|f| is_exact(f.data_type())) {
         return schema.clone();
     }
     let fields: Vec<Field> = schema
         .fields()
         .iter()
         .map(|f| {
-            if is_int(f.data_type()) {
+            if is_exact(f.data_type()) {
                 f.as_ref().clone().with_data_type(DataType::Utf8)
             } else {
                 f.as_ref().clone()
@@ -717,17 +723,23 @@ fn json_schema(schema: &SchemaRef) -> SchemaRef {
     Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()))
 }
 
-/// `e` with "expected string" said as "expected an integer" when the field is an integer column
-/// (read as text by [`json_schema`]: an array or object there fails as for a text column).
+/// `e` with "expected string" said as "expected an integer" (or "a number") when the field is an
+/// integer (decimal) column, read as text by [`json_schema`]: an array or object there fails as
+/// for a text column.
 fn integer_reason(e: ArrowError, schema: &SchemaRef) -> ArrowError {
     let ArrowError::JsonError(message) = &e else {
         return e;
     };
-    for f in schema.fields().iter().filter(|f| is_int(f.data_type())) {
+    for f in schema.fields().iter().filter(|f| is_exact(f.data_type())) {
         let text = format!("whilst decoding field '{}': expected string got ", f.name());
         if let Some(rest) = message.strip_prefix(&text) {
+            let what = if is_int(f.data_type()) {
+                "an integer"
+            } else {
+                "a number"
+            };
             return ArrowError::JsonError(format!(
-                "whilst decoding field '{}': expected an integer ({}) got {rest}",
+                "whilst decoding field '{}': expected {what} ({}) got {rest}",
                 f.name(),
                 f.data_type()
             ));
@@ -741,7 +753,7 @@ fn integer_reason(e: ArrowError, schema: &SchemaRef) -> ArrowError {
 /// the batch with the field and value named, as arrow's own errors do.
 fn exact_ints(batch: RecordBatch, schema: &SchemaRef) -> Result<RecordBatch, ArrowError> {
     if Arc::ptr_eq(batch.schema_ref(), schema)
-        || !schema.fields().iter().any(|f| is_int(f.data_type()))
+        || !schema.fields().iter().any(|f| is_exact(f.data_type()))
     {
         return Ok(batch);
     }
@@ -750,8 +762,8 @@ fn exact_ints(batch: RecordBatch, schema: &SchemaRef) -> Result<RecordBatch, Arr
         .iter()
         .zip(batch.columns())
         .map(|(field, column)| {
-            if is_int(field.data_type()) && column.data_type() == &DataType::Utf8 {
-                integers(field, column)
+            if is_exact(field.data_type()) && column.data_type() == &DataType::Utf8 {
+                numbers(field, column)
             } else {
                 Ok(column.clone())
             }
@@ -760,32 +772,39 @@ fn exact_ints(batch: RecordBatch, schema: &SchemaRef) -> Result<RecordBatch, Arr
     RecordBatch::try_new(schema.clone(), columns)
 }
 
-/// One integer column of `field`'s type from `column`'s text.
-fn integers(field: &Field, column: &ArrayRef) -> Result<ArrayRef, ArrowError> {
-    use arrow::array::{Int16Array, Int32Array, Int64Array, Int8Array, StringArray};
+/// One integer or decimal column of `field`'s type from `column`'s text. Decimals with more
+/// digits after the point than the scale are rounded half up (as SQL's CAST and Spark do).
+fn numbers(field: &Field, column: &ArrayRef) -> Result<ArrayRef, ArrowError> {
+    use arrow::array::{
+        Decimal128Array, Int16Array, Int32Array, Int64Array, Int8Array, StringArray,
+    };
     let text = column
         .as_any()
         .downcast_ref::<StringArray>()
         .ok_or_else(|| {
             ArrowError::JsonError(format!("field '{}' was not read as text", field.name()))
         })?;
-    let (min, max) = match field.data_type() {
-        DataType::Int8 => (i8::MIN as i128, i8::MAX as i128),
-        DataType::Int16 => (i16::MIN as i128, i16::MAX as i128),
-        DataType::Int32 => (i32::MIN as i128, i32::MAX as i128),
-        _ => (i64::MIN as i128, i64::MAX as i128),
+    let (scale, round, min, max) = match field.data_type() {
+        DataType::Int8 => (0, false, i8::MIN as i128, i8::MAX as i128),
+        DataType::Int16 => (0, false, i16::MIN as i128, i16::MAX as i128),
+        DataType::Int32 => (0, false, i32::MIN as i128, i32::MAX as i128),
+        DataType::Decimal128(p, s) => {
+            let top = 10i128.pow(u32::from((*p).min(38))) - 1;
+            (u32::from(s.unsigned_abs()), true, -top, top)
+        }
+        _ => (0, false, i64::MIN as i128, i64::MAX as i128),
     };
     let mut values = Vec::with_capacity(text.len());
     for i in 0..text.len() {
         if text.is_null(i) {
-            values.push(0i64);
+            values.push(0i128);
             continue;
         }
         let t = text.value(i);
         let fail = |what: &str| {
             ArrowError::JsonError(format!("whilst decoding field '{}': {what}", field.name()))
         };
-        let v = match exact_integer(t) {
+        let v = match exact_scaled(t, scale, round) {
             Integer::Exact(v) if (min..=max).contains(&v) => v,
             Integer::Exact(_) | Integer::TooLarge => {
                 return Err(fail(&format!(
@@ -807,7 +826,7 @@ fn integers(field: &Field, column: &ArrayRef) -> Result<ArrayRef, ArrowError> {
                 )))
             }
         };
-        values.push(v as i64);
+        values.push(v);
     }
     let nulls = text.nulls().cloned();
     Ok(match field.data_type() {
@@ -823,14 +842,20 @@ fn integers(field: &Field, column: &ArrayRef) -> Result<ArrayRef, ArrowError> {
             values.iter().map(|&v| v as i32).collect(),
             nulls,
         )),
-        _ => Arc::new(Int64Array::new(values.into(), nulls)),
+        DataType::Decimal128(p, s) => {
+            Arc::new(Decimal128Array::new(values.into(), nulls).with_precision_and_scale(*p, *s)?)
+        }
+        _ => Arc::new(Int64Array::new(
+            values.iter().map(|&v| v as i64).collect(),
+            nulls,
+        )),
     })
 }
 
 /// What a number's text denotes, read exactly.
 #[derive(Debug, PartialEq, Eq)]
 enum Integer {
-    /// An integer within ±10^19 (`7`, `-0`, `2.0`, `1e3`, `+7`).
+    /// An integer of at most 38 digits (`7`, `-0`, `2.0`, `1e3`, `+7`).
     Exact(i128),
     /// An integer of 20 digits or more.
     TooLarge,
@@ -841,8 +866,14 @@ enum Integer {
 }
 
 /// Reads `text` as a decimal number exactly (no float on the way): integral or not, and its value
-/// when it is an integer of at most 19 digits.
+/// when it is an integer of at most 38 digits.
 fn exact_integer(text: &str) -> Integer {
+    exact_scaled(text, 0, false)
+}
+
+/// `text`'s number times 10^`scale`, exactly: an integer of at most 38 digits, or with a fraction
+/// left, that fraction rounded half away from zero when `round`, else [`Integer::Fraction`].
+fn exact_scaled(text: &str, scale: u32, round: bool) -> Integer {
     let b = text.as_bytes();
     let (negative, b) = match b.first() {
         Some(b'-') => (true, &b[1..]),
@@ -854,7 +885,7 @@ fn exact_integer(text: &str) -> Integer {
         return Integer::NotANumber;
     }
     // The common case, plain digits of any i64: read directly.
-    if int_len == b.len() && int_len <= 18 {
+    if scale == 0 && int_len == b.len() && int_len <= 18 {
         let v = b.iter().fold(0i128, |v, d| v * 10 + i128::from(d - b'0'));
         return Integer::Exact(if negative { -v } else { v });
     }
@@ -894,20 +925,29 @@ fn exact_integer(text: &str) -> Integer {
     if digits.is_empty() {
         return Integer::Exact(0);
     }
-    let point = int.len() as i64 - lead as i64 + exp;
-    if point < digits.len() as i64 {
-        return Integer::Fraction;
-    }
-    if point > 19 {
+    let point = int.len() as i64 - lead as i64 + exp + i64::from(scale);
+    if point > 38 {
         return Integer::TooLarge;
     }
+    let (kept, up) = if point < digits.len() as i64 {
+        if !round {
+            return Integer::Fraction;
+        }
+        // Digits before the point, and whether the first one dropped rounds up.
+        let cut = point.max(0) as usize;
+        let next = if point >= 0 { digits[cut] } else { b'0' };
+        (&digits[..cut], next >= b'5')
+    } else {
+        (digits, false)
+    };
     let mut v: i128 = 0;
-    for d in digits {
+    for d in kept {
         v = v * 10 + i128::from(d - b'0');
     }
-    for _ in digits.len() as i64..point {
+    for _ in kept.len() as i64..point {
         v *= 10;
     }
+    v += i128::from(up);
     Integer::Exact(if negative { -v } else { v })
 }
 
@@ -1949,7 +1989,8 @@ mod tests {
             ("1e65536", TooLarge),
             ("2e65537", TooLarge),
             ("1e999999999999999999999", TooLarge),
-            ("10000000000000000000", TooLarge),
+            ("10000000000000000000", Exact(10_000_000_000_000_000_000)),
+            ("1e38", TooLarge),
             ("e5", NotANumber),
             ("-.", NotANumber),
             ("+.", NotANumber),
@@ -1966,6 +2007,91 @@ mod tests {
         }
         let big = format!("1{}7", "0".repeat(258));
         assert_eq!(exact_integer(&big), TooLarge);
+        // Scaled for a decimal column, extra decimals rounded half away from zero.
+        for (text, scale, want) in [
+            ("19.999", 2, Exact(2000)),
+            ("19.994", 2, Exact(1999)),
+            ("-1.005", 2, Exact(-101)),
+            ("0.30000000000000004", 2, Exact(30)),
+            ("1.5", 0, Exact(2)),
+            ("0.004", 2, Exact(0)),
+            ("0.005", 2, Exact(1)),
+            ("1e-1000000", 2, Exact(0)),
+            ("12", 2, Exact(1200)),
+            ("1.2e1", 3, Exact(12000)),
+            ("e5", 2, NotANumber),
+            ("1e65536", 2, TooLarge),
+        ] {
+            assert_eq!(
+                exact_scaled(text, scale, true),
+                want,
+                "{text} at scale {scale}"
+            );
+        }
+    }
+
+    #[test]
+    fn jsonl_decimals_are_read_exactly_rounding_extra_decimals_half_up() {
+        // Before: arrow kept the first S decimals (19.999 → 19.99), read "e5" as 0 and 1e65536
+        // as a wrapped value.
+        let mut s = spec(Format::Jsonl);
+        s.schema = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Utf8, true),
+            Field::new("amount", DataType::Decimal128(10, 2), true),
+            Field::new(
+                "t",
+                DataType::Timestamp(TimeUnit::Microsecond, Some("+00:00".into())),
+                true,
+            ),
+        ]));
+        let line =
+            |n: &str| format!("{{\"id\":\"a\",\"amount\":{n},\"t\":\"2026-11-30T10:00:00Z\"}}\n");
+        let ok = ["19.999", "\"-1.005\"", "12", "99999999.99", "null"];
+        let bad = ["\"e5\"", "1e65536", "100000000", "[1]"];
+        let input: String = ok.iter().chain(bad.iter()).map(|n| line(n)).collect();
+        let mut values = Vec::new();
+        let mut rejected = Vec::new();
+        let seen = decode(input.as_bytes(), &s, &mut |p| {
+            match p {
+                Piece::Batch(b) => {
+                    let a = b.column_by_name("amount").unwrap();
+                    assert_eq!(a.data_type(), &DataType::Decimal128(10, 2));
+                    let a = a
+                        .as_any()
+                        .downcast_ref::<arrow::array::Decimal128Array>()
+                        .unwrap();
+                    values.extend(a.iter());
+                }
+                Piece::Rejected(r) => rejected.extend(r),
+                _ => {}
+            }
+            true
+        })
+        .unwrap();
+        assert_eq!(seen, 9);
+        assert_eq!(
+            values,
+            vec![
+                Some(2000),
+                Some(-101),
+                Some(1200),
+                Some(9_999_999_999),
+                None
+            ]
+        );
+        rejected.sort_by_key(|r| r.record);
+        let reasons: Vec<&str> = rejected.iter().map(|r| r.reason.as_str()).collect();
+        assert_eq!(reasons.len(), 4, "{reasons:?}");
+        assert!(
+            reasons
+                .iter()
+                .all(|r| r.starts_with("whilst decoding field 'amount': ")),
+            "{reasons:?}"
+        );
+        assert!(
+            reasons[2].contains("out of range for Decimal128(10, 2)"),
+            "{reasons:?}"
+        );
     }
 
     #[test]
