@@ -857,7 +857,7 @@ fn numbers(field: &Field, column: &ArrayRef) -> Result<ArrayRef, ArrowError> {
 enum Integer {
     /// An integer of at most 38 digits (`7`, `-0`, `2.0`, `1e3`, `+7`).
     Exact(i128),
-    /// An integer of 20 digits or more.
+    /// An integer of 39 digits or more.
     TooLarge,
     /// A number with a fraction (`1.5`, `1e-3`).
     Fraction,
@@ -2028,6 +2028,39 @@ mod tests {
                 "{text} at scale {scale}"
             );
         }
+    }
+
+    #[test]
+    fn decimal_edges_scale_38_carry_and_sign() {
+        use Integer::*;
+        let nines = "9".repeat(38);
+        for (text, scale, want) in [
+            (format!("0.{nines}"), 38, Exact(10i128.pow(38) - 1)),
+            (format!("-0.{nines}"), 38, Exact(1 - 10i128.pow(38))),
+            (format!("0.{nines}5"), 38, Exact(10i128.pow(38))), // carry: refused by the P check
+            (format!("{nines}.5"), 0, Exact(10i128.pow(38))),
+            (format!("1{}", "0".repeat(38)), 0, TooLarge),
+            ("1e-38".into(), 38, Exact(1)),
+            ("5e-39".into(), 38, Exact(1)),
+            ("4.9e-39".into(), 38, Exact(0)),
+            ("9.995".into(), 2, Exact(1000)),
+            ("-2.5".into(), 0, Exact(-3)),
+            ("-0.001".into(), 2, Exact(0)),
+            ("-0.005".into(), 2, Exact(-1)),
+            ("4.5e-3".into(), 2, Exact(0)),
+            ("1.23456e2".into(), 2, Exact(12346)),
+        ] {
+            assert_eq!(
+                exact_scaled(&text, scale, true),
+                want,
+                "{text} at scale {scale}"
+            );
+        }
+        assert_eq!(exact_scaled("1.5", 0, false), Fraction);
+        assert_eq!(
+            exact_scaled("9223372036854775808", 0, false),
+            Exact(9223372036854775808)
+        );
     }
 
     #[test]
