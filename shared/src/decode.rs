@@ -1461,6 +1461,10 @@ fn decode_csv(reader: Box<dyn Read + '_>, ctx: &mut Ctx<'_>) -> Result<(), Decod
     let csv_fields: Vec<Field> = headers
         .iter()
         .map(|name| match target.field_with_name(name) {
+            // Decimals as text, read exactly by floe (see `csv_decimals`).
+            Ok(f) if is_exact(f.data_type()) && !is_int(f.data_type()) => {
+                Field::new(name, DataType::Utf8, true)
+            }
             Ok(f) => Field::new(name, f.data_type().clone(), true),
             Err(_) => {
                 unknown.insert(name.clone(), Some(PrimitiveType::String));
@@ -1509,7 +1513,7 @@ fn decode_csv(reader: Box<dyn Read + '_>, ctx: &mut Ctx<'_>) -> Result<(), Decod
                 return Err(ArrowError::CsvError(not_a_column(&name)));
             }
         }
-        project(&b, &target)
+        project(&csv_decimals(b, &target)?, &target)
     };
     let mut chunk = TextChunk::default();
     loop {
@@ -1669,6 +1673,49 @@ fn refused_field(name: &str) -> String {
 /// The reason of a record rejected for a field the table lacks (unknown fields not allowed).
 fn not_a_column(name: &str) -> String {
     format!("field `{name}` is not a column of the table (unknown fields are not allowed)")
+}
+
+/// `batch` (a CSV chunk) with its decimal columns, read as text, parsed exactly as JSON's are
+/// ([`numbers`]: extra decimals rounded half up, garbage and overflow refused; arrow's own parser
+/// truncates, reads `e5` as 0 and wraps on huge exponents). An empty field is null, as arrow reads
+/// it for a decimal.
+fn csv_decimals(batch: RecordBatch, target: &SchemaRef) -> Result<RecordBatch, ArrowError> {
+    use arrow::array::StringArray;
+    let schema = batch.schema();
+    let mut fields: Vec<Field> = Vec::with_capacity(schema.fields().len());
+    let mut columns: Vec<ArrayRef> = Vec::with_capacity(schema.fields().len());
+    let mut changed = false;
+    for (f, column) in schema.fields().iter().zip(batch.columns()) {
+        match target.field_with_name(f.name()) {
+            Ok(t)
+                if is_exact(t.data_type())
+                    && !is_int(t.data_type())
+                    && column.data_type() == &DataType::Utf8 =>
+            {
+                let text = column
+                    .as_any()
+                    .downcast_ref::<StringArray>()
+                    .ok_or_else(|| ArrowError::CsvError(format!("`{}` is not text", f.name())))?;
+                let text: ArrayRef = Arc::new(
+                    text.iter()
+                        .map(|v| v.filter(|s| !s.is_empty()))
+                        .collect::<StringArray>(),
+                );
+                let field = Field::new(f.name(), t.data_type().clone(), true);
+                columns.push(numbers(&field, &text)?);
+                fields.push(field);
+                changed = true;
+            }
+            _ => {
+                fields.push(f.as_ref().clone());
+                columns.push(column.clone());
+            }
+        }
+    }
+    if !changed {
+        return Ok(batch);
+    }
+    RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)
 }
 
 fn project(batch: &RecordBatch, target: &SchemaRef) -> Result<RecordBatch, ArrowError> {
@@ -2204,6 +2251,52 @@ mod tests {
             &spec(Format::Jsonl),
         );
         assert_eq!((rows, rejected.len()), (1, 0));
+    }
+
+    #[test]
+    fn csv_decimals_are_read_exactly_too() {
+        // Before: arrow-csv kept the first S decimals (19.999 → 19.99) and read `e5` as 0.
+        let mut s = spec(Format::Csv);
+        s.schema = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Utf8, true),
+            Field::new("amount", DataType::Decimal128(10, 2), true),
+            Field::new(
+                "t",
+                DataType::Timestamp(TimeUnit::Microsecond, Some("+00:00".into())),
+                true,
+            ),
+        ]));
+        let input = b"id,amount,t\na,19.999,2026-11-30T10:00:00Z\nb,,2026-11-30T10:00:00Z\nc,e5,2026-11-30T10:00:00Z\nd,-1.005,2026-11-30T10:00:00Z\n";
+        let mut values = Vec::new();
+        let mut rejected = Vec::new();
+        let seen = decode(&input[..], &s, &mut |p| {
+            match p {
+                Piece::Batch(b) => {
+                    let a = b.column_by_name("amount").unwrap();
+                    let a = a
+                        .as_any()
+                        .downcast_ref::<arrow::array::Decimal128Array>()
+                        .unwrap();
+                    assert_eq!(a.precision(), 10);
+                    values.extend(a.iter());
+                }
+                Piece::Rejected(r) => rejected.extend(r),
+                _ => {}
+            }
+            true
+        })
+        .unwrap();
+        assert_eq!(seen, 4);
+        assert_eq!(values, vec![Some(2000), None, Some(-101)]);
+        assert_eq!(rejected.len(), 1);
+        assert_eq!(rejected[0].record, 4);
+        assert!(
+            rejected[0]
+                .reason
+                .starts_with("whilst decoding field 'amount': failed to parse"),
+            "{}",
+            rejected[0].reason
+        );
     }
 
     #[test]
