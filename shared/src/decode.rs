@@ -594,19 +594,30 @@ fn emit_text_chunk(
     Ok(())
 }
 
+/// `data` (`rows` lines) through a fresh decoder reading `json` ([`json_schema`] of `schema`).
 fn decode_json_bytes(
+    json: &SchemaRef,
     schema: &SchemaRef,
     strict: bool,
     data: &[u8],
     rows: usize,
 ) -> Result<RecordBatch, ArrowError> {
-    let json = json_schema(schema);
-    let mut decoder = arrow::json::ReaderBuilder::new(json.clone())
+    let mut decoder = json_decoder(json, strict, rows)?;
+    decode_json_with(&mut decoder, json, schema, data, rows)
+}
+
+/// A JSON decoder reading `json` ([`json_schema`]: numbers into text columns as their own text),
+/// taking up to `rows` rows at once.
+fn json_decoder(
+    json: &SchemaRef,
+    strict: bool,
+    rows: usize,
+) -> Result<arrow::json::reader::Decoder, ArrowError> {
+    arrow::json::ReaderBuilder::new(json.clone())
         .with_batch_size(rows.max(1))
         .with_strict_mode(strict)
         .with_coerce_primitive(true)
-        .build_decoder()?;
-    decode_json_with(&mut decoder, &json, schema, data, rows)
+        .build_decoder()
 }
 
 /// The largest chunk (bytes of text) after which [`StrictDecoder`] keeps its decoder.
@@ -637,14 +648,7 @@ impl StrictDecoder {
     fn decode(&mut self, data: &[u8], rows: usize) -> Result<RecordBatch, ArrowError> {
         let (mut decoder, size) = match self.decoder.take() {
             Some((d, size)) if size >= rows => (d, size),
-            _ => (
-                arrow::json::ReaderBuilder::new(self.json.clone())
-                    .with_batch_size(rows.max(1))
-                    .with_strict_mode(true)
-                    .with_coerce_primitive(true)
-                    .build_decoder()?,
-                rows.max(1),
-            ),
+            _ => (json_decoder(&self.json, true, rows)?, rows.max(1)),
         };
         let batch = decode_json_with(&mut decoder, &self.json, &self.schema, data, rows)?;
         // A tape holds ~16 bytes per JSON token: kept only after modest chunks, so that a
@@ -685,7 +689,7 @@ fn decode_json_with(
             batch.num_rows()
         )));
     }
-    exact_ints(batch, schema)
+    exact_numbers(batch, schema)
 }
 
 fn is_int(t: &DataType) -> bool {
@@ -702,7 +706,7 @@ fn is_exact(t: &DataType) -> bool {
 
 /// The schema JSON is read into: `schema` with its integer and decimal columns as text (a
 /// number's own digits: the decoder coerces numbers and booleans into text columns), parsed
-/// exactly by [`exact_ints`]. arrow reads a number with a fraction into an integer column by
+/// exactly by [`exact_numbers`]. arrow reads a number with a fraction into an integer column by
 /// truncating it (`1.5` became 1), truncates extra decimals, and its decimal parser wraps on huge
 /// exponents and reads some garbage (`"e5"`) as 0.
 fn json_schema(schema: &SchemaRef) -> SchemaRef {
@@ -748,10 +752,11 @@ fn integer_reason(e: ArrowError, schema: &SchemaRef) -> ArrowError {
     e
 }
 
-/// `batch` (read with [`json_schema`]) as a batch of `schema`: every integer column parsed from
-/// its text. A value that is no number, has a fraction, or lies beyond the column's type fails
-/// the batch with the field and value named, as arrow's own errors do.
-fn exact_ints(batch: RecordBatch, schema: &SchemaRef) -> Result<RecordBatch, ArrowError> {
+/// `batch` (read with [`json_schema`]) as a batch of `schema`: every integer and decimal column
+/// parsed from its text ([`numbers`]). A value that is no number, has a fraction (integers), or
+/// lies beyond the column's type fails the batch with the field and value named, as arrow's own
+/// errors do.
+fn exact_numbers(batch: RecordBatch, schema: &SchemaRef) -> Result<RecordBatch, ArrowError> {
     if Arc::ptr_eq(batch.schema_ref(), schema)
         || !schema.fields().iter().any(|f| is_exact(f.data_type()))
     {
@@ -1245,6 +1250,7 @@ fn decode_jsonl(reader: Box<dyn Read + '_>, ctx: &mut Ctx<'_>) -> Result<(), Dec
                     // Under a strict schema policy, lines with unknown fields are rejected
                     // (dropped columns aside: checked by key, then decoded leniently).
                     let lenient_ok = ctx.spec.allow_unknown;
+                    let json = &strict.json;
                     let decode = |d: &[u8], rows: usize| {
                         // Lines decoded together must each be one object (see the fast path);
                         // otherwise they are halved down to lines decoded alone.
@@ -1262,12 +1268,12 @@ fn decode_jsonl(reader: Box<dyn Read + '_>, ctx: &mut Ctx<'_>) -> Result<(), Dec
                             return Err(ArrowError::JsonError(refused_field(&name)));
                         }
                         if lenient_ok || ignored.is_empty() {
-                            return decode_json_bytes(&schema, !lenient_ok, d, rows);
+                            return decode_json_bytes(json, &schema, !lenient_ok, d, rows);
                         }
                         if let Some(name) = unknown_key(d, &known, &ignored) {
                             return Err(ArrowError::JsonError(not_a_column(&name)));
                         }
-                        decode_json_bytes(&schema, false, d, rows)
+                        decode_json_bytes(json, &schema, false, d, rows)
                     };
                     emit_text_chunk(ctx, &chunk, &decode)?;
                 }
