@@ -1949,6 +1949,8 @@ fn emit_parquet_batch(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use arrow::array::PrimitiveArray;
+    use arrow::datatypes::{Decimal128Type, Int64Type};
     use arrow_schema::TimeUnit;
 
     fn spec(format: Format) -> DecodeSpec {
@@ -2120,40 +2122,17 @@ mod tests {
     fn jsonl_decimals_are_read_exactly_rounding_extra_decimals_half_up() {
         // Before: arrow kept the first S decimals (19.999 → 19.99), read "e5" as 0 and 1e65536
         // as a wrapped value.
-        let mut s = spec(Format::Jsonl);
-        s.schema = Arc::new(Schema::new(vec![
-            Field::new("id", DataType::Utf8, true),
+        let s = spec_with(
+            Format::Jsonl,
             Field::new("amount", DataType::Decimal128(10, 2), true),
-            Field::new(
-                "t",
-                DataType::Timestamp(TimeUnit::Microsecond, Some("+00:00".into())),
-                true,
-            ),
-        ]));
+        );
         let line =
             |n: &str| format!("{{\"id\":\"a\",\"amount\":{n},\"t\":\"2026-11-30T10:00:00Z\"}}\n");
         let ok = ["19.999", "\"-1.005\"", "12", "99999999.99", "null"];
         let bad = ["\"e5\"", "1e65536", "100000000", "[1]"];
         let input: String = ok.iter().chain(bad.iter()).map(|n| line(n)).collect();
-        let mut values = Vec::new();
-        let mut rejected = Vec::new();
-        let seen = decode(input.as_bytes(), &s, &mut |p| {
-            match p {
-                Piece::Batch(b) => {
-                    let a = b.column_by_name("amount").unwrap();
-                    assert_eq!(a.data_type(), &DataType::Decimal128(10, 2));
-                    let a = a
-                        .as_any()
-                        .downcast_ref::<arrow::array::Decimal128Array>()
-                        .unwrap();
-                    values.extend(a.iter());
-                }
-                Piece::Rejected(r) => rejected.extend(r),
-                _ => {}
-            }
-            true
-        })
-        .unwrap();
+        let (seen, values, rejected) =
+            column_values::<Decimal128Type>(input.as_bytes(), &s, "amount");
         assert_eq!(seen, 9);
         assert_eq!(
             values,
@@ -2165,7 +2144,6 @@ mod tests {
                 None
             ]
         );
-        rejected.sort_by_key(|r| r.record);
         let reasons: Vec<&str> = rejected.iter().map(|r| r.reason.as_str()).collect();
         assert_eq!(reasons.len(), 4, "{reasons:?}");
         assert!(
@@ -2206,24 +2184,8 @@ mod tests {
             "\"x\"",
         ];
         let input: String = ok.iter().chain(bad.iter()).map(|n| line(n)).collect();
-        let mut values = Vec::new();
-        let mut rejected = Vec::new();
-        let seen = decode(input.as_bytes(), &spec(Format::Jsonl), &mut |p| {
-            match p {
-                Piece::Batch(b) => {
-                    let n = b.column_by_name("n").unwrap();
-                    let n = n
-                        .as_any()
-                        .downcast_ref::<arrow::array::Int64Array>()
-                        .unwrap();
-                    values.extend(n.iter());
-                }
-                Piece::Rejected(r) => rejected.extend(r),
-                _ => {}
-            }
-            true
-        })
-        .unwrap();
+        let (seen, values, rejected) =
+            column_values::<Int64Type>(input.as_bytes(), &spec(Format::Jsonl), "n");
         assert_eq!(seen, 17);
         let want = [
             Some(7),
@@ -2236,7 +2198,6 @@ mod tests {
             Some(0),
         ];
         assert_eq!(values, want);
-        rejected.sort_by_key(|r| r.record);
         let records: Vec<u64> = rejected.iter().map(|r| r.record).collect();
         assert_eq!(records, (9..=17).collect::<Vec<u64>>());
         let reasons: Vec<&str> = rejected.iter().map(|r| r.reason.as_str()).collect();
@@ -2262,36 +2223,12 @@ mod tests {
     #[test]
     fn csv_decimals_are_read_exactly_too() {
         // Before: arrow-csv kept the first S decimals (19.999 → 19.99) and read `e5` as 0.
-        let mut s = spec(Format::Csv);
-        s.schema = Arc::new(Schema::new(vec![
-            Field::new("id", DataType::Utf8, true),
+        let s = spec_with(
+            Format::Csv,
             Field::new("amount", DataType::Decimal128(10, 2), true),
-            Field::new(
-                "t",
-                DataType::Timestamp(TimeUnit::Microsecond, Some("+00:00".into())),
-                true,
-            ),
-        ]));
+        );
         let input = b"id,amount,t\na,19.999,2026-11-30T10:00:00Z\nb,,2026-11-30T10:00:00Z\nc,e5,2026-11-30T10:00:00Z\nd,-1.005,2026-11-30T10:00:00Z\n";
-        let mut values = Vec::new();
-        let mut rejected = Vec::new();
-        let seen = decode(&input[..], &s, &mut |p| {
-            match p {
-                Piece::Batch(b) => {
-                    let a = b.column_by_name("amount").unwrap();
-                    let a = a
-                        .as_any()
-                        .downcast_ref::<arrow::array::Decimal128Array>()
-                        .unwrap();
-                    assert_eq!(a.precision(), 10);
-                    values.extend(a.iter());
-                }
-                Piece::Rejected(r) => rejected.extend(r),
-                _ => {}
-            }
-            true
-        })
-        .unwrap();
+        let (seen, values, rejected) = column_values::<Decimal128Type>(&input[..], &s, "amount");
         assert_eq!(seen, 4);
         assert_eq!(values, vec![Some(2000), None, Some(-101)]);
         assert_eq!(rejected.len(), 1);
@@ -2330,16 +2267,7 @@ mod tests {
 
     #[test]
     fn jsonl_integral_spellings_beyond_int_widen_to_long_and_non_scalars_are_named() {
-        let mut s = spec(Format::Jsonl);
-        s.schema = Arc::new(Schema::new(vec![
-            Field::new("id", DataType::Utf8, true),
-            Field::new("n", DataType::Int32, true),
-            Field::new(
-                "t",
-                DataType::Timestamp(TimeUnit::Microsecond, Some("+00:00".into())),
-                true,
-            ),
-        ]));
+        let s = spec_with(Format::Jsonl, Field::new("n", DataType::Int32, true));
         // Before: only a plain 3000000000 widened; 3e9 and the rest were quarantined as out
         // of range although they are the same integer.
         for n in ["3000000000", "3e9", "3000000000.0", "\"3000000000\""] {
@@ -2403,6 +2331,54 @@ mod tests {
             rejected.iter().map(|r| r.record).collect::<Vec<_>>(),
             vec![6, 7]
         );
+    }
+
+    /// `spec(format)` with `column` in place of `n` (between `id` and `t`).
+    fn spec_with(format: Format, column: Field) -> DecodeSpec {
+        let mut s = spec(format);
+        s.schema = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Utf8, true),
+            column,
+            Field::new(
+                "t",
+                DataType::Timestamp(TimeUnit::Microsecond, Some("+00:00".into())),
+                true,
+            ),
+        ]));
+        s
+    }
+
+    /// Decodes `input`: the records seen, column `name`'s values over the batches (each batch's
+    /// column of the spec's type), and the rejected records in record order.
+    fn column_values<T: arrow::datatypes::ArrowPrimitiveType>(
+        input: &[u8],
+        spec: &DecodeSpec,
+        name: &str,
+    ) -> (u64, Vec<Option<T::Native>>, Vec<Rejected>) {
+        let want = spec
+            .schema
+            .field_with_name(name)
+            .unwrap()
+            .data_type()
+            .clone();
+        let mut values = Vec::new();
+        let mut rejected = Vec::new();
+        let seen = decode(input, spec, &mut |p| {
+            match p {
+                Piece::Batch(b) => {
+                    let c = b.column_by_name(name).unwrap();
+                    assert_eq!(c.data_type(), &want);
+                    let c = c.as_any().downcast_ref::<PrimitiveArray<T>>().unwrap();
+                    values.extend(c.iter());
+                }
+                Piece::Rejected(r) => rejected.extend(r),
+                _ => {}
+            }
+            true
+        })
+        .unwrap();
+        rejected.sort_by_key(|r| r.record);
+        (seen, values, rejected)
     }
 
     #[test]
