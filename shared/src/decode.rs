@@ -14,7 +14,7 @@ use std::sync::Arc;
 use arrow::array::{new_null_array, Array, ArrayRef, BooleanArray, RecordBatch};
 use arrow::compute::{cast_with_options, filter_record_batch, CastOptions};
 use arrow::error::ArrowError;
-use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 
 mod cdc;
 
@@ -699,25 +699,32 @@ fn is_int(t: &DataType) -> bool {
     )
 }
 
-/// Columns read from the number's text ([`json_schema`]): integers and decimals.
+/// Integer and decimal columns: read exactly from the number's text.
 fn is_exact(t: &DataType) -> bool {
     is_int(t) || matches!(t, DataType::Decimal128(_, s) if *s >= 0)
 }
 
-/// The schema JSON is read into: `schema` with its integer and decimal columns as text (a
-/// number's own digits: the decoder coerces numbers and booleans into text columns), parsed
-/// exactly by [`exact_numbers`]. arrow reads a number with a fraction into an integer column by
-/// truncating it (`1.5` became 1), truncates extra decimals, and its decimal parser wraps on huge
-/// exponents and reads some garbage (`"e5"`) as 0.
+/// Columns JSON is read into as text ([`json_schema`]) and parsed by floe ([`exact_numbers`]):
+/// integers, decimals and timestamps.
+fn reads_text(t: &DataType) -> bool {
+    is_exact(t) || matches!(t, DataType::Timestamp(TimeUnit::Microsecond, _))
+}
+
+/// The schema JSON is read into: `schema` with its integer, decimal and timestamp columns as text
+/// (a number's own digits: the decoder coerces numbers and booleans into text columns), parsed
+/// by [`exact_numbers`]. arrow reads a number with a fraction into an integer column by
+/// truncating it (`1.5` became 1), truncates extra decimals, its decimal parser wraps on huge
+/// exponents and reads some garbage (`"e5"`) as 0, and it reads any number in a timestamp column
+/// as microseconds (epoch seconds landed in January 1970, nanoseconds in the year 56901).
 fn json_schema(schema: &SchemaRef) -> SchemaRef {
-    if !schema.fields().iter().any(|f| is_exact(f.data_type())) {
+    if !schema.fields().iter().any(|f| reads_text(f.data_type())) {
         return schema.clone();
     }
     let fields: Vec<Field> = schema
         .fields()
         .iter()
         .map(|f| {
-            if is_exact(f.data_type()) {
+            if reads_text(f.data_type()) {
                 f.as_ref().clone().with_data_type(DataType::Utf8)
             } else {
                 f.as_ref().clone()
@@ -734,13 +741,13 @@ fn integer_reason(e: ArrowError, schema: &SchemaRef) -> ArrowError {
     let ArrowError::JsonError(message) = &e else {
         return e;
     };
-    for f in schema.fields().iter().filter(|f| is_exact(f.data_type())) {
+    for f in schema.fields().iter().filter(|f| reads_text(f.data_type())) {
         let text = format!("whilst decoding field '{}': expected string got ", f.name());
         if let Some(rest) = message.strip_prefix(&text) {
-            let what = if is_int(f.data_type()) {
-                "an integer"
-            } else {
-                "a number"
+            let what = match f.data_type() {
+                t if is_int(t) => "an integer",
+                DataType::Timestamp(..) => "a timestamp",
+                _ => "a number",
             };
             return ArrowError::JsonError(format!(
                 "whilst decoding field '{}': expected {what} ({}) got {rest}",
@@ -753,12 +760,15 @@ fn integer_reason(e: ArrowError, schema: &SchemaRef) -> ArrowError {
 }
 
 /// `batch` (read with [`json_schema`]) as a batch of `schema`: every integer and decimal column
-/// parsed from its text ([`numbers`]). A value that is no number, has a fraction (integers), or
-/// lies beyond the column's type fails the batch with the field and value named, as arrow's own
-/// errors do.
+/// parsed from its text ([`numbers`]), every timestamp column by [`timestamps`], every date checked
+/// to lie in the years 1 to 9999 ([`dates_in_range`]). A value that is no number, has a fraction
+/// (integers), or lies beyond the column's type fails the batch with the field and value named,
+/// as arrow's own errors do.
 fn exact_numbers(batch: RecordBatch, schema: &SchemaRef) -> Result<RecordBatch, ArrowError> {
-    if Arc::ptr_eq(batch.schema_ref(), schema)
-        || !schema.fields().iter().any(|f| is_exact(f.data_type()))
+    if !schema
+        .fields()
+        .iter()
+        .any(|f| reads_text(f.data_type()) || f.data_type() == &DataType::Date32)
     {
         return Ok(batch);
     }
@@ -766,15 +776,36 @@ fn exact_numbers(batch: RecordBatch, schema: &SchemaRef) -> Result<RecordBatch, 
         .fields()
         .iter()
         .zip(batch.columns())
-        .map(|(field, column)| {
-            if is_exact(field.data_type()) && column.data_type() == &DataType::Utf8 {
-                numbers(field, column)
-            } else {
-                Ok(column.clone())
-            }
+        .map(|(field, column)| match field.data_type() {
+            DataType::Date32 => dates_in_range(field, column),
+            _ if column.data_type() != &DataType::Utf8 => Ok(column.clone()),
+            DataType::Timestamp(TimeUnit::Microsecond, tz) => timestamps(field, tz, column),
+            t if is_exact(t) => numbers(field, column),
+            _ => Ok(column.clone()),
         })
         .collect::<Result<Vec<_>, _>>()?;
+    if Arc::ptr_eq(batch.schema_ref(), schema) {
+        return Ok(batch);
+    }
     RecordBatch::try_new(schema.clone(), columns)
+}
+
+/// Days of 0001-01-01 and 9999-12-31 since the epoch (see [`TIMESTAMP_RANGE_US`]).
+const DATE_RANGE_DAYS: std::ops::RangeInclusive<i32> = -719_162..=2_932_896;
+
+/// `column` (dates) unchanged when every date lies in the years 1 to 9999; a JSON number in a date
+/// column is days since the epoch, so epoch seconds there would be a year no reader can show.
+fn dates_in_range(field: &Field, column: &ArrayRef) -> Result<ArrayRef, ArrowError> {
+    let Some(days) = column.as_any().downcast_ref::<arrow::array::Date32Array>() else {
+        return Ok(column.clone());
+    };
+    if let Some(d) = days.iter().flatten().find(|d| !DATE_RANGE_DAYS.contains(d)) {
+        return Err(ArrowError::JsonError(format!(
+            "whilst decoding field '{}': {d} days since 1970-01-01 is out of range for a date (years 1 to 9999)",
+            field.name()
+        )));
+    }
+    Ok(column.clone())
 }
 
 /// One integer or decimal column of `field`'s type from `column`'s text. Decimals with more
@@ -854,6 +885,94 @@ fn numbers(field: &Field, column: &ArrayRef) -> Result<ArrayRef, ArrowError> {
             values.iter().map(|&v| v as i64).collect(),
             nulls,
         )),
+    })
+}
+
+/// Microseconds of 0001-01-01T00:00:00Z and 9999-12-31T23:59:59.999999Z: the years every reader
+/// can show (Python's `datetime`, which PyIceberg returns, stops at 9999).
+const TIMESTAMP_RANGE_US: std::ops::RangeInclusive<i128> =
+    -62_135_596_800_000_000..=253_402_300_799_999_999;
+
+/// One timestamp column (time zone `tz`) from `column`'s text. A string is read as arrow reads
+/// it (RFC 3339 and the forms `arrow_cast::parse::string_to_datetime` takes; a time without an
+/// offset is in the column's zone); a number (or a string holding only one) is seconds,
+/// milliseconds, microseconds or nanoseconds since the epoch by its size, as Snowflake reads
+/// them ([`epoch_micros`]). A value outside the years 1 to 9999 is refused.
+fn timestamps(
+    field: &Field,
+    tz: &Option<Arc<str>>,
+    column: &ArrayRef,
+) -> Result<ArrayRef, ArrowError> {
+    use arrow::array::timezone::Tz;
+    use arrow::array::{StringArray, TimestampMicrosecondArray};
+    let text = column
+        .as_any()
+        .downcast_ref::<StringArray>()
+        .ok_or_else(|| {
+            ArrowError::JsonError(format!("field '{}' was not read as text", field.name()))
+        })?;
+    let zone: Tz = tz.as_deref().unwrap_or("+00:00").parse()?;
+    let fail = |what: String| {
+        ArrowError::JsonError(format!("whilst decoding field '{}': {what}", field.name()))
+    };
+    let mut values = Vec::with_capacity(text.len());
+    for i in 0..text.len() {
+        if text.is_null(i) {
+            values.push(0i64);
+            continue;
+        }
+        let t = text.value(i);
+        let us = match epoch_micros(t) {
+            Some(us) => us,
+            None => arrow::compute::kernels::cast_utils::string_to_datetime(&zone, t)
+                .map(|d| i128::from(d.timestamp_micros()))
+                .map_err(|e| {
+                    fail(format!(
+                        "failed to parse \"{t}\" as {}: {e}",
+                        field.data_type()
+                    ))
+                })?,
+        };
+        if !TIMESTAMP_RANGE_US.contains(&us) {
+            return Err(fail(format!(
+                "{t} is out of range for a timestamp (years 1 to 9999)"
+            )));
+        }
+        values.push(us as i64);
+    }
+    Ok(Arc::new(
+        TimestampMicrosecondArray::new(values.into(), text.nulls().cloned())
+            .with_timezone_opt(tz.clone()),
+    ))
+}
+
+/// Epoch seconds below this magnitude (year 2969); milliseconds below it × 1,000, microseconds
+/// below it × 1,000,000, nanoseconds above (Snowflake's rule for integers as timestamps).
+const EPOCH_SECONDS_BELOW: i128 = 31_536_000_000;
+
+/// Microseconds since the epoch that `text`, a number, denotes (`None` when it is no number): its
+/// unit told by its size ([`EPOCH_SECONDS_BELOW`]), read exactly, digits below a microsecond
+/// rounded half away from zero. Beyond `i128` it is far out of any timestamp's range.
+fn epoch_micros(text: &str) -> Option<i128> {
+    let whole = match exact_scaled(text, 0, true) {
+        Integer::NotANumber => return None,
+        Integer::Exact(v) => v,
+        Integer::TooLarge | Integer::Fraction => return Some(i128::MAX),
+    };
+    let m = whole.abs();
+    let (scale, nanos) = if m < EPOCH_SECONDS_BELOW {
+        (6, false)
+    } else if m < EPOCH_SECONDS_BELOW * 1_000 {
+        (3, false)
+    } else if m < EPOCH_SECONDS_BELOW * 1_000_000 {
+        (0, false)
+    } else {
+        (0, true)
+    };
+    Some(match exact_scaled(text, scale, true) {
+        Integer::Exact(v) if nanos => (v + v.signum() * 500) / 1_000,
+        Integer::Exact(v) => v,
+        _ => i128::MAX,
     })
 }
 
@@ -1467,10 +1586,8 @@ fn decode_csv(reader: Box<dyn Read + '_>, ctx: &mut Ctx<'_>) -> Result<(), Decod
     let csv_fields: Vec<Field> = headers
         .iter()
         .map(|name| match target.field_with_name(name) {
-            // Decimals as text, read exactly by floe (see `csv_decimals`).
-            Ok(f) if is_exact(f.data_type()) && !is_int(f.data_type()) => {
-                Field::new(name, DataType::Utf8, true)
-            }
+            // Decimals and timestamps as text, read by floe (see `csv_text_columns`).
+            Ok(f) if csv_reads_text(f.data_type()) => Field::new(name, DataType::Utf8, true),
             Ok(f) => Field::new(name, f.data_type().clone(), true),
             Err(_) => {
                 unknown.insert(name.clone(), Some(PrimitiveType::String));
@@ -1519,7 +1636,7 @@ fn decode_csv(reader: Box<dyn Read + '_>, ctx: &mut Ctx<'_>) -> Result<(), Decod
                 return Err(ArrowError::CsvError(not_a_column(&name)));
             }
         }
-        project(&csv_decimals(b, &target)?, &target)
+        project(&csv_text_columns(b, &target)?, &target)
     };
     let mut chunk = TextChunk::default();
     loop {
@@ -1681,11 +1798,17 @@ fn not_a_column(name: &str) -> String {
     format!("field `{name}` is not a column of the table (unknown fields are not allowed)")
 }
 
-/// `batch` (a CSV chunk) with its decimal columns, read as text, parsed exactly as JSON's are
-/// ([`numbers`]: extra decimals rounded half up, garbage and overflow refused; arrow's own parser
-/// truncates, reads `e5` as 0 and wraps on huge exponents). An empty field is null, as arrow reads
-/// it for a decimal.
-fn csv_decimals(batch: RecordBatch, target: &SchemaRef) -> Result<RecordBatch, ArrowError> {
+/// CSV columns read as text and parsed by floe: decimals and timestamps (integers are arrow's:
+/// its CSV integer parser refuses fractions).
+fn csv_reads_text(t: &DataType) -> bool {
+    reads_text(t) && !is_int(t)
+}
+
+/// `batch` (a CSV chunk) with its decimal and timestamp columns, read as text, parsed as JSON's
+/// are ([`numbers`]: extra decimals rounded half up, garbage and overflow refused; arrow's own
+/// parser truncates, reads `e5` as 0 and wraps on huge exponents; [`timestamps`]: epoch numbers by
+/// their size, the years 1 to 9999). An empty field is null, as arrow reads it for these types.
+fn csv_text_columns(batch: RecordBatch, target: &SchemaRef) -> Result<RecordBatch, ArrowError> {
     use arrow::array::StringArray;
     let schema = batch.schema();
     let mut fields: Vec<Field> = Vec::with_capacity(schema.fields().len());
@@ -1693,11 +1816,7 @@ fn csv_decimals(batch: RecordBatch, target: &SchemaRef) -> Result<RecordBatch, A
     let mut changed = false;
     for (f, column) in schema.fields().iter().zip(batch.columns()) {
         match target.field_with_name(f.name()) {
-            Ok(t)
-                if is_exact(t.data_type())
-                    && !is_int(t.data_type())
-                    && column.data_type() == &DataType::Utf8 =>
-            {
+            Ok(t) if csv_reads_text(t.data_type()) && column.data_type() == &DataType::Utf8 => {
                 let text = column
                     .as_any()
                     .downcast_ref::<StringArray>()
@@ -1708,7 +1827,12 @@ fn csv_decimals(batch: RecordBatch, target: &SchemaRef) -> Result<RecordBatch, A
                         .collect::<StringArray>(),
                 );
                 let field = Field::new(f.name(), t.data_type().clone(), true);
-                columns.push(numbers(&field, &text)?);
+                columns.push(match t.data_type() {
+                    DataType::Timestamp(TimeUnit::Microsecond, tz) => {
+                        timestamps(&field, tz, &text)?
+                    }
+                    _ => numbers(&field, &text)?,
+                });
                 fields.push(field);
                 changed = true;
             }
@@ -1951,7 +2075,6 @@ mod tests {
     use super::*;
     use arrow::array::PrimitiveArray;
     use arrow::datatypes::{Decimal128Type, Int64Type};
-    use arrow_schema::TimeUnit;
 
     fn spec(format: Format) -> DecodeSpec {
         DecodeSpec {
@@ -2243,6 +2366,30 @@ mod tests {
     }
 
     #[test]
+    fn csv_timestamps_are_read_as_json_ones_are() {
+        // Before: arrow-csv refused epoch numbers and took the year 0.
+        use arrow::datatypes::TimestampMicrosecondType;
+        let input = b"id,n,t\na,1,2026-11-30T10:00:00Z\nb,2,1733479200123\nc,3,\nd,4,0000-01-01T00:00:00Z\n";
+        let (seen, values, rejected) =
+            column_values::<TimestampMicrosecondType>(&input[..], &spec(Format::Csv), "t");
+        assert_eq!(seen, 4);
+        assert_eq!(values, vec![Some(1796032800000000), Some(1733479200123000)]);
+        let reasons: Vec<_> = rejected
+            .iter()
+            .map(|r| (r.record, r.reason.as_str()))
+            .collect();
+        assert_eq!(reasons.len(), 2, "{reasons:?}");
+        assert_eq!(reasons[0].0, 4, "{reasons:?}"); // `t` is required (records count the header)
+        assert_eq!(
+            reasons[1],
+            (
+                5,
+                "whilst decoding field 't': 0000-01-01T00:00:00Z is out of range for a timestamp (years 1 to 9999)"
+            )
+        );
+    }
+
+    #[test]
     fn csv_reasons_do_not_name_a_line_of_the_record_decoded_alone() {
         // Before: every ragged record's reason said "for line 1", whichever record it was.
         let input = b"id,t,n\na,2026-11-30T10:00:00Z\nb,2026-11-30T10:00:00Z,1\nc\n";
@@ -2379,6 +2526,115 @@ mod tests {
         .unwrap();
         rejected.sort_by_key(|r| r.record);
         (seen, values, rejected)
+    }
+
+    #[test]
+    fn jsonl_epoch_numbers_in_a_timestamp_column_are_read_by_their_size_and_years_beyond_9999_refused(
+    ) {
+        // Before: every number was microseconds, so epoch seconds and milliseconds landed in
+        // January 1970 and nanoseconds in the year 56901 (which Python's datetime, PyIceberg's
+        // answer, cannot hold); a fraction was dropped.
+        use arrow::datatypes::TimestampMicrosecondType;
+        let at = |t: &str| {
+            chrono::DateTime::parse_from_rfc3339(t)
+                .unwrap()
+                .timestamp_micros()
+        };
+        let cases: Vec<(&str, Option<i64>)> = vec![
+            (
+                r#""2026-12-06T10:00:00Z""#,
+                Some(at("2026-12-06T10:00:00Z")),
+            ),
+            (r#""2026-12-06 10:00:00""#, Some(at("2026-12-06T10:00:00Z"))),
+            (
+                r#""2026-12-06T10:00:00+02:00""#,
+                Some(at("2026-12-06T08:00:00Z")),
+            ),
+            (
+                r#""2026-12-06T10:00:00.123456789Z""#,
+                Some(at("2026-12-06T10:00:00.123456Z")),
+            ),
+            ("1733479200", Some(at("2024-12-06T10:00:00Z"))),
+            ("1733479200.5", Some(at("2024-12-06T10:00:00.5Z"))),
+            (r#""1733479200""#, Some(at("2024-12-06T10:00:00Z"))),
+            ("1733479200123", Some(at("2024-12-06T10:00:00.123Z"))),
+            ("1.733479200123e12", Some(at("2024-12-06T10:00:00.123Z"))),
+            ("1733479200123456", Some(at("2024-12-06T10:00:00.123456Z"))),
+            (
+                "1733479200123456789",
+                Some(at("2024-12-06T10:00:00.123457Z")),
+            ),
+            ("-1", Some(at("1969-12-31T23:59:59Z"))),
+            ("-315619200000000", Some(at("1960-01-01T00:00:00Z"))),
+            ("null", None),
+        ];
+        let spec = spec(Format::Jsonl);
+        let lines: String = cases
+            .iter()
+            .map(|(t, _)| format!("{{\"id\":\"a\",\"t\":{t}}}\n"))
+            .collect();
+        let (seen, values, rejected) =
+            column_values::<TimestampMicrosecondType>(lines.as_bytes(), &spec, "t");
+        // `t` is required: the null line is quarantined for that, every other one lands.
+        assert_eq!(seen as usize, cases.len());
+        assert_eq!(rejected.len(), 1, "{rejected:?}");
+        let want: Vec<Option<i64>> = cases.iter().filter_map(|c| c.1).map(Some).collect();
+        assert_eq!(values, want);
+
+        for (bad, says) in [
+            (
+                "1e300",
+                "1e300 is out of range for a timestamp (years 1 to 9999)",
+            ),
+            (
+                "-99999999999999999999999",
+                "is out of range for a timestamp",
+            ),
+            (
+                "253402300800000000000",
+                "253402300800000000000 is out of range",
+            ),
+            (
+                r#""Dec 6 2026""#,
+                "failed to parse \"Dec 6 2026\" as Timestamp",
+            ),
+            ("true", "failed to parse \"true\" as Timestamp"),
+            (
+                "[1]",
+                "expected a timestamp (Timestamp(µs, \"+00:00\")) got [1]",
+            ),
+        ] {
+            let line = format!("{{\"id\":\"a\",\"t\":{bad}}}\n");
+            let (_, values, rejected) =
+                column_values::<TimestampMicrosecondType>(line.as_bytes(), &spec, "t");
+            assert!(values.is_empty(), "{bad}: {values:?}");
+            assert_eq!(rejected.len(), 1, "{bad}");
+            assert!(
+                rejected[0].reason.contains("field 't'") && rejected[0].reason.contains(says),
+                "{bad}: {}",
+                rejected[0].reason
+            );
+        }
+
+        // A date given a number is days; epoch seconds there are refused, not a year 4.7 million.
+        use arrow::datatypes::Date32Type;
+        let spec = spec_with(Format::Jsonl, Field::new("d", DataType::Date32, true));
+        let t = "\"t\":\"2026-12-06T10:00:00Z\"";
+        let input = format!(
+            "{{\"id\":\"a\",\"d\":20000,{t}}}\n{{\"id\":\"b\",\"d\":1733479200,{t}}}\n{{\"id\":\"c\",\"d\":\"2026-12-06\",{t}}}\n"
+        );
+        let (seen, values, rejected) = column_values::<Date32Type>(input.as_bytes(), &spec, "d");
+        assert_eq!(seen, 3);
+        assert_eq!(values, vec![Some(20000), Some(20793)]);
+        assert_eq!(rejected.len(), 1);
+        assert_eq!(rejected[0].record, 2);
+        assert!(
+            rejected[0]
+                .reason
+                .contains("field 'd': 1733479200 days since 1970-01-01 is out of range for a date"),
+            "{}",
+            rejected[0].reason
+        );
     }
 
     #[test]
