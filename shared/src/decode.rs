@@ -808,6 +808,29 @@ fn dates_in_range(field: &Field, column: &ArrayRef) -> Result<ArrayRef, ArrowErr
     Ok(column.clone())
 }
 
+/// Why row `row` of `column` (of `field`'s type) cannot land: a date or timestamp outside the years
+/// 1 to 9999 (see [`TIMESTAMP_RANGE_US`]), which another engine's Parquet may hold.
+fn out_of_range(field: &Field, column: &ArrayRef, row: usize) -> Option<String> {
+    use arrow::array::{Date32Array, TimestampMicrosecondArray};
+    if column.is_null(row) {
+        return None;
+    }
+    let (value, what) = if let Some(d) = column.as_any().downcast_ref::<Date32Array>() {
+        let v = d.value(row);
+        (!DATE_RANGE_DAYS.contains(&v)).then(|| (format!("{v} days since 1970-01-01"), "a date"))?
+    } else if let Some(t) = column.as_any().downcast_ref::<TimestampMicrosecondArray>() {
+        let v = t.value(row);
+        (!TIMESTAMP_RANGE_US.contains(&i128::from(v)))
+            .then(|| (format!("{v} microseconds since 1970"), "a timestamp"))?
+    } else {
+        return None;
+    };
+    Some(format!(
+        "field `{}`: {value} is out of range for {what} (years 1 to 9999)",
+        field.name()
+    ))
+}
+
 /// One integer or decimal column of `field`'s type from `column`'s text. Decimals with more
 /// digits after the point than the scale are rounded half up (as SQL's CAST and Spark do).
 fn numbers(field: &Field, column: &ArrayRef) -> Result<ArrayRef, ArrowError> {
@@ -895,9 +918,9 @@ const TIMESTAMP_RANGE_US: std::ops::RangeInclusive<i128> =
 
 /// One timestamp column (time zone `tz`) from `column`'s text. A string is read as arrow reads
 /// it (RFC 3339 and the forms `arrow_cast::parse::string_to_datetime` takes; a time without an
-/// offset is in the column's zone); a number (or a string holding only one) is seconds,
-/// milliseconds, microseconds or nanoseconds since the epoch by its size, as Snowflake reads
-/// them ([`epoch_micros`]). A value outside the years 1 to 9999 is refused.
+/// offset is in the column's zone); a number (or a string holding only one) is microseconds since
+/// the epoch ([`epoch_micros`]: a fraction rounded, not dropped; one within a year of 1970, likely
+/// seconds or milliseconds, refused). A value outside the years 1 to 9999 is refused.
 fn timestamps(
     field: &Field,
     tz: &Option<Arc<str>>,
@@ -923,7 +946,8 @@ fn timestamps(
         }
         let t = text.value(i);
         let us = match epoch_micros(t) {
-            Some(us) => us,
+            Some(Ok(us)) => us,
+            Some(Err(why)) => return Err(fail(why)),
             None => arrow::compute::kernels::cast_utils::string_to_datetime(&zone, t)
                 .map(|d| i128::from(d.timestamp_micros()))
                 .map_err(|e| {
@@ -946,34 +970,26 @@ fn timestamps(
     ))
 }
 
-/// Epoch seconds below this magnitude (year 2969); milliseconds below it × 1,000, microseconds
-/// below it × 1,000,000, nanoseconds above (Snowflake's rule for integers as timestamps).
-const EPOCH_SECONDS_BELOW: i128 = 31_536_000_000;
+/// Microseconds in a year: an epoch number of smaller magnitude (but 0) is refused, as its unit
+/// is in doubt (epoch seconds and milliseconds of today are such numbers).
+const AMBIGUOUS_EPOCH_BELOW_US: i128 = 31_536_000_000_000;
 
-/// Microseconds since the epoch that `text`, a number, denotes (`None` when it is no number): its
-/// unit told by its size ([`EPOCH_SECONDS_BELOW`]), read exactly, digits below a microsecond
-/// rounded half away from zero. Beyond `i128` it is far out of any timestamp's range.
-fn epoch_micros(text: &str) -> Option<i128> {
-    let whole = match exact_scaled(text, 0, true) {
-        Integer::NotANumber => return None,
-        Integer::Exact(v) => v,
-        Integer::TooLarge | Integer::Fraction => return Some(i128::MAX),
-    };
-    let m = whole.abs();
-    let (scale, nanos) = if m < EPOCH_SECONDS_BELOW {
-        (6, false)
-    } else if m < EPOCH_SECONDS_BELOW * 1_000 {
-        (3, false)
-    } else if m < EPOCH_SECONDS_BELOW * 1_000_000 {
-        (0, false)
-    } else {
-        (0, true)
-    };
-    Some(match exact_scaled(text, scale, true) {
-        Integer::Exact(v) if nanos => (v + v.signum() * 500) / 1_000,
-        Integer::Exact(v) => v,
-        _ => i128::MAX,
-    })
+/// The microseconds since the epoch that `text`, a number, denotes (`None` when it is no number),
+/// read exactly, digits below a microsecond rounded half away from zero; `Err` with the reason
+/// when the number lies within a year of the epoch ([`AMBIGUOUS_EPOCH_BELOW_US`]). Microseconds
+/// are Iceberg's unit and Debezium's `MicroTimestamp`; no unit is guessed from a number's size
+/// (any such rule misreads some times: 9999-12-31 in microseconds read as nanoseconds is 1978).
+fn epoch_micros(text: &str) -> Option<Result<i128, String>> {
+    match exact_scaled(text, 0, true) {
+        Integer::NotANumber => None,
+        Integer::Exact(v) if v != 0 && v.abs() < AMBIGUOUS_EPOCH_BELOW_US => Some(Err(format!(
+            "{text} is within a year of 1970 as microseconds since the epoch: a number in a \
+             timestamp column is microseconds (seconds and milliseconds are not guessed); write \
+             the time as RFC 3339 text or in microseconds"
+        ))),
+        Integer::Exact(v) => Some(Ok(v)),
+        Integer::TooLarge | Integer::Fraction => Some(Ok(i128::MAX)),
+    }
 }
 
 /// What a number's text denotes, read exactly.
@@ -1816,6 +1832,10 @@ fn csv_text_columns(batch: RecordBatch, target: &SchemaRef) -> Result<RecordBatc
     let mut changed = false;
     for (f, column) in schema.fields().iter().zip(batch.columns()) {
         match target.field_with_name(f.name()) {
+            Ok(t) if t.data_type() == &DataType::Date32 => {
+                fields.push(f.as_ref().clone());
+                columns.push(dates_in_range(t, column)?);
+            }
             Ok(t) if csv_reads_text(t.data_type()) && column.data_type() == &DataType::Utf8 => {
                 let text = column
                     .as_any()
@@ -2032,6 +2052,11 @@ fn emit_parquet_batch(
                                 f.data_type()
                             ));
                         }
+                    }
+                }
+                for (row, slot) in reasons.iter_mut().enumerate() {
+                    if slot.is_none() {
+                        *slot = out_of_range(f, &cast, row);
                     }
                 }
                 cast
@@ -2367,18 +2392,18 @@ mod tests {
 
     #[test]
     fn csv_timestamps_are_read_as_json_ones_are() {
-        // Before: arrow-csv refused epoch numbers and took the year 0.
+        // Before: arrow-csv took the year 0, and a number was refused whatever its size.
         use arrow::datatypes::TimestampMicrosecondType;
-        let input = b"id,n,t\na,1,2026-11-30T10:00:00Z\nb,2,1733479200123\nc,3,\nd,4,0000-01-01T00:00:00Z\n";
+        let input = b"id,n,t\na,1,2026-11-30T10:00:00Z\nb,2,1733479200123000\nc,3,\nd,4,0000-01-01T00:00:00Z\ne,5,20261206\n";
         let (seen, values, rejected) =
             column_values::<TimestampMicrosecondType>(&input[..], &spec(Format::Csv), "t");
-        assert_eq!(seen, 4);
+        assert_eq!(seen, 5);
         assert_eq!(values, vec![Some(1796032800000000), Some(1733479200123000)]);
         let reasons: Vec<_> = rejected
             .iter()
             .map(|r| (r.record, r.reason.as_str()))
             .collect();
-        assert_eq!(reasons.len(), 2, "{reasons:?}");
+        assert_eq!(reasons.len(), 3, "{reasons:?}");
         assert_eq!(reasons[0].0, 4, "{reasons:?}"); // `t` is required (records count the header)
         assert_eq!(
             reasons[1],
@@ -2386,6 +2411,32 @@ mod tests {
                 5,
                 "whilst decoding field 't': 0000-01-01T00:00:00Z is out of range for a timestamp (years 1 to 9999)"
             )
+        );
+        assert_eq!(reasons[2].0, 6);
+        assert!(
+            reasons[2].1.contains("20261206 is within a year of 1970"),
+            "{reasons:?}"
+        );
+    }
+
+    #[test]
+    fn csv_dates_beyond_the_year_9999_are_quarantined() {
+        // Before: arrow-csv read `+10000-01-01` and `0000-01-01`, and they landed.
+        use arrow::datatypes::Date32Type;
+        let s = spec_with(Format::Csv, Field::new("d", DataType::Date32, true));
+        let t = "2026-11-30T10:00:00Z";
+        let input = format!("id,d,t\na,2026-12-06,{t}\nb,+10000-01-01,{t}\nc,0000-01-01,{t}\n");
+        let (seen, values, rejected) = column_values::<Date32Type>(input.as_bytes(), &s, "d");
+        assert_eq!(seen, 3);
+        assert_eq!(values, vec![Some(20793)]);
+        let records: Vec<_> = rejected.iter().map(|r| r.record).collect();
+        assert_eq!(records, vec![3, 4]);
+        assert!(
+            rejected[0]
+                .reason
+                .contains("field 'd': 2932897 days since 1970-01-01 is out of range"),
+            "{}",
+            rejected[0].reason
         );
     }
 
@@ -2529,11 +2580,11 @@ mod tests {
     }
 
     #[test]
-    fn jsonl_epoch_numbers_in_a_timestamp_column_are_read_by_their_size_and_years_beyond_9999_refused(
+    fn jsonl_numbers_in_a_timestamp_column_are_microseconds_and_doubtful_or_unshowable_times_refused(
     ) {
-        // Before: every number was microseconds, so epoch seconds and milliseconds landed in
-        // January 1970 and nanoseconds in the year 56901 (which Python's datetime, PyIceberg's
-        // answer, cannot hold); a fraction was dropped.
+        // Before: epoch seconds and milliseconds landed silently in January 1970, nanoseconds in
+        // the year 56901 (which Python's datetime, PyIceberg's answer, cannot hold), a fraction
+        // was dropped, and a date given epoch seconds landed in the year 4.7 million.
         use arrow::datatypes::TimestampMicrosecondType;
         let at = |t: &str| {
             chrono::DateTime::parse_from_rfc3339(t)
@@ -2554,18 +2605,23 @@ mod tests {
                 r#""2026-12-06T10:00:00.123456789Z""#,
                 Some(at("2026-12-06T10:00:00.123456Z")),
             ),
-            ("1733479200", Some(at("2024-12-06T10:00:00Z"))),
-            ("1733479200.5", Some(at("2024-12-06T10:00:00.5Z"))),
-            (r#""1733479200""#, Some(at("2024-12-06T10:00:00Z"))),
-            ("1733479200123", Some(at("2024-12-06T10:00:00.123Z"))),
-            ("1.733479200123e12", Some(at("2024-12-06T10:00:00.123Z"))),
             ("1733479200123456", Some(at("2024-12-06T10:00:00.123456Z"))),
             (
-                "1733479200123456789",
+                "1733479200123456.5",
                 Some(at("2024-12-06T10:00:00.123457Z")),
             ),
-            ("-1", Some(at("1969-12-31T23:59:59Z"))),
+            (
+                r#""1733479200123456""#,
+                Some(at("2024-12-06T10:00:00.123456Z")),
+            ),
+            (
+                "1.733479200123456e15",
+                Some(at("2024-12-06T10:00:00.123456Z")),
+            ),
+            // 9999-12-31 and 1960-01-01 in microseconds (Debezium's MicroTimestamp).
+            ("253402214400000000", Some(at("9999-12-31T00:00:00Z"))),
             ("-315619200000000", Some(at("1960-01-01T00:00:00Z"))),
+            ("0", Some(0)),
             ("null", None),
         ];
         let spec = spec(Format::Jsonl);
@@ -2581,18 +2637,25 @@ mod tests {
         let want: Vec<Option<i64>> = cases.iter().filter_map(|c| c.1).map(Some).collect();
         assert_eq!(values, want);
 
+        let doubt = "is within a year of 1970 as microseconds since the epoch";
         for (bad, says) in [
+            ("1733479200", doubt),
+            ("1733479200123", doubt),
+            ("-1", doubt),
+            ("1733479200.5", doubt),
+            (r#""20261206""#, doubt),
             (
-                "1e300",
-                "1e300 is out of range for a timestamp (years 1 to 9999)",
+                "1733479200123456789",
+                "1733479200123456789 is out of range for a timestamp (years 1 to 9999)",
             ),
+            ("1e300", "1e300 is out of range for a timestamp"),
             (
                 "-99999999999999999999999",
                 "is out of range for a timestamp",
             ),
             (
-                "253402300800000000000",
-                "253402300800000000000 is out of range",
+                r#""0000-01-01T00:00:00Z""#,
+                "is out of range for a timestamp",
             ),
             (
                 r#""Dec 6 2026""#,
@@ -2634,6 +2697,63 @@ mod tests {
                 .contains("field 'd': 1733479200 days since 1970-01-01 is out of range for a date"),
             "{}",
             rejected[0].reason
+        );
+    }
+
+    #[test]
+    fn parquet_dates_and_timestamps_beyond_the_year_9999_are_quarantined() {
+        // Before: another engine's Parquet could land a time no Python reader can return.
+        use arrow::array::{Date32Array, StringArray, TimestampMicrosecondArray};
+        let mut s = spec_with(Format::Parquet, Field::new("d", DataType::Date32, true));
+        s.required = vec!["id".into()];
+        let tz: Option<Arc<str>> = Some("+00:00".into());
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Utf8, true),
+            Field::new("d", DataType::Date32, true),
+            Field::new(
+                "t",
+                DataType::Timestamp(TimeUnit::Microsecond, tz.clone()),
+                true,
+            ),
+        ]));
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                Arc::new(StringArray::from(vec!["a", "b", "c"])),
+                Arc::new(Date32Array::from(vec![Some(20000), Some(2_932_897), None])),
+                Arc::new(
+                    TimestampMicrosecondArray::from(vec![
+                        Some(0),
+                        Some(0),
+                        Some(253_402_300_800_000_000),
+                    ])
+                    .with_timezone_opt(tz),
+                ),
+            ],
+        )
+        .unwrap();
+        let mut bytes = Vec::new();
+        let mut w = parquet::arrow::ArrowWriter::try_new(&mut bytes, schema, None).unwrap();
+        w.write(&batch).unwrap();
+        w.close().unwrap();
+        let (seen, rows, rejected, _) = run(&bytes, &s);
+        assert_eq!((seen, rows), (3, 1));
+        let reasons: Vec<_> = rejected
+            .iter()
+            .map(|r| (r.record, r.reason.as_str()))
+            .collect();
+        assert_eq!(
+            reasons,
+            vec![
+                (
+                    2,
+                    "field `d`: 2932897 days since 1970-01-01 is out of range for a date (years 1 to 9999)"
+                ),
+                (
+                    3,
+                    "field `t`: 253402300800000000 microseconds since 1970 is out of range for a timestamp (years 1 to 9999)"
+                ),
+            ]
         );
     }
 
