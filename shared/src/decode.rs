@@ -980,9 +980,12 @@ const AMBIGUOUS_EPOCH_BELOW_US: i128 = 31_536_000_000_000;
 /// are Iceberg's unit and Debezium's `MicroTimestamp`; no unit is guessed from a number's size
 /// (any such rule misreads some times: 9999-12-31 in microseconds read as nanoseconds is 1978).
 fn epoch_micros(text: &str) -> Option<Result<i128, String>> {
-    match exact_scaled(text, 0, true) {
+    let rounded = exact_scaled(text, 0, true);
+    // A fraction of a microsecond rounds to 0 but is no epoch: doubtful too.
+    let zero = rounded == Integer::Exact(0) && exact_scaled(text, 0, false) == Integer::Exact(0);
+    match rounded {
         Integer::NotANumber => None,
-        Integer::Exact(v) if v != 0 && v.abs() < AMBIGUOUS_EPOCH_BELOW_US => Some(Err(format!(
+        Integer::Exact(v) if !zero && v.abs() < AMBIGUOUS_EPOCH_BELOW_US => Some(Err(format!(
             "{text} is within a year of 1970 as microseconds since the epoch: a number in a \
              timestamp column is microseconds (seconds and milliseconds are not guessed); write \
              the time as RFC 3339 text or in microseconds"
@@ -2643,6 +2646,8 @@ mod tests {
             ("1733479200123", doubt),
             ("-1", doubt),
             ("1733479200.5", doubt),
+            ("0.4", doubt),
+            (r#""-1e-9""#, doubt),
             (r#""20261206""#, doubt),
             (
                 "1733479200123456789",
