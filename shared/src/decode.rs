@@ -229,7 +229,7 @@ pub(crate) struct DecodeSpec {
     pub ignored: std::collections::BTreeSet<String>,
     /// Fields whose value (non-null) rejects the record even where unknown fields are allowed:
     /// the new fields of a schema change the consumer gate refused.
-    pub refused: std::collections::BTreeSet<String>,
+    pub refused: BTreeMap<String, String>,
     /// Each JSON line is a Debezium envelope (`cdc = "debezium"`): it is flattened to its row
     /// (`after`, or `before` for a delete) plus `_op` and `_cdc_ts` before decoding; a line that
     /// is not an envelope is rejected with the reason, and quarantined records keep the
@@ -1403,7 +1403,7 @@ fn decode_jsonl(reader: Box<dyn Read + '_>, ctx: &mut Ctx<'_>) -> Result<(), Dec
                             ));
                         }
                         if let Some(name) = refused_key(d, &refused) {
-                            return Err(ArrowError::JsonError(refused_field(&name)));
+                            return Err(ArrowError::JsonError(refused_reason(&refused, &name)));
                         }
                         if lenient_ok || ignored.is_empty() {
                             return decode_json_bytes(json, &schema, !lenient_ok, d, rows);
@@ -1646,7 +1646,7 @@ fn decode_csv(reader: Box<dyn Read + '_>, ctx: &mut Ctx<'_>) -> Result<(), Decod
         // A value for a refused field, or (unknown fields not allowed) in a column the table
         // lacks, rejects the record (isolated to it): never committed without that value.
         if let Some(name) = (0..b.num_rows()).find_map(|row| refused_value(&b, &refused, row)) {
-            return Err(ArrowError::CsvError(refused_field(&name)));
+            return Err(ArrowError::CsvError(refused_reason(&refused, &name)));
         }
         if !allow_unknown {
             if let Some(name) =
@@ -1777,7 +1777,7 @@ fn unknown_key(
 /// The first column of `batch` named in `refused` with a value (non-null) in `row`.
 fn refused_value(
     batch: &RecordBatch,
-    refused: &std::collections::BTreeSet<String>,
+    refused: &BTreeMap<String, String>,
     row: usize,
 ) -> Option<String> {
     if refused.is_empty() {
@@ -1788,12 +1788,12 @@ fn refused_value(
         .fields()
         .iter()
         .zip(batch.columns())
-        .find(|(f, col)| refused.contains(f.name()) && col.is_valid(row))
+        .find(|(f, col)| refused.contains_key(f.name()) && col.is_valid(row))
         .map(|(f, _)| f.name().clone())
 }
 
 /// The first key named in `refused` with a non-null value in the JSON lines in `data`.
-fn refused_key(data: &[u8], refused: &std::collections::BTreeSet<String>) -> Option<String> {
+fn refused_key(data: &[u8], refused: &BTreeMap<String, String>) -> Option<String> {
     if refused.is_empty() {
         return None;
     }
@@ -1802,14 +1802,17 @@ fn refused_key(data: &[u8], refused: &std::collections::BTreeSet<String>) -> Opt
             return None;
         };
         map.into_iter()
-            .find(|(k, v)| !v.is_null() && refused.contains(k))
+            .find(|(k, v)| !v.is_null() && refused.contains_key(k))
             .map(|(k, _)| k)
     })
 }
 
-/// The reason of a record rejected for a value in a refused field.
-fn refused_field(name: &str) -> String {
-    format!("field `{name}` needs a schema change that was refused")
+/// The reason of a record rejected for a value in the refused field `name`.
+fn refused_reason(refused: &BTreeMap<String, String>, name: &str) -> String {
+    refused
+        .get(name)
+        .cloned()
+        .unwrap_or_else(|| format!("field `{name}` needs a schema change that was refused"))
 }
 
 /// The reason of a record rejected for a field the table lacks (unknown fields not allowed).
@@ -2073,7 +2076,8 @@ fn emit_parquet_batch(
     if !ctx.spec.refused.is_empty() {
         for (row, slot) in reasons.iter_mut().enumerate() {
             if slot.is_none() {
-                *slot = refused_value(batch, &ctx.spec.refused, row).map(|n| refused_field(&n));
+                *slot = refused_value(batch, &ctx.spec.refused, row)
+                    .map(|n| refused_reason(&ctx.spec.refused, &n));
             }
         }
     }
@@ -3014,7 +3018,7 @@ not json\n\
     #[test]
     fn a_value_for_a_refused_field_rejects_its_record_in_every_format() {
         let refusing = |format| DecodeSpec {
-            refused: ["new".to_string()].into(),
+            refused: [("new".to_string(), "field `new`: refused".to_string())].into(),
             ..spec(format)
         };
         let jsonl = b"{\"id\":\"a\",\"t\":\"2026-11-30T10:00:00Z\",\"new\":1}\n\
@@ -3023,7 +3027,7 @@ not json\n\
         let (seen, rows, rejected, _) = run(jsonl, &refusing(Format::Jsonl));
         assert_eq!((seen, rows, rejected.len()), (3, 2, 1), "{rejected:?}");
         assert_eq!(rejected[0].record, 1);
-        assert!(rejected[0].reason.contains("`new`"), "{rejected:?}");
+        assert_eq!(rejected[0].reason, "field `new`: refused", "{rejected:?}");
         let csv = "id,t,new\na,2026-11-30T10:00:00Z,\nb,2026-11-30T10:00:00Z,y\n";
         let (_, rows, rejected, _) = run(csv.as_bytes(), &refusing(Format::Csv));
         assert_eq!((rows, rejected.len()), (1, 1), "{rejected:?}");

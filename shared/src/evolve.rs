@@ -207,6 +207,63 @@ pub(crate) fn evolve_ingest_schema(
     evolve_table_schema(metadata, &unknown, widen)
 }
 
+/// The longest field name (bytes) evolution adds as a column.
+const MAX_COLUMN_NAME_BYTES: usize = 256;
+
+/// New fields the evolution would add (with a type, not reserved, not dropped, not columns yet)
+/// that it must not, each with the reason a record bringing a value for it is quarantined: a name
+/// that is empty, over [`MAX_COLUMN_NAME_BYTES`] or holds a control character, and, in name
+/// order, those beyond `max_new` new columns for this object or beyond `max_columns` in all. The
+/// rest of `unknown` is what the evolution may add ([`evolve_ingest_schema`]).
+pub(crate) fn refuse_new_columns(
+    metadata: &TableMetadata,
+    unknown: &std::collections::BTreeMap<String, Option<PrimitiveType>>,
+    max_new: usize,
+    max_columns: usize,
+) -> std::collections::BTreeMap<String, String> {
+    let current = metadata.current_schema();
+    let dropped = dropped_columns(metadata);
+    let mut columns = current.as_struct().fields().len();
+    let mut added = 0usize;
+    let mut refused = std::collections::BTreeMap::new();
+    for (name, ty) in unknown {
+        if ty.is_none()
+            || name.starts_with('_')
+            || current.field_by_name(name).is_some()
+            || dropped.contains(name.as_str())
+        {
+            continue;
+        }
+        let why = if name.is_empty()
+            || name.len() > MAX_COLUMN_NAME_BYTES
+            || name.chars().any(char::is_control)
+        {
+            format!(
+                "field {name:?} is not added as a column: a column name must be 1 to \
+                 {MAX_COLUMN_NAME_BYTES} bytes without control characters"
+            )
+        } else if added >= max_new {
+            format!(
+                "field `{name}` would be new column {} of this object: at most {max_new} \
+                 ([ingest] max_new_columns)",
+                added + 1
+            )
+        } else if columns >= max_columns {
+            format!(
+                "field `{name}` would be column {} of the table: at most {max_columns} \
+                 ([ingest] max_columns)",
+                columns + 1
+            )
+        } else {
+            added += 1;
+            columns += 1;
+            continue;
+        };
+        refused.insert(name.clone(), why);
+    }
+    refused
+}
+
 /// Top-level columns an earlier schema of the table had and the current one lacks: dropped
 /// (`floe schema drop-column`, or another engine's drop or rename).
 pub(crate) fn dropped_columns(metadata: &TableMetadata) -> std::collections::BTreeSet<&str> {

@@ -337,3 +337,141 @@ async fn schema_diff_classifies_config_and_object_changes() {
         "{r:?}"
     );
 }
+
+/// Each line of `text` with `extra` (JSON members) added.
+fn with_members(text: &str, extra: &[String]) -> String {
+    text.lines()
+        .zip(extra)
+        .map(|(l, e)| format!("{},{e}}}\n", l.trim_end_matches('}')))
+        .collect()
+}
+
+/// The quarantine records of report `r`: (line text, reason).
+async fn quarantined(env: &TestEnv, r: &floe::ingest::ObjectReport) -> Vec<(String, String)> {
+    let q = r.quarantine.clone().expect("a quarantine object");
+    let q = env
+        .get(q.trim_start_matches(&format!("s3://{}/", env.bucket)))
+        .await
+        .unwrap();
+    String::from_utf8(q)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            (
+                v["raw"].as_str().unwrap_or_default().to_string(),
+                v["reason"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn new_fields_no_column_may_be_made_of_quarantine_their_records_and_columns_are_bounded() {
+    // Before: an empty or control-character key became a column, and an object of map-like
+    // records (keys that are ids) added a column per key, without bound.
+    let mut env = TestEnv::new("sqlite").await;
+    env.config.ingest.max_new_columns = 5;
+    let ingestor = env.ingestor().await;
+    let columns = |t: &iceberg::table::Table| -> Vec<String> {
+        t.metadata()
+            .current_schema()
+            .as_struct()
+            .fields()
+            .iter()
+            .map(|f| f.name.clone())
+            .collect()
+    };
+    env.put("orders/base.jsonl", orders(1, 1)).await;
+    env.ingest(&ingestor, "orders/base.jsonl").await.unwrap();
+    let before = columns(&ingestor.catalog().load_table(&env.ident()).await.unwrap()).len();
+
+    // Names no column takes.
+    let text = with_members(
+        &orders(4, 2),
+        &[
+            r#""":1"#.to_string(),
+            r#""tab\there":1,"nul\u0000":null"#.to_string(),
+            r#""a.b":2,"x y":"s","ключ":true"#.to_string(),
+            r#""a.b":3"#.to_string(),
+        ],
+    );
+    env.put("orders/names.jsonl", text).await;
+    let r = env.ingest(&ingestor, "orders/names.jsonl").await.unwrap();
+    assert_eq!(
+        (r.records_committed, r.records_quarantined),
+        (2, 2),
+        "{r:?}"
+    );
+    let q = quarantined(&env, &r).await;
+    assert!(q[0].1.starts_with("field \"\" is not added as a column: a column name must be 1 to 256 bytes without control characters"), "{q:?}");
+    assert!(
+        q[1].1
+            .starts_with("field \"tab\\there\" is not added as a column"),
+        "{q:?}"
+    );
+    let table = ingestor.catalog().load_table(&env.ident()).await.unwrap();
+    assert_eq!(columns(&table)[before..], ["a.b", "x y", "ключ"]);
+
+    // At most `max_new_columns` new columns per object, by name order.
+    let keys = |n: usize, p: &str| -> String {
+        (0..n)
+            .map(|k| format!("\"{p}{k}\":{k}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let text = with_members(
+        &orders(3, 3),
+        &[keys(10, "k"), keys(5, "k"), r#""k0":null"#.to_string()],
+    );
+    env.put("orders/many.jsonl", text).await;
+    let r = env.ingest(&ingestor, "orders/many.jsonl").await.unwrap();
+    assert_eq!(
+        (r.records_committed, r.records_quarantined),
+        (2, 1),
+        "{r:?}"
+    );
+    let q = quarantined(&env, &r).await;
+    assert!(
+        q[0].1.contains(
+            "field `k5` would be new column 6 of this object: at most 5 ([ingest] max_new_columns)"
+        ),
+        "{q:?}"
+    );
+    let table = ingestor.catalog().load_table(&env.ident()).await.unwrap();
+    assert_eq!(
+        columns(&table)[before + 3..],
+        ["k0", "k1", "k2", "k3", "k4"]
+    );
+
+    // At most `max_columns` in all.
+    let total = before + 3 + 5;
+    env.config.ingest.max_columns = total + 1;
+    let ingestor = env.ingestor().await;
+    let text = with_members(
+        &orders(2, 4),
+        &[r#""z1":1"#.to_string(), r#""z2":2"#.to_string()],
+    );
+    env.put("orders/more.jsonl", text).await;
+    let r = env.ingest(&ingestor, "orders/more.jsonl").await.unwrap();
+    assert_eq!(
+        (r.records_committed, r.records_quarantined),
+        (1, 1),
+        "{r:?}"
+    );
+    let q = quarantined(&env, &r).await;
+    let want = format!(
+        "field `z2` would be column {} of the table: at most {} ([ingest] max_columns)",
+        total + 2,
+        total + 1
+    );
+    assert!(q[0].1.contains(&want), "{q:?}");
+    let table = ingestor.catalog().load_table(&env.ident()).await.unwrap();
+    assert_eq!(columns(&table).len(), total + 1);
+
+    // Every other engine reads what landed: 1 + 2 + 2 + 1 rows.
+    let py = env.pyiceberg();
+    assert_eq!(py["rows"], 6, "{py}");
+    let duck = env.duckdb_rows(table.metadata_location().unwrap(), "order_id");
+    assert_eq!(duck["rows"], 6, "{duck}");
+}

@@ -315,6 +315,15 @@ pub struct IngestConfig {
     /// each); an object with more fails whole, naming the limit.
     #[serde(default = "default_max_unique_keys")]
     pub max_unique_keys: usize,
+    /// Most columns one object may add to its table under the additive policy; records with a
+    /// value in a field beyond them are quarantined, naming the limit (a map-like object, keys
+    /// that are ids, must not turn into thousands of columns).
+    #[serde(default = "default_max_new_columns")]
+    pub max_new_columns: usize,
+    /// Most top-level columns a table may reach by schema evolution at ingest; beyond it, records
+    /// bringing new fields with a value are quarantined, naming the limit.
+    #[serde(default = "default_max_columns")]
+    pub max_columns: usize,
 }
 
 impl Default for IngestConfig {
@@ -337,6 +346,8 @@ impl Default for IngestConfig {
             max_quarantine_bytes: default_max_quarantine(),
             batch_commits: true,
             max_unique_keys: default_max_unique_keys(),
+            max_new_columns: default_max_new_columns(),
+            max_columns: default_max_columns(),
         }
     }
 }
@@ -656,6 +667,14 @@ const UNIQUE_KEY_PEAK_BYTES: u64 = 45;
 /// 10 M keys (~430 MB at the set's peak), or on Lambda the keys that fit in a quarter of the
 /// function's memory (`AWS_LAMBDA_FUNCTION_MEMORY_SIZE`, MB) if fewer: ~745 k at 128 MB, so an
 /// object with more distinct keys fails with the limit named instead of running out of memory.
+fn default_max_new_columns() -> usize {
+    100
+}
+
+fn default_max_columns() -> usize {
+    1000
+}
+
 fn default_max_unique_keys() -> usize {
     unique_keys_for_memory(
         std::env::var("AWS_LAMBDA_FUNCTION_MEMORY_SIZE")

@@ -748,6 +748,7 @@ impl IngestConfig {
         at_least("max_decompressed_bytes", self.max_decompressed_bytes, 1)?;
         at_least("max_spool_bytes", self.max_spool_bytes, 1)?;
         at_least("max_unique_keys", self.max_unique_keys as u64, 1)?;
+        at_least("max_columns", self.max_columns as u64, 1)?;
         // Room for a few maximal records (a rejected line is kept whole, JSON-escaped), and no
         // more than one S3 PutObject can take (the quarantine object is one PUT).
         at_least(

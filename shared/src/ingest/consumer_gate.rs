@@ -246,6 +246,7 @@ impl Ingestor {
         params: &WriteParams<'_>,
         mut refusal: Refusal,
         proposed: &Proposed,
+        mut refused_already: BTreeMap<String, String>,
     ) -> Result<Unchanged> {
         let uri = params.uri;
         let why = refusal.describe();
@@ -267,10 +268,16 @@ impl Ingestor {
         let reopened = self.reopen_pinned(obj, read).await?;
         // The note is part of each quarantined line as it is spooled: within max_quarantine_bytes.
         let note = refusal.note();
+        // Fields refused before the gate (`evolve::refuse_new_columns`) keep their own reason.
+        for name in refused {
+            refused_already.entry(name.clone()).or_insert_with(|| {
+                format!("field `{name}` needs a schema change that was refused")
+            });
+        }
         let second = WriteParams {
             defer_quarantine_limit: false,
             reason_note: Some(&note),
-            refused: Some(&refused),
+            refused: Some(&refused_already),
             ..*params
         };
         let written = write_object(&target, tctx, route, reopened.body, &second).await;

@@ -18,11 +18,12 @@ mod rows;
 
 pub use report::{ObjectReport, QualityCount, Status};
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
+use iceberg::spec::PrimitiveType;
 use iceberg::table::Table;
 use iceberg::{Catalog, TableIdent};
 use serde_json::json;
@@ -615,49 +616,83 @@ impl Ingestor {
     )> {
         let uri = params.uri;
         let written = write_object(table, tctx, route, opened.body, params).await;
+        // New fields no column may be made of (a limit, a name): their records are quarantined.
+        let mut refused = BTreeMap::new();
         let evolved = match &written {
             Ok(w) if tctx.cfg.schema_policy == SchemaPolicy::Additive => {
-                crate::evolve::evolve_ingest_schema(table.metadata(), &w.unknown, &w.widen)
-                    .map_err(|e| {
-                        Error::iceberg(format!("evolving the schema of {}", tctx.ident), e)
-                    })?
+                let ingest = &self.config.ingest;
+                refused = crate::evolve::refuse_new_columns(
+                    table.metadata(),
+                    &w.unknown,
+                    ingest.max_new_columns,
+                    ingest.max_columns,
+                );
+                let admitted: BTreeMap<String, Option<PrimitiveType>> = w
+                    .unknown
+                    .iter()
+                    .filter(|(name, _)| !refused.contains_key(*name))
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect();
+                crate::evolve::evolve_ingest_schema(table.metadata(), &admitted, &w.widen).map_err(
+                    |e| Error::iceberg(format!("evolving the schema of {}", tctx.ident), e),
+                )?
             }
             _ => None,
         };
-        let (Some((schema, what)), Ok(first)) = (&evolved, &written) else {
-            // No second pass: a deferred quarantine limit applies now.
-            if let Ok(w) = &written {
-                if w.quarantine_over_limit {
-                    crate::write::delete_uncommitted(table, &w.files).await;
-                    return Err(rows::quarantine_limit(uri, params.max_quarantine_bytes));
+        let first = match &written {
+            Ok(first) if evolved.is_some() || !refused.is_empty() => first,
+            _ => {
+                // No second pass: a deferred quarantine limit applies now.
+                if let Ok(w) = &written {
+                    if w.quarantine_over_limit {
+                        crate::write::delete_uncommitted(table, &w.files).await;
+                        return Err(rows::quarantine_limit(uri, params.max_quarantine_bytes));
+                    }
                 }
+                return Ok((written, evolved));
             }
-            return Ok((written, evolved));
         };
-        tracing::info!(object = %uri, table = %tctx.ident, change = %what, "input evolves the table schema");
-        crate::write::delete_uncommitted(table, &first.files).await;
-        // A change that would break a pipeline reading the table follows `on_consumer_break`.
-        if let Some(refusal) = self.consumer_refusal(tctx, table, schema, what).await? {
-            let proposed = consumer_gate::Proposed {
-                unknown: first.unknown.clone(),
-                widen: first.widen.clone(),
-            };
-            drop(written);
-            return self
-                .without_change(obj, table, tctx, route, read, params, refusal, &proposed)
-                .await;
+        if !refused.is_empty() {
+            tracing::warn!(object = %uri, table = %tctx.ident, refused = ?refused.keys().collect::<Vec<_>>(), "new fields not added as columns; their records are quarantined");
         }
-        let evolved_table = crate::write::with_schema(table, schema.clone())?;
+        crate::write::delete_uncommitted(table, &first.files).await;
+        let target = match &evolved {
+            Some((schema, what)) => {
+                tracing::info!(object = %uri, table = %tctx.ident, change = %what, "input evolves the table schema");
+                // A change that would break a pipeline reading the table follows
+                // `on_consumer_break`.
+                if let Some(refusal) = self.consumer_refusal(tctx, table, schema, what).await? {
+                    let proposed = consumer_gate::Proposed {
+                        unknown: first
+                            .unknown
+                            .iter()
+                            .filter(|(name, _)| !refused.contains_key(*name))
+                            .map(|(k, v)| (k.clone(), v.clone()))
+                            .collect(),
+                        widen: first.widen.clone(),
+                    };
+                    drop(written);
+                    return self
+                        .without_change(
+                            obj, table, tctx, route, read, params, refusal, &proposed, refused,
+                        )
+                        .await;
+                }
+                crate::write::with_schema(table, schema.clone())?
+            }
+            None => table.clone(),
+        };
         // Pinned to the version read first: an overwrite in between must not put other
         // content under this identity. A mismatch is retryable: the redelivery starts over.
         let reopened = self.reopen_pinned(obj, read).await?;
         // The second pass is final: the quarantine limit applies as it goes.
         let second = WriteParams {
             defer_quarantine_limit: false,
+            refused: Some(&refused).filter(|r| !r.is_empty()),
             ..*params
         };
         drop(written);
-        let written = write_object(&evolved_table, tctx, route, reopened.body, &second).await;
+        let written = write_object(&target, tctx, route, reopened.body, &second).await;
         Ok((written, evolved))
     }
 

@@ -119,8 +119,9 @@ pub(super) struct WriteParams<'a> {
     /// Appended to every quarantined record's reason (a refused schema change, see
     /// `consumer_gate`); counted against `max_quarantine_bytes` like the rest of the line.
     pub(super) reason_note: Option<&'a str>,
-    /// Fields whose value quarantines the record (the refused part of a schema change).
-    pub(super) refused: Option<&'a std::collections::BTreeSet<String>>,
+    /// Fields whose value quarantines the record, each with the reason (the refused part of a
+    /// schema change: a consumer it would break, a column limit, a name no column takes).
+    pub(super) refused: Option<&'a std::collections::BTreeMap<String, String>>,
     /// Most distinct keys `unique` checks remember (`max_unique_keys`).
     pub(super) max_unique_keys: usize,
 }
