@@ -393,7 +393,7 @@ async fn new_fields_no_column_may_be_made_of_quarantine_their_records_and_column
             r#""":1"#.to_string(),
             r#""tab\there":1,"nul\u0000":null"#.to_string(),
             r#""a.b":2,"x y":"s","ключ":true"#.to_string(),
-            r#""a.b":3"#.to_string(),
+            r#""a.b":3,"_id":"x""#.to_string(),
         ],
     );
     env.put("orders/names.jsonl", text).await;
@@ -403,6 +403,8 @@ async fn new_fields_no_column_may_be_made_of_quarantine_their_records_and_column
         (2, 2),
         "{r:?}"
     );
+    // A reserved name is no column: its values are dropped, and the report says so.
+    assert!(r.unknown_fields.contains(&"_id".to_string()), "{r:?}");
     let q = quarantined(&env, &r).await;
     assert!(q[0].1.starts_with("field \"\" is not added as a column: a column name must be 1 to 256 bytes without control characters"), "{q:?}");
     assert!(

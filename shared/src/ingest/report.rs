@@ -205,11 +205,12 @@ pub(super) fn report_written(
     r.quality = quality_counts(&written.quality);
     r.contract_version = Some(tctx.cfg.contract_version());
     r.unknown_fields = match evolved {
-        // Everything the first pass saw is in the evolved schema unless it had no type.
+        // Everything the first pass saw is in the evolved schema unless it had no type or a
+        // reserved name (`_id`: its values are dropped, said here and in the summary).
         Some(_) => written
             .unknown
             .iter()
-            .filter(|(_, t)| t.is_none())
+            .filter(|(k, t)| t.is_none() || k.starts_with('_'))
             .map(|(k, _)| k.clone())
             .collect(),
         None => written.unknown.keys().cloned().collect(),
