@@ -1122,24 +1122,29 @@ fn scan_keys(
                 }
             }
             Some(_) => {}
-            None => {
-                let t = json_type(&v);
-                let slot = unknown.entry(k).or_insert(None);
-                *slot = match (slot.take(), t) {
-                    (None, t) => t,
-                    (Some(a), None) => Some(a),
-                    (Some(PrimitiveType::Long), Some(PrimitiveType::Double)) => {
-                        Some(PrimitiveType::Double)
-                    }
-                    (Some(a), Some(b)) if a == b => Some(a),
-                    (Some(PrimitiveType::Double), Some(PrimitiveType::Long)) => {
-                        Some(PrimitiveType::Double)
-                    }
-                    (Some(_), Some(_)) => Some(PrimitiveType::String),
-                };
-            }
+            None => merge_unknown(unknown, k, json_type(&v)),
         }
     }
+}
+
+/// Folds what one more value of unknown field `name` suggests (`seen`, None for a null) into
+/// `unknown`: a type once seen is never forgotten (a later run of nulls must not make the field
+/// typeless: it would be neither added nor refused, its values dropped), longs and doubles make a
+/// double, any other mix a string.
+pub(crate) fn merge_unknown(
+    unknown: &mut BTreeMap<String, Option<PrimitiveType>>,
+    name: String,
+    seen: Option<PrimitiveType>,
+) {
+    let slot = unknown.entry(name).or_insert(None);
+    *slot = match (slot.take(), seen) {
+        (None, t) => t,
+        (Some(a), None) => Some(a),
+        (Some(a), Some(b)) if a == b => Some(a),
+        (Some(PrimitiveType::Long), Some(PrimitiveType::Double))
+        | (Some(PrimitiveType::Double), Some(PrimitiveType::Long)) => Some(PrimitiveType::Double),
+        (Some(_), Some(_)) => Some(PrimitiveType::String),
+    };
 }
 
 /// The Iceberg type a JSON value suggests (None for null and nested values).
@@ -1372,12 +1377,17 @@ fn decode_jsonl(reader: Box<dyn Read + '_>, ctx: &mut Ctx<'_>) -> Result<(), Dec
                     for &(s, e, _) in &chunk.spans {
                         scan_keys(&chunk.buf[s..e], &known, &mut found, &mut widen);
                     }
-                    let new: BTreeMap<String, Option<PrimitiveType>> = found
-                        .into_iter()
-                        .filter(|(k, t)| reported.get(k) != Some(t))
-                        .collect();
+                    // Only what changes the types reported so far (merged: a chunk of nulls
+                    // does not take a type back).
+                    let mut new = BTreeMap::new();
+                    for (k, t) in found {
+                        let before = reported.get(&k).cloned();
+                        merge_unknown(&mut reported, k.clone(), t);
+                        if reported.get(&k) != before.as_ref() {
+                            new.insert(k.clone(), reported[&k].clone());
+                        }
+                    }
                     if !new.is_empty() {
-                        reported.extend(new.clone());
                         ctx.send(Piece::UnknownFields(new))?;
                     }
                     widen.retain(|k, t| widened.get(k) != Some(t));
@@ -2146,7 +2156,11 @@ mod tests {
             match p {
                 Piece::Batch(b) => rows += b.num_rows(),
                 Piece::Rejected(r) => rejected.extend(r),
-                Piece::UnknownFields(u) => unknown.extend(u),
+                Piece::UnknownFields(u) => {
+                    for (k, t) in u {
+                        merge_unknown(&mut unknown, k, t);
+                    }
+                }
                 Piece::Widen(_) => {}
             }
             true
@@ -2154,6 +2168,25 @@ mod tests {
         .unwrap();
         rejected.sort_by_key(|r| r.record);
         (seen, rows, rejected, unknown)
+    }
+
+    #[test]
+    fn an_unknown_fields_type_survives_a_later_chunk_of_nulls() {
+        // Before: the chunk of nulls reported the field again without a type and the report
+        // replaced the first: typeless, the field was neither added nor refused and its values
+        // were dropped. A string seen before longs stayed a long too.
+        let t = "\"t\":\"2026-11-30T10:00:00Z\"";
+        let mut input = String::new();
+        for i in 0..4 {
+            input.push_str(&format!("{{\"id\":\"{i}\",\"x\":2,\"s\":\"a\",{t}}}\n"));
+        }
+        for i in 4..8 {
+            input.push_str(&format!("{{\"id\":\"{i}\",\"x\":null,\"s\":7,{t}}}\n"));
+        }
+        let (seen, rows, rejected, unknown) = run(input.as_bytes(), &spec(Format::Jsonl));
+        assert_eq!((seen, rows, rejected.len()), (8, 8, 0));
+        assert_eq!(unknown["x"], Some(PrimitiveType::Long), "{unknown:?}");
+        assert_eq!(unknown["s"], Some(PrimitiveType::String), "{unknown:?}");
     }
 
     #[test]

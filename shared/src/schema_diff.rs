@@ -147,8 +147,21 @@ async fn against_object(
             })
         })
         .collect();
-    // As ingest would evolve it: new ids above last-column-id, dropped columns not re-added.
-    let proposed = evolve_ingest_schema(md, &scanned.unknown, &scanned.widen)
+    // As ingest would evolve it: new ids above last-column-id, dropped columns not re-added, no
+    // column of a field ingest refuses (a name no column takes, beyond the column limits).
+    let refused = crate::evolve::refuse_new_columns(
+        md,
+        &scanned.unknown,
+        config.ingest.max_new_columns,
+        config.ingest.max_columns,
+    );
+    let admitted: std::collections::BTreeMap<_, _> = scanned
+        .unknown
+        .iter()
+        .filter(|(name, _)| !refused.contains_key(*name))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let proposed = evolve_ingest_schema(md, &admitted, &scanned.widen)
         .map_err(|e| Error::iceberg("evolving", e))?
         .map(|(s, _)| s)
         .unwrap_or_else(|| current.clone());
@@ -162,6 +175,13 @@ async fn against_object(
         changes.push(FieldChange {
             field: name.clone(),
             change: "new field with no scalar type (null or nested): not added".into(),
+            class: Class::Breaking,
+        });
+    }
+    for (name, reason) in refused {
+        changes.push(FieldChange {
+            field: name,
+            change: format!("not added, its records quarantined: {reason}"),
             class: Class::Breaking,
         });
     }

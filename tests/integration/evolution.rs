@@ -336,6 +336,15 @@ async fn schema_diff_classifies_config_and_object_changes() {
             .any(|c| c.field == "(records)" && c.change.starts_with("3 record(s)")),
         "{r:?}"
     );
+    // A field ingest would not make a column of is breaking (its records are quarantined).
+    env.put("orders/no-name.jsonl", with_field(&orders(2, 43), "", "1"))
+        .await;
+    let uri = format!("s3://{}/orders/no-name.jsonl", env.bucket);
+    let r = schema_diff(&env.config, "orders", Some(&uri))
+        .await
+        .unwrap();
+    assert_eq!(class_of(&r, ""), Some(Class::Breaking), "{r:?}");
+    assert!(r.breaking, "{r:?}");
 }
 
 /// Each line of `text` with `extra` (JSON members) added.
@@ -476,4 +485,33 @@ async fn new_fields_no_column_may_be_made_of_quarantine_their_records_and_column
     assert_eq!(py["rows"], 6, "{py}");
     let duck = env.duckdb_rows(table.metadata_location().unwrap(), "order_id");
     assert_eq!(duck["rows"], 6, "{duck}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_field_whose_later_records_are_null_is_still_added() {
+    // Before: a chunk where the new field was only null took its type back, and the field was
+    // neither added nor refused: the earlier chunks' values were dropped without a trace.
+    let mut env = TestEnv::new("sqlite").await;
+    env.config.ingest.chunk_records = 4;
+    let ingestor = env.ingestor().await;
+    let mut extra = vec![r#""y":1"#.to_string(); 4];
+    extra.extend(vec![r#""y":null"#.to_string(); 4]);
+    env.put("orders/nulls.jsonl", with_members(&orders(8, 5), &extra))
+        .await;
+    let r = env.ingest(&ingestor, "orders/nulls.jsonl").await.unwrap();
+    assert_eq!(
+        (r.records_committed, r.records_quarantined),
+        (8, 0),
+        "{r:?}"
+    );
+    let batches = env.scan_all(ingestor.catalog().as_ref()).await;
+    let ones: usize = batches
+        .iter()
+        .map(|b| {
+            let y = b.column_by_name("y").expect("column y");
+            let y = y.as_any().downcast_ref::<Int64Array>().unwrap();
+            y.iter().flatten().filter(|v| *v == 1).count()
+        })
+        .sum();
+    assert_eq!(ones, 4);
 }

@@ -692,7 +692,11 @@ impl Ingestor {
             ..*params
         };
         drop(written);
-        let written = write_object(&target, tctx, route, reopened.body, &second).await;
+        let mut written = write_object(&target, tctx, route, reopened.body, &second).await;
+        if let Ok(w) = &mut written {
+            // Refused, not ignored: their values' records are quarantined, not reported dropped.
+            w.unknown.retain(|name, _| !refused.contains_key(name));
+        }
         Ok((written, evolved))
     }
 

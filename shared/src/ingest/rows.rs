@@ -302,7 +302,11 @@ pub(super) async fn write_object(
                     }
                 }
             }
-            Piece::UnknownFields(u) => w.unknown.extend(u),
+            Piece::UnknownFields(u) => {
+                for (k, t) in u {
+                    crate::decode::merge_unknown(&mut w.unknown, k, t);
+                }
+            }
             Piece::Widen(u) => w.widen.extend(u),
         }
     }
