@@ -1,6 +1,8 @@
 //! Writing rows as Iceberg data files: Parquet through iceberg's writers, split by partition,
 //! rolled at the target size. Shared by ingest and compaction.
 
+use std::collections::BTreeSet;
+
 use arrow::array::RecordBatch;
 use arrow::array::{Array, ArrayRef, Scalar, StructArray};
 use iceberg::arrow::{PartitionValueCalculator, RecordBatchPartitionSplitter};
@@ -23,8 +25,21 @@ use crate::error::{Error, Result};
 type DataWriterBuilder =
     DataFileWriterBuilder<ParquetWriterBuilder, DefaultLocationGenerator, DefaultFileNameGenerator>;
 
-/// Where rows go: a partition fan-out or a single unpartitioned writer (both large: boxed).
-pub(crate) enum Sink {
+/// Where rows go ([`Writers`]), and the string/binary columns that held a value too long for
+/// exact Parquet statistics (their bounds are left out of the files' entries, see
+/// [`Sink::close`]).
+pub(crate) struct Sink {
+    writers: Writers,
+    /// The table's default spec (the files' spec), for rebuilding their entries.
+    spec_id: i32,
+    /// Field ids of columns that held a value longer than [`STATS_TRUNCATE_BYTES`].
+    long_values: BTreeSet<i32>,
+    /// Such a value was seen in a column without a field id: every string/binary bound goes.
+    long_unidentified: bool,
+}
+
+/// A partition fan-out or a single unpartitioned writer (both large: boxed).
+pub(crate) enum Writers {
     /// Partitioned: split each batch by partition, one rolling writer per partition. The
     /// calculator gives the batch's partition values, to skip the split of a batch that holds
     /// one partition only.
@@ -42,8 +57,17 @@ pub(crate) enum Sink {
 impl Sink {
     /// Writes a batch (any partitions).
     pub(crate) async fn write(&mut self, batch: RecordBatch) -> iceberg::Result<()> {
-        match self {
-            Sink::Fanout(fan) => {
+        let batch = without_run_ends(batch)?;
+        for (field, column) in batch.schema().fields().iter().zip(batch.columns()) {
+            long_value_columns(
+                field,
+                column,
+                &mut self.long_values,
+                &mut self.long_unidentified,
+            );
+        }
+        match &mut self.writers {
+            Writers::Fanout(fan) => {
                 let (w, splitter, values) = &mut **fan;
                 // iceberg's split turns every row's partition value into a `Literal` and hashes
                 // it (~17 % of the CPU of ingesting a big object on one core). Batches hold one
@@ -67,16 +91,215 @@ impl Sink {
                 }
                 Ok(())
             }
-            Sink::Plain(w) => w.write(batch).await,
+            Writers::Plain(w) => w.write(batch).await,
         }
     }
-    /// Closes all files and returns them.
+
+    /// Closes all files and returns their entries. A column that held a value longer than
+    /// [`STATS_TRUNCATE_BYTES`] has no lower/upper bound in them: Parquet truncates such a row
+    /// group's min/max (inexact) and iceberg takes the bounds of a file from its exact row
+    /// groups only, so with several row groups a file's bounds could exclude some of its rows
+    /// and every reader that prunes by them (PyIceberg, DuckDB, Spark, Trino) would skip
+    /// matching rows. Iceberg Java leaves such a column's bounds out likewise.
     pub(crate) async fn close(self) -> iceberg::Result<Vec<DataFile>> {
-        match self {
-            Sink::Fanout(fan) => fan.0.close().await,
-            Sink::Plain(w) => w.close().await,
+        let files = match self.writers {
+            Writers::Fanout(fan) => fan.0.close().await?,
+            Writers::Plain(w) => w.close().await?,
+        };
+        if self.long_values.is_empty() && !self.long_unidentified {
+            return Ok(files);
+        }
+        files
+            .into_iter()
+            .map(|f| {
+                without_bounds(f, self.spec_id, |id, d| {
+                    self.long_values.contains(&id)
+                        || (self.long_unidentified
+                            && matches!(
+                                d.data_type(),
+                                iceberg::spec::PrimitiveType::String
+                                    | iceberg::spec::PrimitiveType::Binary
+                                    | iceberg::spec::PrimitiveType::Fixed(_)
+                            ))
+                })
+            })
+            .collect()
+    }
+}
+
+/// `batch` with its run-end encoded columns decoded to their plain type (field ids kept):
+/// iceberg's reader gives a column an identity partition holds as one (built from the
+/// partition value), which its partition calculator and Parquet writer do not take.
+fn without_run_ends(batch: RecordBatch) -> iceberg::Result<RecordBatch> {
+    use arrow_schema::DataType;
+    if !batch
+        .columns()
+        .iter()
+        .any(|c| matches!(c.data_type(), DataType::RunEndEncoded(..)))
+    {
+        return Ok(batch);
+    }
+    let schema = batch.schema();
+    let mut fields = Vec::with_capacity(batch.num_columns());
+    let mut columns = Vec::with_capacity(batch.num_columns());
+    for (f, c) in schema.fields().iter().zip(batch.columns()) {
+        match c.data_type() {
+            DataType::RunEndEncoded(_, values) => {
+                let plain = arrow::compute::cast(c, values.data_type()).map_err(|e| {
+                    iceberg::Error::new(
+                        iceberg::ErrorKind::DataInvalid,
+                        format!("decoding run-end encoded column `{}`: {e}", f.name()),
+                    )
+                })?;
+                fields.push(std::sync::Arc::new(
+                    arrow_schema::Field::new(f.name(), values.data_type().clone(), f.is_nullable())
+                        .with_metadata(f.metadata().clone()),
+                ));
+                columns.push(plain);
+            }
+            _ => {
+                fields.push(f.clone());
+                columns.push(c.clone());
+            }
         }
     }
+    let schema = arrow_schema::Schema::new_with_metadata(fields, schema.metadata().clone());
+    RecordBatch::try_new(std::sync::Arc::new(schema), columns).map_err(|e| {
+        iceberg::Error::new(
+            iceberg::ErrorKind::DataInvalid,
+            format!("decoding run-end encoded columns: {e}"),
+        )
+    })
+}
+
+/// Parquet's bound on the min/max it writes exactly (longer values are truncated, inexact).
+const STATS_TRUNCATE_BYTES: usize = 4096;
+
+/// Adds to `ids` the field ids of the string/binary columns (at any depth) of `array` holding
+/// a value longer than [`STATS_TRUNCATE_BYTES`]; `unidentified` when such a column has none.
+fn long_value_columns(
+    field: &arrow_schema::Field,
+    array: &ArrayRef,
+    ids: &mut BTreeSet<i32>,
+    unidentified: &mut bool,
+) {
+    use arrow::array::AsArray;
+    use arrow_schema::DataType as T;
+    const MAX: usize = STATS_TRUNCATE_BYTES;
+    let long = match array.data_type() {
+        T::Utf8 => max_len(array.as_string::<i32>().offsets()) > MAX,
+        T::LargeUtf8 => max_len(array.as_string::<i64>().offsets()) > MAX,
+        T::Binary => max_len(array.as_binary::<i32>().offsets()) > MAX,
+        T::LargeBinary => max_len(array.as_binary::<i64>().offsets()) > MAX,
+        T::Utf8View => array
+            .as_string_view()
+            .views()
+            .iter()
+            .any(|v| (*v as u32) as usize > MAX),
+        T::BinaryView => array
+            .as_binary_view()
+            .views()
+            .iter()
+            .any(|v| (*v as u32) as usize > MAX),
+        T::FixedSizeBinary(n) => *n as usize > MAX,
+        T::Struct(fields) => {
+            let s = array.as_struct();
+            for (f, c) in fields.iter().zip(s.columns()) {
+                long_value_columns(f, c, ids, unidentified);
+            }
+            false
+        }
+        T::List(f) => {
+            long_value_columns(f, array.as_list::<i32>().values(), ids, unidentified);
+            false
+        }
+        T::LargeList(f) => {
+            long_value_columns(f, array.as_list::<i64>().values(), ids, unidentified);
+            false
+        }
+        T::FixedSizeList(f, _) => {
+            long_value_columns(f, array.as_fixed_size_list().values(), ids, unidentified);
+            false
+        }
+        T::Map(f, _) => {
+            let entries: ArrayRef = std::sync::Arc::new(array.as_map().entries().clone());
+            long_value_columns(f, &entries, ids, unidentified);
+            false
+        }
+        T::Dictionary(_, _) => {
+            let values = array.as_any_dictionary().values().clone();
+            let inner = arrow_schema::Field::new(field.name(), values.data_type().clone(), true)
+                .with_metadata(field.metadata().clone());
+            long_value_columns(&inner, &values, ids, unidentified);
+            false
+        }
+        _ => false,
+    };
+    if long {
+        match field
+            .metadata()
+            .get(parquet::arrow::PARQUET_FIELD_ID_META_KEY)
+            .and_then(|v| v.parse::<i32>().ok())
+        {
+            Some(id) => {
+                ids.insert(id);
+            }
+            None => *unidentified = true,
+        }
+    }
+}
+
+/// The longest value of a string/binary array by its offsets.
+fn max_len<O: arrow::array::OffsetSizeTrait>(offsets: &arrow::buffer::OffsetBuffer<O>) -> usize {
+    offsets
+        .windows(2)
+        .map(|w| (w[1] - w[0]).as_usize())
+        .max()
+        .unwrap_or(0)
+}
+
+/// `f`'s entry without the lower/upper bounds `drop` names (field id, bound).
+fn without_bounds(
+    f: DataFile,
+    spec_id: i32,
+    drop: impl Fn(i32, &iceberg::spec::Datum) -> bool,
+) -> iceberg::Result<DataFile> {
+    let keep = |m: &std::collections::HashMap<i32, iceberg::spec::Datum>| {
+        m.iter()
+            .filter(|(id, d)| !drop(**id, d))
+            .map(|(id, d)| (*id, d.clone()))
+            .collect::<std::collections::HashMap<_, _>>()
+    };
+    let mut b = iceberg::spec::DataFileBuilder::default();
+    b.content(f.content_type())
+        .file_path(f.file_path().to_string())
+        .file_format(f.file_format())
+        .partition(f.partition().clone())
+        .partition_spec_id(spec_id)
+        .record_count(f.record_count())
+        .file_size_in_bytes(f.file_size_in_bytes())
+        .column_sizes(f.column_sizes().clone())
+        .value_counts(f.value_counts().clone())
+        .null_value_counts(f.null_value_counts().clone())
+        .nan_value_counts(f.nan_value_counts().clone())
+        .lower_bounds(keep(f.lower_bounds()))
+        .upper_bounds(keep(f.upper_bounds()))
+        .key_metadata(f.key_metadata().map(<[u8]>::to_vec))
+        .split_offsets(f.split_offsets().map(<[i64]>::to_vec))
+        .equality_ids(f.equality_ids())
+        .first_row_id(f.first_row_id())
+        .referenced_data_file(f.referenced_data_file())
+        .content_offset(f.content_offset())
+        .content_size_in_bytes(f.content_size_in_bytes());
+    if let Some(id) = f.sort_order_id() {
+        b.sort_order_id(id);
+    }
+    b.build().map_err(|e| {
+        iceberg::Error::new(
+            iceberg::ErrorKind::Unexpected,
+            format!("rebuilding a data file entry: {e}"),
+        )
+    })
 }
 
 /// Partitions a batch is cut into by [`by_partition`] before the rest goes to iceberg's split.
@@ -164,7 +387,8 @@ pub fn writer_properties() -> WriterProperties {
         // Exact min/max up to 4 KiB: `_source` (`s3://bucket/key#version`, keys up to 1 KiB)
         // keeps exact bounds, which the durable duplicate check prunes files by. parquet's
         // default (64 bytes) makes long values inexact, and iceberg then records no bounds.
-        .set_statistics_truncate_length(Some(4096))
+        // A longer value makes its row group's min/max inexact: see [`Sink::close`].
+        .set_statistics_truncate_length(Some(STATS_TRUNCATE_BYTES))
         .build()
 }
 
@@ -184,17 +408,20 @@ pub(crate) fn build_sink(
         RollingFileWriterBuilder::new(pw, target_bytes, table.file_io().clone(), loc, names);
     let dfw = DataFileWriterBuilder::new(rolling);
     let spec = md.default_partition_spec().clone();
-    if spec.is_unpartitioned() {
-        Ok(Sink::Plain(Box::new(UnpartitionedWriter::new(dfw))))
+    let spec_id = spec.spec_id();
+    let writers = if spec.is_unpartitioned() {
+        Writers::Plain(Box::new(UnpartitionedWriter::new(dfw)))
     } else {
         let values = PartitionValueCalculator::try_new(&spec, &schema)?;
         let splitter = RecordBatchPartitionSplitter::try_new_with_computed_values(schema, spec)?;
-        Ok(Sink::Fanout(Box::new((
-            FanoutWriter::new(dfw),
-            splitter,
-            values,
-        ))))
-    }
+        Writers::Fanout(Box::new((FanoutWriter::new(dfw), splitter, values)))
+    };
+    Ok(Sink {
+        writers,
+        spec_id,
+        long_values: BTreeSet::new(),
+        long_unidentified: false,
+    })
 }
 
 /// `table` with `schema` as its current schema (locally, for writing; committed with the data).
@@ -506,6 +733,83 @@ mod tests {
             .collect();
         out.sort();
         out
+    }
+
+    /// A file of several row groups where one row group holds a value longer than Parquet's
+    /// exact statistics: its bounds must still cover every row (or be left out), else a
+    /// reader pruning by them skips the long values' rows.
+    #[tokio::test]
+    async fn bounds_cover_every_row_when_a_row_group_has_a_value_too_long_for_exact_statistics() {
+        use arrow::array::StringArray;
+        use iceberg::spec::{Datum, PrimitiveLiteral};
+        let md: TableMetadata = serde_json::from_value(serde_json::json!({
+            "format-version": 2, "table-uuid": "9c12d441-03fe-4693-9a96-a0705ddf69c2",
+            "location": "memory:///w/s", "last-sequence-number": 0, "last-updated-ms": 1000,
+            "last-column-id": 2, "current-schema-id": 0,
+            "schemas": [{"type": "struct", "schema-id": 0, "fields": [
+                {"id": 1, "name": "id", "required": false, "type": "long"},
+                {"id": 2, "name": "region", "required": false, "type": "string"}]}],
+            "default-spec-id": 0, "partition-specs": [{"spec-id": 0, "fields": []}],
+            "last-partition-id": 999, "default-sort-order-id": 0,
+            "sort-orders": [{"order-id": 0, "fields": []}],
+            "properties": {}, "snapshots": [], "snapshot-log": [], "metadata-log": [],
+            "refs": {}
+        }))
+        .unwrap();
+        let t = Table::builder()
+            .metadata(md)
+            .metadata_location("memory:///w/s/metadata/00000-x.metadata.json".to_string())
+            .identifier(TableIdent::from_strs(["floe", "s"]).unwrap())
+            .file_io(iceberg::io::FileIO::new_with_memory())
+            .runtime(iceberg::Runtime::try_current().unwrap())
+            .build()
+            .unwrap();
+        let schema = Arc::new(
+            iceberg::arrow::schema_to_arrow_schema(t.metadata().current_schema()).unwrap(),
+        );
+        // Two row groups (128 Ki rows each at most); the first holds the smallest and the
+        // greatest value, both 5,000 bytes long.
+        let n = 140_000usize;
+        let (low, high) = ("A".repeat(5000), "z".repeat(5000));
+        let regions: Vec<String> = (0..n)
+            .map(|i| match i {
+                5 => low.clone(),
+                6 => high.clone(),
+                _ => format!("m{:06}", i % 1000),
+            })
+            .collect();
+        let batch = RecordBatch::try_new(
+            schema,
+            vec![
+                Arc::new(Int64Array::from_iter_values(0..n as i64)),
+                Arc::new(StringArray::from(regions)),
+            ],
+        )
+        .unwrap();
+        let mut sink = build_sink(&t, 1 << 30, "w").unwrap();
+        for start in (0..n).step_by(10_000) {
+            sink.write(batch.slice(start, 10_000.min(n - start)))
+                .await
+                .unwrap();
+        }
+        let files = sink.close().await.unwrap();
+        assert_eq!(files.len(), 1);
+        let f = &files[0];
+        assert_eq!(f.record_count(), n as u64);
+        let text = |d: &Datum| match d.literal() {
+            PrimitiveLiteral::String(s) => s.clone(),
+            other => panic!("not a string bound: {other:?}"),
+        };
+        if let Some(lower) = f.lower_bounds().get(&2) {
+            let lower = text(lower);
+            assert!(lower <= low, "lower bound {lower:.8} excludes a row");
+        }
+        if let Some(upper) = f.upper_bounds().get(&2) {
+            let upper = text(upper);
+            assert!(upper >= high, "upper bound {upper:.8} excludes a row");
+        }
+        // The other column keeps its bounds.
+        assert!(f.lower_bounds().contains_key(&1) && f.upper_bounds().contains_key(&1));
     }
 
     #[tokio::test]
