@@ -177,17 +177,65 @@ pub fn diff(
 /// ids above the table's `last-column-id`: ids of dropped columns are never reused (old files
 /// still hold values under them, which would reappear under the new name).
 ///
+/// Widenings named in [`partition_bound_widenings`] are not taken (the column keeps its type).
 pub(crate) fn evolve_table_schema(
     metadata: &TableMetadata,
     unknown: &std::collections::BTreeMap<String, Option<PrimitiveType>>,
     widen: &std::collections::BTreeMap<String, PrimitiveType>,
 ) -> iceberg::Result<Option<(Schema, String)>> {
+    let bound = partition_bound_widenings(metadata, widen);
+    let widen: std::collections::BTreeMap<String, PrimitiveType> = widen
+        .iter()
+        .filter(|(name, _)| !bound.contains_key(*name))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
     evolve_above(
         metadata.current_schema(),
         metadata.last_column_id(),
         unknown,
-        widen,
+        &widen,
     )
+}
+
+/// The widenings of `widen` the table cannot take, each with the reason: a column that a
+/// partition field of any of the table's specs takes its value from with the column's own type
+/// (identity, truncate, void). Committed files carry partition values of the narrower type,
+/// and a manifest written later under the wider schema (a merge on append, an overwrite,
+/// compaction, a manifest rewrite) could not hold them. Bucket and time transforms give the
+/// same type either way, so those columns may widen.
+pub(crate) fn partition_bound_widenings(
+    metadata: &TableMetadata,
+    widen: &std::collections::BTreeMap<String, PrimitiveType>,
+) -> std::collections::BTreeMap<String, String> {
+    let schema = metadata.current_schema();
+    let mut out = std::collections::BTreeMap::new();
+    for (name, to) in widen {
+        let Some(field) = schema.field_by_name(name) else {
+            continue;
+        };
+        let Type::Primitive(from) = field.field_type.as_ref() else {
+            continue;
+        };
+        let from = Type::Primitive(from.clone());
+        let to = Type::Primitive(to.clone());
+        let bound = metadata.partition_specs_iter().find_map(|spec| {
+            spec.fields().iter().find(|pf| {
+                pf.source_id == field.id
+                    && pf.transform.result_type(&from).ok() != pf.transform.result_type(&to).ok()
+            })
+        });
+        if let Some(pf) = bound {
+            out.insert(
+                name.clone(),
+                format!(
+                    "column `{name}` ({from}) cannot widen to {to}: partition field `{}` ({}) \
+                     holds its values with its type",
+                    pf.name, pf.transform
+                ),
+            );
+        }
+    }
+    out
 }
 
 /// [`evolve_table_schema`] for an ingested object: a field named like a column the table
@@ -408,6 +456,66 @@ mod tests {
 
     fn day(s: &str) -> NaiveDate {
         NaiveDate::parse_from_str(s, "%Y-%m-%d").unwrap()
+    }
+
+    #[test]
+    fn a_column_a_partition_holds_with_its_own_type_does_not_widen() {
+        let md: TableMetadata = serde_json::from_value(serde_json::json!({
+            "format-version": 2, "table-uuid": "9c12d441-03fe-4693-9a96-a0705ddf69c3",
+            "location": "memory:///w/p", "last-sequence-number": 0, "last-updated-ms": 1000,
+            "last-column-id": 4, "current-schema-id": 0,
+            "schemas": [{"type": "struct", "schema-id": 0, "fields": [
+                {"id": 1, "name": "items", "required": false, "type": "int"},
+                {"id": 2, "name": "n", "required": false, "type": "int"},
+                {"id": 3, "name": "amount", "required": false, "type": "decimal(9, 2)"},
+                {"id": 4, "name": "free", "required": false, "type": "int"}]}],
+            "default-spec-id": 1, "partition-specs": [
+                {"spec-id": 0, "fields": [
+                    {"source-id": 3, "field-id": 1000, "name": "amount_trunc", "transform": "truncate[10]"}]},
+                {"spec-id": 1, "fields": [
+                    {"source-id": 1, "field-id": 1001, "name": "items", "transform": "identity"},
+                    {"source-id": 2, "field-id": 1002, "name": "n_bucket", "transform": "bucket[4]"}]}],
+            "last-partition-id": 1002, "default-sort-order-id": 0,
+            "sort-orders": [{"order-id": 0, "fields": []}],
+            "properties": {}, "snapshots": [], "snapshot-log": [], "metadata-log": [],
+            "refs": {}
+        }))
+        .unwrap();
+        let widen = std::collections::BTreeMap::from([
+            ("items".to_string(), PrimitiveType::Long),
+            ("n".to_string(), PrimitiveType::Long),
+            (
+                "amount".to_string(),
+                PrimitiveType::Decimal {
+                    precision: 12,
+                    scale: 2,
+                },
+            ),
+            ("free".to_string(), PrimitiveType::Long),
+        ]);
+        // Identity (current spec) and truncate (an older spec, files may still use it) hold
+        // the column's own type; a bucket's value is an int either way.
+        let bound = partition_bound_widenings(&md, &widen);
+        assert_eq!(
+            bound.keys().map(String::as_str).collect::<Vec<_>>(),
+            vec!["amount", "items"]
+        );
+        assert!(
+            bound["items"].contains("partition field `items` (identity)"),
+            "{bound:?}"
+        );
+        let (schema, what) = evolve_table_schema(&md, &Default::default(), &widen)
+            .unwrap()
+            .unwrap();
+        let ty = |n: &str| schema.field_by_name(n).unwrap().field_type.to_string();
+        assert_eq!(ty("items"), "int");
+        assert_eq!(ty("amount"), "decimal(9, 2)");
+        assert_eq!(ty("n"), "long");
+        assert_eq!(ty("free"), "long");
+        assert!(
+            !what.contains("items") && !what.contains("amount"),
+            "{what}"
+        );
     }
 
     #[test]

@@ -515,3 +515,51 @@ async fn a_new_field_whose_later_records_are_null_is_still_added() {
         .sum();
     assert_eq!(ones, 4);
 }
+
+/// A column a partition holds by identity keeps its type: committed files carry its partition
+/// values as ints, and a manifest written under a long column (a merge, compaction, a manifest
+/// rewrite) could not hold them. Values needing the wider type are quarantined, and maintenance
+/// keeps working (it failed on such a table: "value is not compatible with type").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_column_partitioned_by_identity_is_not_widened_and_maintenance_still_works() {
+    let env = TestEnv::with_orders_partition("sqlite", r#"["day(event_time)", "items"]"#).await;
+    let ingestor = env.ingestor().await;
+    for i in 0..3u64 {
+        let key = format!("orders/p{i}.jsonl");
+        env.put(&key, orders(10, 30 + i)).await;
+        let r = env.ingest(&ingestor, &key).await.unwrap();
+        assert_eq!(r.records_committed, 10, "{r:?}");
+    }
+    let big = orders(5, 40).replace("\"items\":", "\"items\":5000000000");
+    env.put("orders/big.jsonl", big).await;
+    let r = env.ingest(&ingestor, "orders/big.jsonl").await.unwrap();
+    assert_eq!(
+        (r.records_committed, r.records_quarantined),
+        (0, 5),
+        "{r:?}"
+    );
+    for (_, reason) in quarantined(&env, &r).await {
+        assert!(reason.contains("out of range for Int32"), "{reason}");
+    }
+    let table = ingestor.catalog().load_table(&env.ident()).await.unwrap();
+    let items = table
+        .metadata()
+        .current_schema()
+        .field_by_name("items")
+        .unwrap()
+        .clone();
+    assert_eq!(*items.field_type, Type::Primitive(PrimitiveType::Int));
+    let maintainer = env.maintainer().await;
+    let opts = floe::maintain::Options {
+        compact: true,
+        rewrite_manifests: true,
+        manifest_threshold: 1,
+        min_input_files: 2,
+        target_file_bytes: Some(64 << 20),
+        ..floe::maintain::Options::default()
+    };
+    let m = maintainer.run("orders", &opts).await.unwrap();
+    assert!(m.manifests_after < m.manifests_before, "{m:?}");
+    assert_eq!(env.count_rows(ingestor.catalog().as_ref()).await, 30);
+    assert_eq!(env.pyiceberg()["rows"], 30);
+}

@@ -104,6 +104,21 @@ impl TestEnv {
         Self::build(catalog_kind, extra, "").await
     }
 
+    /// Like `new`, with the `orders` table partitioned by `partition` (a TOML array).
+    pub async fn with_orders_partition(catalog_kind: &'static str, partition: &str) -> Self {
+        let mut env = Self::build(catalog_kind, "", "").await;
+        let from = "partition = [\"day(event_time)\"]";
+        assert!(
+            env.toml.contains(from),
+            "the sample orders table's partition changed"
+        );
+        env.toml = env
+            .toml
+            .replacen(from, &format!("partition = {partition}"), 1);
+        env.config = Config::parse(&env.toml, "test floe.toml").expect("test config");
+        env
+    }
+
     /// Like `new`, plus the sample pipelines (and `tail`, more TOML at the end of the config).
     pub async fn with_pipelines(catalog_kind: &'static str, tail: &str) -> Self {
         let toml = format!("{}\n{tail}", floe::sample::PIPELINES_TOML);

@@ -633,6 +633,11 @@ impl Ingestor {
                     .filter(|(name, _)| !refused.contains_key(*name))
                     .map(|(k, v)| (k.clone(), v.clone()))
                     .collect();
+                let bound = crate::evolve::partition_bound_widenings(table.metadata(), &w.widen);
+                if !bound.is_empty() {
+                    // Their values that need the wider type are quarantined as out of range.
+                    tracing::warn!(object = %uri, table = %tctx.ident, refused = ?bound.values().collect::<Vec<_>>(), "widening refused");
+                }
                 crate::evolve::evolve_ingest_schema(table.metadata(), &admitted, &w.widen).map_err(
                     |e| Error::iceberg(format!("evolving the schema of {}", tctx.ident), e),
                 )?

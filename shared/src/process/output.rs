@@ -129,6 +129,19 @@ impl Output {
                 ),
             ));
         }
+        if let Some((_, why)) =
+            crate::evolve::partition_bound_widenings(self.sink.metadata(), &widen)
+                .into_iter()
+                .next()
+        {
+            return Err(Error::new(
+                ErrorKind::Transform,
+                format!(
+                    "sink {}: {why}; drop the sink table, then `floe process refresh`",
+                    self.sink.identifier()
+                ),
+            ));
+        }
         // Ids above the sink's last-column-id: a column dropped by another engine keeps its id.
         let evolved = crate::evolve::evolve_table_schema(self.sink.metadata(), &unknown, &widen)
             .map_err(|e| Error::iceberg("evolving the sink schema", e))?;
