@@ -15,6 +15,9 @@ use arrow::array::{new_null_array, Array, ArrayRef, BooleanArray, RecordBatch};
 use arrow::compute::{cast_with_options, filter_record_batch, CastOptions};
 use arrow::error::ArrowError;
 use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use parquet::arrow::arrow_reader::{
+    ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder,
+};
 
 mod cdc;
 
@@ -765,11 +768,9 @@ fn integer_reason(e: ArrowError, schema: &SchemaRef) -> ArrowError {
 /// (integers), or lies beyond the column's type fails the batch with the field and value named,
 /// as arrow's own errors do.
 fn exact_numbers(batch: RecordBatch, schema: &SchemaRef) -> Result<RecordBatch, ArrowError> {
-    if !schema
-        .fields()
-        .iter()
-        .any(|f| reads_text(f.data_type()) || f.data_type() == &DataType::Date32)
-    {
+    if !schema.fields().iter().any(|f| {
+        reads_text(f.data_type()) || f.data_type() == &DataType::Date32 || is_float(f.data_type())
+    }) {
         return Ok(batch);
     }
     let columns = schema
@@ -778,6 +779,7 @@ fn exact_numbers(batch: RecordBatch, schema: &SchemaRef) -> Result<RecordBatch, 
         .zip(batch.columns())
         .map(|(field, column)| match field.data_type() {
             DataType::Date32 => dates_in_range(field, column),
+            t if is_float(t) => finite_floats(field, column),
             _ if column.data_type() != &DataType::Utf8 => Ok(column.clone()),
             DataType::Timestamp(TimeUnit::Microsecond, tz) => timestamps(field, tz, column),
             t if is_exact(t) => numbers(field, column),
@@ -788,6 +790,45 @@ fn exact_numbers(batch: RecordBatch, schema: &SchemaRef) -> Result<RecordBatch, 
         return Ok(batch);
     }
     RecordBatch::try_new(schema.clone(), columns)
+}
+
+fn is_float(t: &DataType) -> bool {
+    matches!(t, DataType::Float16 | DataType::Float32 | DataType::Float64)
+}
+
+/// `column` (floating point) unchanged when every value is finite: a JSON or CSV number beyond
+/// the type's range (`1e400`) is read as an infinity, and the text `NaN` or `Infinity` as such,
+/// none of which is the number the input meant (an overflow) or a number at all.
+fn finite_floats(field: &Field, column: &ArrayRef) -> Result<ArrayRef, ArrowError> {
+    use arrow::array::{Float16Array, Float32Array, Float64Array};
+    let any = column.as_any();
+    let bad = if let Some(a) = any.downcast_ref::<Float64Array>() {
+        a.iter()
+            .flatten()
+            .find(|v| !v.is_finite())
+            .map(|v| v.to_string())
+    } else if let Some(a) = any.downcast_ref::<Float32Array>() {
+        a.iter()
+            .flatten()
+            .find(|v| !v.is_finite())
+            .map(|v| v.to_string())
+    } else if let Some(a) = any.downcast_ref::<Float16Array>() {
+        a.iter()
+            .flatten()
+            .find(|v| !v.is_finite())
+            .map(|v| v.to_string())
+    } else {
+        None
+    };
+    match bad {
+        Some(v) => Err(ArrowError::JsonError(format!(
+            "whilst decoding field '{}': the value read as {v} is not a finite number ({}): NaN, \
+             Infinity and numbers beyond the type's range are refused",
+            field.name(),
+            field.data_type()
+        ))),
+        None => Ok(column.clone()),
+    }
 }
 
 /// Days of 0001-01-01 and 9999-12-31 since the epoch (see [`TIMESTAMP_RANGE_US`]).
@@ -834,16 +875,32 @@ fn out_of_range(field: &Field, column: &ArrayRef, row: usize) -> Option<String> 
 /// One integer or decimal column of `field`'s type from `column`'s text. Decimals with more
 /// digits after the point than the scale are rounded half up (as SQL's CAST and Spark do).
 fn numbers(field: &Field, column: &ArrayRef) -> Result<ArrayRef, ArrowError> {
-    use arrow::array::{
-        Decimal128Array, Int16Array, Int32Array, Int64Array, Int8Array, StringArray,
-    };
+    use arrow::array::StringArray;
     let text = column
         .as_any()
         .downcast_ref::<StringArray>()
         .ok_or_else(|| {
             ArrowError::JsonError(format!("field '{}' was not read as text", field.name()))
         })?;
-    let (scale, round, min, max) = match field.data_type() {
+    let mut values = Vec::with_capacity(text.len());
+    for i in 0..text.len() {
+        if text.is_null(i) {
+            values.push(0i128);
+            continue;
+        }
+        let v = exact_value(field.data_type(), text.value(i)).map_err(|why| {
+            ArrowError::JsonError(format!("whilst decoding field '{}': {why}", field.name()))
+        })?;
+        values.push(v);
+    }
+    exact_array(field.data_type(), values, text.nulls().cloned())
+}
+
+/// `t` read exactly as a value of `data_type`, an integer or decimal type: the integer, or the
+/// decimal's unscaled value (extra decimals rounded half up); else why not (a fraction in an
+/// integer type, out of range, not a number).
+fn exact_value(data_type: &DataType, t: &str) -> Result<i128, String> {
+    let (scale, round, min, max) = match data_type {
         DataType::Int8 => (0, false, i8::MIN as i128, i8::MAX as i128),
         DataType::Int16 => (0, false, i16::MIN as i128, i16::MAX as i128),
         DataType::Int32 => (0, false, i32::MIN as i128, i32::MAX as i128),
@@ -853,42 +910,24 @@ fn numbers(field: &Field, column: &ArrayRef) -> Result<ArrayRef, ArrowError> {
         }
         _ => (0, false, i64::MIN as i128, i64::MAX as i128),
     };
-    let mut values = Vec::with_capacity(text.len());
-    for i in 0..text.len() {
-        if text.is_null(i) {
-            values.push(0i128);
-            continue;
+    match exact_scaled(t, scale, round) {
+        Integer::Exact(v) if (min..=max).contains(&v) => Ok(v),
+        Integer::Exact(_) | Integer::TooLarge => {
+            Err(format!("{t} is out of range for {data_type}"))
         }
-        let t = text.value(i);
-        let fail = |what: &str| {
-            ArrowError::JsonError(format!("whilst decoding field '{}': {what}", field.name()))
-        };
-        let v = match exact_scaled(t, scale, round) {
-            Integer::Exact(v) if (min..=max).contains(&v) => v,
-            Integer::Exact(_) | Integer::TooLarge => {
-                return Err(fail(&format!(
-                    "{t} is out of range for {}",
-                    field.data_type()
-                )))
-            }
-            Integer::Fraction => {
-                return Err(fail(&format!(
-                    "{t} is not an integer ({})",
-                    field.data_type()
-                )))
-            }
-            Integer::NotANumber => {
-                return Err(fail(&format!(
-                    "failed to parse {:?} as {}",
-                    t,
-                    field.data_type()
-                )))
-            }
-        };
-        values.push(v);
+        Integer::Fraction => Err(format!("{t} is not an integer ({data_type})")),
+        Integer::NotANumber => Err(format!("failed to parse {t:?} as {data_type}")),
     }
-    let nulls = text.nulls().cloned();
-    Ok(match field.data_type() {
+}
+
+/// An integer or decimal array of `data_type` of `values` (from [`exact_value`], so in range).
+fn exact_array(
+    data_type: &DataType,
+    values: Vec<i128>,
+    nulls: Option<arrow::buffer::NullBuffer>,
+) -> Result<ArrayRef, ArrowError> {
+    use arrow::array::{Decimal128Array, Int16Array, Int32Array, Int64Array, Int8Array};
+    Ok(match data_type {
         DataType::Int8 => Arc::new(Int8Array::new(
             values.iter().map(|&v| v as i8).collect(),
             nulls,
@@ -935,39 +974,43 @@ fn timestamps(
             ArrowError::JsonError(format!("field '{}' was not read as text", field.name()))
         })?;
     let zone: Tz = tz.as_deref().unwrap_or("+00:00").parse()?;
-    let fail = |what: String| {
-        ArrowError::JsonError(format!("whilst decoding field '{}': {what}", field.name()))
-    };
     let mut values = Vec::with_capacity(text.len());
     for i in 0..text.len() {
         if text.is_null(i) {
             values.push(0i64);
             continue;
         }
-        let t = text.value(i);
-        let us = match epoch_micros(t) {
-            Some(Ok(us)) => us,
-            Some(Err(why)) => return Err(fail(why)),
-            None => arrow::compute::kernels::cast_utils::string_to_datetime(&zone, t)
-                .map(|d| i128::from(d.timestamp_micros()))
-                .map_err(|e| {
-                    fail(format!(
-                        "failed to parse \"{t}\" as {}: {e}",
-                        field.data_type()
-                    ))
-                })?,
-        };
-        if !TIMESTAMP_RANGE_US.contains(&us) {
-            return Err(fail(format!(
-                "{t} is out of range for a timestamp (years 1 to 9999)"
-            )));
-        }
-        values.push(us as i64);
+        let us = timestamp_value(&zone, field.data_type(), text.value(i)).map_err(|why| {
+            ArrowError::JsonError(format!("whilst decoding field '{}': {why}", field.name()))
+        })?;
+        values.push(us);
     }
     Ok(Arc::new(
         TimestampMicrosecondArray::new(values.into(), text.nulls().cloned())
             .with_timezone_opt(tz.clone()),
     ))
+}
+
+/// `t` read as a time of a timestamp column of `data_type` in `zone` ([`timestamps`]), in
+/// microseconds since the epoch; else why not.
+fn timestamp_value(
+    zone: &arrow::array::timezone::Tz,
+    data_type: &DataType,
+    t: &str,
+) -> Result<i64, String> {
+    let us = match epoch_micros(t) {
+        Some(Ok(us)) => us,
+        Some(Err(why)) => return Err(why),
+        None => arrow::compute::kernels::cast_utils::string_to_datetime(zone, t)
+            .map(|d| i128::from(d.timestamp_micros()))
+            .map_err(|e| format!("failed to parse \"{t}\" as {data_type}: {e}"))?,
+    };
+    if !TIMESTAMP_RANGE_US.contains(&us) {
+        return Err(format!(
+            "{t} is out of range for a timestamp (years 1 to 9999)"
+        ));
+    }
+    Ok(us as i64)
 }
 
 /// Microseconds in a year: an epoch number of smaller magnitude (but 0) is refused, as its unit
@@ -1610,6 +1653,11 @@ fn decode_csv(reader: Box<dyn Read + '_>, ctx: &mut Ctx<'_>) -> Result<(), Decod
             .map(|i| String::from_utf8_lossy(rdr.field(i)).trim().to_string())
             .collect(),
     };
+    if let Some(reason) = repeated_name(headers.iter().map(String::as_str)) {
+        return Err(DecodeFailure::Unreadable(format!(
+            "the CSV header {reason}"
+        )));
+    }
     let target = ctx.spec.schema.clone();
     let mut unknown = BTreeMap::new();
     let csv_fields: Vec<Field> = headers
@@ -1716,6 +1764,29 @@ fn decode_csv(reader: Box<dyn Read + '_>, ctx: &mut Ctx<'_>) -> Result<(), Decod
             return Ok(());
         }
     }
+}
+
+/// Why a header (CSV, trimmed) or schema (Parquet) naming a column twice cannot be read: a
+/// record's values are put in the table's columns by name, so one of the two values would be
+/// dropped without a trace. Empty names are left out: no column may be named so (such fields are
+/// refused, their values quarantining the record), and exports often end the header in commas.
+fn repeated_name<'n>(names: impl Iterator<Item = &'n str>) -> Option<String> {
+    let mut first: BTreeMap<&str, usize> = BTreeMap::new();
+    for (i, name) in names.enumerate() {
+        if name.is_empty() {
+            continue;
+        }
+        if let Some(at) = first.get(name) {
+            return Some(format!(
+                "names the column `{name}` twice (fields {} and {}): the values of one of them \
+                 would be dropped",
+                at + 1,
+                i + 1
+            ));
+        }
+        first.insert(name, i);
+    }
+    None
 }
 
 /// Writes one CSV record (quoting where needed), so each record's bytes stand alone.
@@ -1852,6 +1923,10 @@ fn csv_text_columns(batch: RecordBatch, target: &SchemaRef) -> Result<RecordBatc
                 fields.push(f.as_ref().clone());
                 columns.push(dates_in_range(t, column)?);
             }
+            Ok(t) if is_float(t.data_type()) => {
+                fields.push(f.as_ref().clone());
+                columns.push(finite_floats(t, column)?);
+            }
             Ok(t) if csv_reads_text(t.data_type()) && column.data_type() == &DataType::Utf8 => {
                 let text = column
                     .as_any()
@@ -1908,9 +1983,30 @@ fn decode_parquet(mut reader: Box<dyn Read + '_>, ctx: &mut Ctx<'_>) -> Result<(
         spool_to(&mut reader, &mut file, ctx.limits)?;
         drop(file);
         let file = std::fs::File::open(&path).map_err(DecodeFailure::Transient)?;
-        let builder = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file)
-            .map_err(|e| DecodeFailure::Unreadable(format!("not a readable Parquet file: {e}")))?;
+        let unreadable = |e: parquet::errors::ParquetError| {
+            DecodeFailure::Unreadable(format!("not a readable Parquet file: {e}"))
+        };
+        let meta =
+            ArrowReaderMetadata::load(&file, ArrowReaderOptions::new()).map_err(unreadable)?;
+        // INT96 (Spark's and Hive's timestamps) read as microseconds: as nanoseconds (parquet-rs'
+        // default) a time past 2262 wraps (9999-12-31 landed in 1816).
+        let meta = match int96_as_micros(&meta) {
+            Some(hint) => ArrowReaderMetadata::try_new(
+                meta.metadata().clone(),
+                ArrowReaderOptions::new().with_schema(hint),
+            )
+            .map_err(unreadable)?,
+            None => meta,
+        };
+        let batch_rows = parquet_batch_rows(&meta, ctx.spec.chunk_records, ctx.limits)?;
+        let builder = ParquetRecordBatchReaderBuilder::new_with_metadata(file, meta);
         let file_schema = builder.schema().clone();
+        if let Some(reason) = repeated_name(file_schema.fields().iter().map(|f| f.name().as_str()))
+        {
+            return Err(DecodeFailure::Unreadable(format!(
+                "the Parquet schema {reason}"
+            )));
+        }
         let unknown: BTreeMap<String, Option<PrimitiveType>> = file_schema
             .fields()
             .iter()
@@ -1937,7 +2033,7 @@ fn decode_parquet(mut reader: Box<dyn Read + '_>, ctx: &mut Ctx<'_>) -> Result<(
             ctx.send(Piece::Widen(widen))?;
         }
         let rows = builder
-            .with_batch_size(ctx.spec.chunk_records.min(65_536))
+            .with_batch_size(batch_rows)
             .build()
             .map_err(|e| DecodeFailure::Unreadable(format!("Parquet: {e}")))?;
         let mut row_base = 0u64;
@@ -1951,6 +2047,69 @@ fn decode_parquet(mut reader: Box<dyn Read + '_>, ctx: &mut Ctx<'_>) -> Result<(
     })();
     let _ = std::fs::remove_file(&path);
     result
+}
+
+/// The schema to read a file of `meta` with when a top-level column is INT96 (a timestamp of
+/// Spark, Hive, Impala): `meta`'s, those columns read in microseconds (parquet-rs'
+/// `Int96::to_micros`: no wrap in the years 1 to 9999, then checked by [`out_of_range`]); `None`
+/// when there is none.
+fn int96_as_micros(meta: &ArrowReaderMetadata) -> Option<SchemaRef> {
+    let roots = meta.parquet_schema().root_schema().get_fields();
+    let schema = meta.schema();
+    let mut hinted = false;
+    let fields: Vec<arrow_schema::FieldRef> = schema
+        .fields()
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            let int96 = roots.get(i).is_some_and(|p| {
+                p.is_primitive() && p.get_physical_type() == parquet::basic::Type::INT96
+            });
+            match f.data_type() {
+                DataType::Timestamp(TimeUnit::Nanosecond, tz) if int96 => {
+                    hinted = true;
+                    let t = DataType::Timestamp(TimeUnit::Microsecond, tz.clone());
+                    Arc::new(f.as_ref().clone().with_data_type(t))
+                }
+                _ => f.clone(),
+            }
+        })
+        .collect();
+    hinted.then(|| Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone())))
+}
+
+/// Rows per batch read from the Parquet file of `meta`: at most `chunk_records` (and 65,536),
+/// and as many as fit [`Limits::chunk_bytes`] at the widest row group's bytes per row. Refuses
+/// the file when its footer says it decompresses to more than `max_decompressed_bytes` (as a
+/// compressed stream is stopped there: a few KiB of Parquet pages can hold gigabytes).
+fn parquet_batch_rows(
+    meta: &ArrowReaderMetadata,
+    chunk_records: usize,
+    limits: &Limits,
+) -> Result<usize, DecodeFailure> {
+    let mut total = 0u64;
+    let mut per_row = 1u64;
+    for rg in meta.metadata().row_groups() {
+        let bytes = rg
+            .columns()
+            .iter()
+            .map(|c| u64::try_from(c.uncompressed_size()).unwrap_or(0))
+            .fold(0u64, u64::saturating_add)
+            .max(u64::try_from(rg.total_byte_size()).unwrap_or(0));
+        total = total.saturating_add(bytes);
+        if let Ok(rows @ 1..) = u64::try_from(rg.num_rows()) {
+            per_row = per_row.max(bytes / rows);
+        }
+    }
+    if total > limits.max_decompressed_bytes {
+        return Err(DecodeFailure::Limit(format!(
+            "the Parquet object's data is {total} bytes uncompressed (its footer says), more than \
+             max_decompressed_bytes = {}",
+            limits.max_decompressed_bytes
+        )));
+    }
+    let by_bytes = usize::try_from(limits.chunk_bytes / per_row).unwrap_or(usize::MAX);
+    Ok(chunk_records.min(65_536).min(by_bytes).max(1))
 }
 
 fn spool_limit(size: impl std::fmt::Display, limits: &Limits) -> DecodeFailure {
@@ -2032,7 +2191,9 @@ fn row_as_json(batch: &RecordBatch, row: usize) -> String {
     String::from_utf8_lossy(&out).trim_end().to_string()
 }
 
-/// Casts a Parquet batch to the target types; values that do not convert are rejected per row.
+/// Casts a Parquet batch to the target types; values that do not convert exactly are rejected
+/// per row ([`parquet_column`]), as are rows with a text or binary value over
+/// `max_field_bytes`.
 fn emit_parquet_batch(
     ctx: &mut Ctx<'_>,
     batch: &RecordBatch,
@@ -2041,16 +2202,13 @@ fn emit_parquet_batch(
     let target = ctx.spec.schema.clone();
     let n = batch.num_rows();
     let mut reasons: Vec<Option<String>> = vec![None; n];
+    long_values(batch, ctx.limits.max_field_bytes, &mut reasons);
     let mut cols = Vec::with_capacity(target.fields().len());
-    let opts = CastOptions {
-        safe: true,
-        ..Default::default()
-    };
     for f in target.fields() {
         let col = match batch.schema().index_of(f.name()) {
             Ok(i) => {
                 let src = batch.column(i);
-                let cast = cast_with_options(src, f.data_type(), &opts).map_err(|e| {
+                let cast = parquet_column(f, src, &mut reasons).map_err(|e| {
                     DecodeFailure::Unreadable(format!(
                         "column `{}` of type {} cannot be read as {}: {e}",
                         f.name(),
@@ -2058,18 +2216,6 @@ fn emit_parquet_batch(
                         f.data_type()
                     ))
                 })?;
-                if cast.null_count() > src.null_count() {
-                    for (row, slot) in reasons.iter_mut().enumerate() {
-                        if slot.is_none() && cast.is_null(row) && !src.is_null(row) {
-                            *slot = Some(format!(
-                                "field `{}`: value does not convert from {} to {}",
-                                f.name(),
-                                src.data_type(),
-                                f.data_type()
-                            ));
-                        }
-                    }
-                }
                 for (row, slot) in reasons.iter_mut().enumerate() {
                     if slot.is_none() {
                         *slot = out_of_range(f, &cast, row);
@@ -2101,7 +2247,16 @@ fn emit_parquet_batch(
     }
     let typed =
         RecordBatch::try_new(target, cols).map_err(|e| DecodeFailure::Unreadable(e.to_string()))?;
-    let raws = |row: usize| (row_base + row as u64 + 1, row_as_json(batch, row));
+    let max_raw = ctx.limits.max_line_bytes;
+    let raws = |row: usize| {
+        let raw = row_as_json(batch, row);
+        let raw = if raw.len() as u64 > max_raw {
+            prefix_text(raw.as_bytes())
+        } else {
+            raw
+        };
+        (row_base + row as u64 + 1, raw)
+    };
     if reasons.iter().any(Option::is_some) {
         let (kept, rejected) = split_rejected(&typed, &reasons, &raws)?;
         ctx.send(Piece::Rejected(rejected))?;
@@ -2110,6 +2265,154 @@ fn emit_parquet_batch(
         return ctx.emit_valid(kept, &|row| raws(index[row]));
     }
     ctx.emit_valid(typed, &raws)
+}
+
+/// A reason (where there is none yet) for each row of `batch` with a text or binary value longer
+/// than `max` bytes, as for a CSV field (see `max_field_bytes`).
+fn long_values(batch: &RecordBatch, max: u64, reasons: &mut [Option<String>]) {
+    use arrow::array::AsArray;
+    for (f, col) in batch.schema().fields().iter().zip(batch.columns()) {
+        let len: Box<dyn Fn(usize) -> usize + '_> = match col.data_type() {
+            DataType::Utf8 => Box::new(|i| col.as_string::<i32>().value(i).len()),
+            DataType::LargeUtf8 => Box::new(|i| col.as_string::<i64>().value(i).len()),
+            DataType::Utf8View => Box::new(|i| col.as_string_view().value(i).len()),
+            DataType::Binary => Box::new(|i| col.as_binary::<i32>().value(i).len()),
+            DataType::LargeBinary => Box::new(|i| col.as_binary::<i64>().value(i).len()),
+            DataType::BinaryView => Box::new(|i| col.as_binary_view().value(i).len()),
+            DataType::FixedSizeBinary(w) => Box::new(move |_| usize::try_from(*w).unwrap_or(0)),
+            _ => continue,
+        };
+        for (row, slot) in reasons.iter_mut().enumerate() {
+            if slot.is_none() && col.is_valid(row) && len(row) as u64 > max {
+                *slot = Some(format!(
+                    "`{}` is {} bytes, longer than max_field_bytes = {max}",
+                    f.name(),
+                    len(row)
+                ));
+            }
+        }
+    }
+}
+
+/// Parquet column `src` as `field`'s type. A value that cannot be read so exactly gets a reason
+/// in `reasons` (where its row has none yet) and is null: a number with a fraction in an integer
+/// column (never truncated), a boolean in a number column and a number in a boolean one, a
+/// value beyond the column's type; text and decimal or floating-point numbers in integer and
+/// decimal columns, and text and integers in timestamp columns, are read as in JSON lines and
+/// CSV ([`exact_value`], [`timestamp_value`]: an integer is microseconds since the epoch, one
+/// within a year of 1970 is refused as doubtful). Fails when the types do not convert at all.
+fn parquet_column(
+    field: &Field,
+    src: &ArrayRef,
+    reasons: &mut [Option<String>],
+) -> Result<ArrayRef, ArrowError> {
+    let (from, to) = (src.data_type(), field.data_type());
+    if from == to {
+        return Ok(src.clone());
+    }
+    // The value as text for a reason: its start, when long.
+    let value = |row: usize| {
+        let v = arrow::util::display::array_value_to_string(src, row).unwrap_or_default();
+        match v.char_indices().nth(64) {
+            Some((cut, _)) => format!("{}…", &v[..cut]),
+            None => v,
+        }
+    };
+    let mismatch = match (from, to) {
+        (DataType::Boolean, t) if t.is_numeric() => Some(format!("a boolean, not a number ({t})")),
+        (f, DataType::Boolean) if f.is_numeric() => Some(format!("a number ({f}), not a boolean")),
+        _ => None,
+    };
+    if let Some(what) = mismatch {
+        for (row, slot) in reasons.iter_mut().enumerate() {
+            if slot.is_none() && src.is_valid(row) {
+                *slot = Some(format!(
+                    "field `{}`: {} is {what}",
+                    field.name(),
+                    value(row)
+                ));
+            }
+        }
+        return Ok(new_null_array(to, src.len()));
+    }
+    let text = matches!(
+        from,
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View
+    );
+    let as_text = match to {
+        t if is_exact(t) => text || from.is_floating() || from.is_numeric() && !from.is_integer(),
+        DataType::Timestamp(TimeUnit::Microsecond, _) => text || from.is_integer(),
+        _ => false,
+    };
+    if as_text {
+        return parquet_text_column(field, src, reasons);
+    }
+    let opts = CastOptions {
+        safe: true,
+        ..Default::default()
+    };
+    let cast = cast_with_options(src, to, &opts)?;
+    if cast.null_count() > src.null_count() {
+        for (row, slot) in reasons.iter_mut().enumerate() {
+            if slot.is_none() && cast.is_null(row) && !src.is_null(row) {
+                *slot = Some(format!(
+                    "field `{}`: {} does not convert from {from} to {to}",
+                    field.name(),
+                    value(row)
+                ));
+            }
+        }
+    }
+    Ok(cast)
+}
+
+/// [`parquet_column`] of a column read through its text, as JSON lines and CSV read theirs.
+fn parquet_text_column(
+    field: &Field,
+    src: &ArrayRef,
+    reasons: &mut [Option<String>],
+) -> Result<ArrayRef, ArrowError> {
+    use arrow::array::timezone::Tz;
+    use arrow::array::{StringArray, TimestampMicrosecondArray};
+    let text = cast_with_options(src, &DataType::Utf8, &CastOptions::default())?;
+    let text = text
+        .as_any()
+        .downcast_ref::<StringArray>()
+        .ok_or_else(|| ArrowError::CastError(format!("`{}` is not text", field.name())))?;
+    let zone: Option<Tz> = match field.data_type() {
+        DataType::Timestamp(_, tz) => Some(tz.as_deref().unwrap_or("+00:00").parse()?),
+        _ => None,
+    };
+    let mut values: Vec<i128> = Vec::with_capacity(text.len());
+    let mut valid: Vec<bool> = Vec::with_capacity(text.len());
+    for (row, slot) in reasons.iter_mut().enumerate().take(text.len()) {
+        let read = if text.is_null(row) {
+            None
+        } else {
+            let t = text.value(row);
+            let v = match &zone {
+                Some(z) => timestamp_value(z, field.data_type(), t).map(i128::from),
+                None => exact_value(field.data_type(), t),
+            };
+            match v {
+                Ok(v) => Some(v),
+                Err(why) => {
+                    slot.get_or_insert_with(|| format!("field `{}`: {why}", field.name()));
+                    None
+                }
+            }
+        };
+        values.push(read.unwrap_or(0));
+        valid.push(read.is_some());
+    }
+    let nulls = Some(arrow::buffer::NullBuffer::from(valid));
+    match field.data_type() {
+        DataType::Timestamp(_, tz) => Ok(Arc::new(
+            TimestampMicrosecondArray::new(values.iter().map(|&v| v as i64).collect(), nulls)
+                .with_timezone_opt(tz.clone()),
+        )),
+        t => exact_array(t, values, nulls),
+    }
 }
 
 #[cfg(test)]
@@ -3105,6 +3408,435 @@ not json\n\
         .unwrap_err();
         assert!(matches!(e, DecodeFailure::Unreadable(_)));
     }
+
+    /// A Parquet object of one batch.
+    fn parquet_of(batch: &RecordBatch) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        let mut w = parquet::arrow::ArrowWriter::try_new(&mut bytes, batch.schema(), None).unwrap();
+        w.write(batch).unwrap();
+        w.close().unwrap();
+        bytes
+    }
+
+    /// `id` (text), `t` (a valid time) and `col` as the Parquet column `name`.
+    fn parquet_with(name: &str, col: ArrayRef) -> Vec<u8> {
+        use arrow::array::{StringArray, TimestampMicrosecondArray};
+        let n = col.len();
+        let ids: Vec<String> = (0..n).map(|i| format!("r{i}")).collect();
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Utf8, true),
+            Field::new(name, col.data_type().clone(), true),
+            Field::new(
+                "t",
+                DataType::Timestamp(TimeUnit::Microsecond, Some("+00:00".into())),
+                true,
+            ),
+        ]));
+        let t = TimestampMicrosecondArray::from(vec![1_764_496_800_000_000i64; n])
+            .with_timezone("+00:00");
+        let batch = RecordBatch::try_new(
+            schema,
+            vec![Arc::new(StringArray::from(ids)), col, Arc::new(t)],
+        )
+        .unwrap();
+        parquet_of(&batch)
+    }
+
+    #[test]
+    fn messy_parquet_double_with_a_fraction_in_a_long_column_is_not_truncated() {
+        // JSON lines and CSV quarantine 1.5 in a long column; Parquet must not land it as 1.
+        use arrow::array::Float64Array;
+        let bytes = parquet_with(
+            "n",
+            Arc::new(Float64Array::from(vec![Some(2.0), Some(1.5), Some(-0.7)])),
+        );
+        let (seen, values, rejected) =
+            column_values::<Int64Type>(&bytes, &spec(Format::Parquet), "n");
+        assert_eq!(seen, 3);
+        assert_eq!(values, vec![Some(2)], "rejected: {rejected:?}");
+        assert_eq!(rejected.len(), 2, "{rejected:?}");
+    }
+
+    #[test]
+    fn messy_parquet_decimal_with_a_fraction_in_a_long_column_is_not_truncated() {
+        use arrow::array::Decimal128Array;
+        let col = Decimal128Array::from(vec![Some(200i128), Some(150), Some(199)])
+            .with_precision_and_scale(10, 2)
+            .unwrap();
+        let bytes = parquet_with("n", Arc::new(col));
+        let (seen, values, rejected) =
+            column_values::<Int64Type>(&bytes, &spec(Format::Parquet), "n");
+        assert_eq!(seen, 3);
+        assert_eq!(values, vec![Some(2)], "rejected: {rejected:?}");
+        assert_eq!(rejected.len(), 2, "{rejected:?}");
+    }
+
+    #[test]
+    fn messy_parquet_text_in_a_decimal_column_is_read_as_json_and_csv_read_it() {
+        // JSON lines and CSV: "19.999" → 20.00, "e5" quarantined.
+        use arrow::array::StringArray;
+        let s = spec_with(
+            Format::Parquet,
+            Field::new("amount", DataType::Decimal128(10, 2), true),
+        );
+        let bytes = parquet_with(
+            "amount",
+            Arc::new(StringArray::from(vec![Some("19.999"), Some("e5")])),
+        );
+        let (seen, values, rejected) = column_values::<Decimal128Type>(&bytes, &s, "amount");
+        assert_eq!(seen, 2);
+        assert_eq!(values, vec![Some(2000)], "rejected: {rejected:?}");
+        assert_eq!(rejected.len(), 1, "{rejected:?}");
+    }
+
+    #[test]
+    fn messy_parquet_epoch_seconds_in_a_timestamp_column_are_not_january_1970() {
+        // JSON lines and CSV quarantine a number within a year of 1970 as microseconds as
+        // doubtful; a Parquet int64 column of epoch seconds must not land in January 1970.
+        use arrow::array::{Int64Array, StringArray, TimestampMicrosecondArray};
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Utf8, true),
+            Field::new("t", DataType::Int64, true),
+        ]));
+        let batch = RecordBatch::try_new(
+            schema,
+            vec![
+                Arc::new(StringArray::from(vec!["a", "b"])),
+                Arc::new(Int64Array::from(vec![1_764_496_800i64, 1_764_496_800_000])),
+            ],
+        )
+        .unwrap();
+        let mut landed = Vec::new();
+        let mut rejected = Vec::new();
+        decode(&parquet_of(&batch)[..], &spec(Format::Parquet), &mut |p| {
+            match p {
+                Piece::Batch(b) => {
+                    let c = b.column_by_name("t").unwrap();
+                    let c = c
+                        .as_any()
+                        .downcast_ref::<TimestampMicrosecondArray>()
+                        .unwrap();
+                    landed.extend(c.iter().flatten());
+                }
+                Piece::Rejected(r) => rejected.extend(r),
+                _ => {}
+            }
+            true
+        })
+        .unwrap();
+        assert!(landed.is_empty(), "landed {landed:?} (µs: January 1970)");
+        assert_eq!(rejected.len(), 2);
+    }
+
+    #[test]
+    fn messy_parquet_int96_placeholder_9999_12_31_is_not_a_wrapped_time() {
+        // Spark and Hive write timestamps as INT96 by default; 9999-12-31 is a common
+        // "open end" placeholder. It must land as 9999-12-31 or be quarantined, not wrap.
+        use parquet::data_type::{ByteArray, ByteArrayType, Int96, Int96Type};
+        use parquet::file::writer::SerializedFileWriter;
+        let message = "message m { required binary id (UTF8); required int96 t; }";
+        let schema = Arc::new(parquet::schema::parser::parse_message_type(message).unwrap());
+        let mut bytes = Vec::new();
+        {
+            let mut w = SerializedFileWriter::new(&mut bytes, schema, Default::default()).unwrap();
+            let mut rg = w.next_row_group().unwrap();
+            let mut c = rg.next_column().unwrap().unwrap();
+            c.typed::<ByteArrayType>()
+                .write_batch(&[ByteArray::from("a"), ByteArray::from("b")], None, None)
+                .unwrap();
+            c.close().unwrap();
+            let mut c = rg.next_column().unwrap().unwrap();
+            // Julian day 2440588 is 1970-01-01: 9999-12-31 is day 2440588 + 2932896;
+            // 2026-11-30 is day 2440588 + 20787.
+            let day = |d: u32| {
+                let mut v = Int96::new();
+                v.set_data(0, 0, d);
+                v
+            };
+            c.typed::<Int96Type>()
+                .write_batch(
+                    &[day(2_440_588 + 2_932_896), day(2_440_588 + 20_787)],
+                    None,
+                    None,
+                )
+                .unwrap();
+            c.close().unwrap();
+            rg.close().unwrap();
+            w.close().unwrap();
+        }
+        let mut landed = Vec::new();
+        let mut rejected = Vec::new();
+        decode(&bytes[..], &spec(Format::Parquet), &mut |p| {
+            match p {
+                Piece::Batch(b) => {
+                    let c = b.column_by_name("t").unwrap();
+                    let c = c
+                        .as_any()
+                        .downcast_ref::<arrow::array::TimestampMicrosecondArray>()
+                        .unwrap();
+                    landed.extend(c.iter().flatten());
+                }
+                Piece::Rejected(r) => rejected.extend(r),
+                _ => {}
+            }
+            true
+        })
+        .unwrap();
+        let days: Vec<i64> = landed
+            .iter()
+            .map(|us| us.div_euclid(86_400_000_000))
+            .collect();
+        for d in &days {
+            assert!(
+                *d == 20_787 || *d == 2_932_896,
+                "landed day {d} since 1970 (wanted 2932896 = 9999-12-31 or 20787): {days:?}, rejected {rejected:?}"
+            );
+        }
+        assert_eq!(days.len() + rejected.len(), 2);
+    }
+
+    #[test]
+    fn messy_csv_duplicate_header_names_do_not_drop_a_value_silently() {
+        // `n` twice (or twice once trimmed): the record holds two values for one column; the
+        // object is refused whole, naming the column, rather than one value vanishing.
+        for csv in [
+            "id,n,t,n\na,1,2026-11-30T10:00:00Z,2\n",
+            "id,n,t, n \na,1,2026-11-30T10:00:00Z,2\n",
+        ] {
+            let e = decode(csv.as_bytes(), &spec(Format::Csv), &mut |_| true).unwrap_err();
+            let DecodeFailure::Unreadable(reason) = e else {
+                panic!("{csv:?}: {e:?}");
+            };
+            assert!(reason.contains("`n` twice (fields 2 and 4)"), "{reason}");
+        }
+        // Empty names (trailing commas of an export) are no column: not refused for it.
+        let (seen, rows, rejected, _) = run(
+            "id,n,t,,\na,1,2026-11-30T10:00:00Z,,\n".as_bytes(),
+            &spec(Format::Csv),
+        );
+        assert_eq!((seen, rows), (1, 1), "{rejected:?}");
+        // A Parquet file naming a column twice alike.
+        use arrow::array::{Int64Array, StringArray};
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Utf8, true),
+            Field::new("n", DataType::Int64, true),
+            Field::new("n", DataType::Int64, true),
+        ]));
+        let batch = RecordBatch::try_new(
+            schema,
+            vec![
+                Arc::new(StringArray::from(vec!["a"])),
+                Arc::new(Int64Array::from(vec![1])),
+                Arc::new(Int64Array::from(vec![2])),
+            ],
+        )
+        .unwrap();
+        let e = decode(&parquet_of(&batch)[..], &spec(Format::Parquet), &mut |_| {
+            true
+        })
+        .unwrap_err();
+        assert!(
+            matches!(&e, DecodeFailure::Unreadable(r) if r.contains("`n` twice")),
+            "{e:?}"
+        );
+    }
+
+    #[test]
+    fn messy_csv_a_double_beyond_f64_is_not_infinity() {
+        use arrow::datatypes::Float64Type;
+        let s = spec_with(Format::Csv, Field::new("x", DataType::Float64, true));
+        let mut input = String::from("id,x,t\n");
+        for x in ["1.5", "1e400", "-1e400", "NaN", "inf", "Infinity"] {
+            input.push_str(&format!("a,{x},2026-11-30T10:00:00Z\n"));
+        }
+        let (seen, values, rejected) = column_values::<Float64Type>(input.as_bytes(), &s, "x");
+        assert_eq!(seen, 6);
+        assert_eq!(values, vec![Some(1.5)], "rejected {rejected:?}");
+        assert!(
+            rejected
+                .iter()
+                .all(|r| r.reason.contains("is not a finite number (Float64)")),
+            "{rejected:?}"
+        );
+    }
+
+    #[test]
+    fn messy_parquet_values_that_do_not_convert_exactly_are_quarantined_with_their_reason() {
+        use arrow::array::{BooleanArray, Float64Array, Int64Array};
+        let reasons = |bytes: Vec<u8>, s: &DecodeSpec| {
+            let (seen, rows, rejected, _) = run(&bytes, s);
+            assert_eq!(seen as usize, rows + rejected.len());
+            rejected.into_iter().map(|r| r.reason).collect::<Vec<_>>()
+        };
+        let got = reasons(
+            parquet_with("n", Arc::new(Float64Array::from(vec![2.0, 1.5, 1e20]))),
+            &spec(Format::Parquet),
+        );
+        assert_eq!(
+            got,
+            [
+                "field `n`: 1.5 is not an integer (Int64)",
+                "field `n`: 1e20 is out of range for Int64"
+            ]
+        );
+        let got = reasons(
+            parquet_with("n", Arc::new(BooleanArray::from(vec![true]))),
+            &spec(Format::Parquet),
+        );
+        assert_eq!(got, ["field `n`: true is a boolean, not a number (Int64)"]);
+        let s = spec_with(Format::Parquet, Field::new("b", DataType::Boolean, true));
+        let got = reasons(parquet_with("b", Arc::new(Int64Array::from(vec![2]))), &s);
+        assert_eq!(got, ["field `b`: 2 is a number (Int64), not a boolean"]);
+        // Integers in a timestamp column are microseconds, as in JSON lines and CSV.
+        let s = spec_with(
+            Format::Parquet,
+            Field::new("ts", DataType::Timestamp(TimeUnit::Microsecond, None), true),
+        );
+        let got = reasons(
+            parquet_with(
+                "ts",
+                Arc::new(Int64Array::from(vec![
+                    1_764_496_800_000_000,
+                    1_764_496_800,
+                    i64::MAX,
+                ])),
+            ),
+            &s,
+        );
+        assert_eq!(got.len(), 2, "{got:?}");
+        assert!(
+            got[0].starts_with("field `ts`: 1764496800 is within a year of 1970"),
+            "{got:?}"
+        );
+        assert!(
+            got[1].contains("is out of range for a timestamp (years 1 to 9999)"),
+            "{got:?}"
+        );
+    }
+
+    #[test]
+    fn messy_csv_ragged_quoted_and_blank_rows_are_counted() {
+        let csv = concat!(
+            "id,n,t\r\n",
+            "a,1,2026-11-30T10:00:00Z\r\n",
+            "b,2\r\n",
+            "c,3,2026-11-30T10:00:00Z,extra\r\n",
+            "\r\n",
+            "\"d \"\"q\"\"\nline\",4,2026-11-30T10:00:00Z\r\n",
+            "   \r\n",
+            "e,5,2026-11-30T10:00:00Z",
+        );
+        let (seen, rows, rejected, _) = run(csv.as_bytes(), &spec(Format::Csv));
+        assert_eq!(seen as usize, rows + rejected.len());
+        assert_eq!((rows, rejected.len()), (3, 3), "{rejected:?}");
+    }
+
+    #[test]
+    fn messy_truncated_and_multi_member_compressed_objects() {
+        use std::io::Write;
+        let line = "{\"id\":\"a\",\"t\":\"2026-11-30T10:00:00Z\"}\n";
+        let body: String = (0..2000).map(|_| line).collect();
+        let gz = |s: &str| {
+            let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+            e.write_all(s.as_bytes()).unwrap();
+            e.finish().unwrap()
+        };
+        // cat a.gz b.gz: both members' records.
+        let mut two = gz(&body);
+        two.extend(gz(&body));
+        let (seen, rows, rejected, _) = run(&two, &spec(Format::Jsonl));
+        assert_eq!((seen, rows, rejected.len()), (4000, 4000, 0));
+        // A truncated gzip object fails whole, it does not commit its first records.
+        let full = gz(&body);
+        let cut = &full[..full.len() / 2];
+        let r = decode(cut, &spec(Format::Jsonl), &mut |_| true);
+        assert!(
+            matches!(r, Err(DecodeFailure::Unreadable(_))),
+            "gzip cut: {r:?}"
+        );
+        let cut = &full[..full.len() - 4];
+        let r = decode(cut, &spec(Format::Jsonl), &mut |_| true);
+        assert!(
+            matches!(r, Err(DecodeFailure::Unreadable(_))),
+            "gzip trailer cut: {r:?}"
+        );
+        // zstd alike.
+        let zs = zstd::encode_all(body.as_bytes(), 3).unwrap();
+        let r = decode(&zs[..zs.len() / 2], &spec(Format::Jsonl), &mut |_| true);
+        assert!(
+            matches!(r, Err(DecodeFailure::Unreadable(_))),
+            "zstd cut: {r:?}"
+        );
+        let r = decode(&zs[..zs.len() - 3], &spec(Format::Jsonl), &mut |_| true);
+        assert!(
+            matches!(r, Err(DecodeFailure::Unreadable(_))),
+            "zstd end cut: {r:?}"
+        );
+    }
+
+    #[test]
+    fn messy_jsonl_a_double_beyond_f64_is_not_infinity() {
+        use arrow::datatypes::Float64Type;
+        let s = spec_with(Format::Jsonl, Field::new("x", DataType::Float64, true));
+        let line = |x: &str| format!("{{\"id\":\"a\",\"x\":{x},\"t\":\"2026-11-30T10:00:00Z\"}}\n");
+        let input: String = ["1.5", "1e400", "-1e400", "\"NaN\"", "\"Infinity\""]
+            .iter()
+            .map(|x| line(x))
+            .collect();
+        let (seen, values, rejected) = column_values::<Float64Type>(input.as_bytes(), &s, "x");
+        assert_eq!(seen, 5);
+        assert_eq!(values, vec![Some(1.5)], "rejected {rejected:?}");
+    }
+
+    #[test]
+    #[ignore = "not fixed yet: csv_core's line() is read before the previous record's terminator and blank lines are consumed"]
+    fn messy_csv_record_numbers_are_the_lines_records_start_on() {
+        // Line 4 (`b,x,…`) is bad; its quarantine record must name line 4, in an Excel-style
+        // CRLF file and after a blank line alike (JSON lines count blank lines too).
+        let mut got = Vec::new();
+        for csv in [
+            "id,n,t\r\na,1,2026-11-30T10:00:00Z\r\n\r\nb,x,2026-11-30T10:00:00Z\r\n",
+            "id,n,t\na,1,2026-11-30T10:00:00Z\n\nb,x,2026-11-30T10:00:00Z\n",
+            "id,n,t\r\na,1,2026-11-30T10:00:00Z\r\nc,2,2026-11-30T10:00:00Z\r\nb,x,2026-11-30T10:00:00Z\r\n",
+        ] {
+            let (_, _, rejected, _) = run(csv.as_bytes(), &spec(Format::Csv));
+            got.push((rejected[0].record, csv));
+        }
+        assert!(got.iter().all(|(r, _)| *r == 4), "{got:#?}");
+    }
+
+    #[test]
+    #[ignore = "not fixed yet: CSV reads int columns with arrow's parser, which sends no Widen"]
+    fn messy_csv_an_int_column_given_a_long_widens_as_in_json_lines() {
+        // JSON lines: 3000000000 in an `int` column sends Widen(k → long) and lands after the
+        // evolution; CSV quarantines every such record instead.
+        let line = |f: Format, text: &str| {
+            let s = spec_with(f, Field::new("k", DataType::Int32, true));
+            let mut widen = BTreeMap::new();
+            let mut rejected = Vec::new();
+            decode(text.as_bytes(), &s, &mut |p| {
+                match p {
+                    Piece::Widen(w) => widen.extend(w),
+                    Piece::Rejected(r) => rejected.extend(r),
+                    _ => {}
+                }
+                true
+            })
+            .unwrap();
+            (widen, rejected)
+        };
+        let (widen, _) = line(
+            Format::Jsonl,
+            "{\"id\":\"b\",\"k\":3000000000,\"t\":\"2026-11-30T10:00:00Z\"}\n",
+        );
+        assert_eq!(widen.get("k"), Some(&PrimitiveType::Long));
+        let (widen, rejected) = line(Format::Csv, "id,k,t\nb,3000000000,2026-11-30T10:00:00Z\n");
+        assert_eq!(
+            widen.get("k"),
+            Some(&PrimitiveType::Long),
+            "CSV: {rejected:?}"
+        );
+    }
 }
 
 /// Input limits: over-long lines, fields and nesting are quarantined and skipped in bounded
@@ -3507,5 +4239,54 @@ mod limit_tests {
         let bytes = parquet_bytes(10);
         let e = spool_to(&mut &bytes[..], &mut FullDisk, &limits()).unwrap_err();
         assert!(matches!(e, DecodeFailure::Spool(_)), "{e:?}");
+    }
+
+    #[test]
+    fn messy_parquet_value_far_beyond_the_record_limits_is_not_held_whole() {
+        // A 64 MiB string in one Parquet row compresses to a few KiB. JSON lines and CSV
+        // quarantine a record over max_line_bytes (1 MiB here) without holding it, and a
+        // compressed stream stops at max_decompressed_bytes; Parquet's own page compression
+        // is under neither.
+        use arrow::array::{StringArray, TimestampMicrosecondArray};
+        let big = "x".repeat(64 << 20);
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Utf8, true),
+            Field::new(
+                "t",
+                DataType::Timestamp(arrow_schema::TimeUnit::Microsecond, Some("+00:00".into())),
+                true,
+            ),
+        ]));
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                Arc::new(StringArray::from(vec![big.as_str()])),
+                Arc::new(
+                    TimestampMicrosecondArray::from(vec![1_764_496_800_000_000])
+                        .with_timezone("+00:00"),
+                ),
+            ],
+        )
+        .unwrap();
+        drop(big);
+        let props = parquet::file::properties::WriterProperties::builder()
+            .set_compression(parquet::basic::Compression::ZSTD(Default::default()))
+            .set_dictionary_enabled(false)
+            .build();
+        let mut bytes = Vec::new();
+        let mut w = parquet::arrow::ArrowWriter::try_new(&mut bytes, schema, Some(props)).unwrap();
+        w.write(&batch).unwrap();
+        w.close().unwrap();
+        drop(batch);
+        let mut l = limits();
+        l.max_decompressed_bytes = 16 << 20;
+        let stored = bytes.len();
+        let (out, peak) = peak_during(|| run(&bytes[..], &spec(Format::Parquet), &l, None));
+        let out = out.map(|o| (o.seen, o.rows, o.rejected.len()));
+        assert!(
+            peak < 16 << 20,
+            "a {stored}-byte Parquet object made decoding hold {peak} bytes at once ({out:?}), \
+             over max_line_bytes = 1 MiB and max_decompressed_bytes = 16 MiB"
+        );
     }
 }
