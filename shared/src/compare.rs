@@ -393,6 +393,8 @@ async fn read_table(
         .await
         .map_err(|e| Error::iceberg(what(), e).with_retryable(true))?
     {
+        // An identity partition's column comes run-end encoded.
+        let batch = crate::write::without_run_ends(batch).map_err(|e| Error::iceberg(what(), e))?;
         add(&renamed(&batch, rename)?)?;
     }
     Ok(())

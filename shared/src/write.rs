@@ -130,7 +130,7 @@ impl Sink {
 /// `batch` with its run-end encoded columns decoded to their plain type (field ids kept):
 /// iceberg's reader gives a column an identity partition holds as one (built from the
 /// partition value), which its partition calculator and Parquet writer do not take.
-fn without_run_ends(batch: RecordBatch) -> iceberg::Result<RecordBatch> {
+pub(crate) fn without_run_ends(batch: RecordBatch) -> iceberg::Result<RecordBatch> {
     use arrow_schema::DataType;
     if !batch
         .columns()

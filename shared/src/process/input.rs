@@ -188,6 +188,9 @@ pub(super) async fn scan_column(
     while let Some(b) = stream.try_next().await.map_err(|e| {
         Error::iceberg(format!("reading {}", table.identifier()), e).with_retryable(true)
     })? {
+        // An identity partition's column comes run-end encoded.
+        let b = crate::write::without_run_ends(b)
+            .map_err(|e| Error::iceberg(format!("reading {}", table.identifier()), e))?;
         each(&b)?;
     }
     Ok(ReadCost {
