@@ -1678,7 +1678,7 @@ fn decode_csv(reader: Box<dyn Read + '_>, ctx: &mut Ctx<'_>) -> Result<(), Decod
             .map(|i| String::from_utf8_lossy(rdr.field(i)).trim().to_string())
             .collect(),
     };
-    if let Some(reason) = repeated_name(headers.iter().map(String::as_str)) {
+    if let Some(reason) = repeated_name(headers.iter().map(String::as_str), &ctx.spec.ignored) {
         return Err(DecodeFailure::Unreadable(format!(
             "the CSV header {reason}"
         )));
@@ -1795,10 +1795,14 @@ fn decode_csv(reader: Box<dyn Read + '_>, ctx: &mut Ctx<'_>) -> Result<(), Decod
 /// record's values are put in the table's columns by name, so one of the two values would be
 /// dropped without a trace. Empty names are left out: no column may be named so (such fields are
 /// refused, their values quarantining the record), and exports often end the header in commas.
-fn repeated_name<'n>(names: impl Iterator<Item = &'n str>) -> Option<String> {
+fn repeated_name<'n>(
+    names: impl Iterator<Item = &'n str>,
+    dropped: &std::collections::BTreeSet<String>,
+) -> Option<String> {
     let mut first: BTreeMap<&str, usize> = BTreeMap::new();
     for (i, name) in names.enumerate() {
-        if name.is_empty() {
+        // A column the table dropped: its values are dropped anyway.
+        if name.is_empty() || dropped.contains(name) {
             continue;
         }
         if let Some(at) = first.get(name) {
@@ -2026,8 +2030,10 @@ fn decode_parquet(mut reader: Box<dyn Read + '_>, ctx: &mut Ctx<'_>) -> Result<(
         let batch_rows = parquet_batch_rows(&meta, ctx.spec.chunk_records, ctx.limits)?;
         let builder = ParquetRecordBatchReaderBuilder::new_with_metadata(file, meta);
         let file_schema = builder.schema().clone();
-        if let Some(reason) = repeated_name(file_schema.fields().iter().map(|f| f.name().as_str()))
-        {
+        if let Some(reason) = repeated_name(
+            file_schema.fields().iter().map(|f| f.name().as_str()),
+            &ctx.spec.ignored,
+        ) {
             return Err(DecodeFailure::Unreadable(format!(
                 "the Parquet schema {reason}"
             )));
@@ -2218,7 +2224,7 @@ fn row_as_json(batch: &RecordBatch, row: usize) -> String {
 
 /// Casts a Parquet batch to the target types; values that do not convert exactly are rejected
 /// per row ([`parquet_column`]), as are rows with a text or binary value over
-/// `max_field_bytes`.
+/// `max_line_bytes` ([`long_values`]).
 fn emit_parquet_batch(
     ctx: &mut Ctx<'_>,
     batch: &RecordBatch,
@@ -2227,7 +2233,7 @@ fn emit_parquet_batch(
     let target = ctx.spec.schema.clone();
     let n = batch.num_rows();
     let mut reasons: Vec<Option<String>> = vec![None; n];
-    long_values(batch, ctx.limits.max_field_bytes, &mut reasons);
+    long_values(batch, &target, ctx.limits.max_line_bytes, &mut reasons);
     let mut cols = Vec::with_capacity(target.fields().len());
     for f in target.fields() {
         let col = match batch.schema().index_of(f.name()) {
@@ -2293,30 +2299,76 @@ fn emit_parquet_batch(
 }
 
 /// A reason (where there is none yet) for each row of `batch` with a text or binary value longer
-/// than `max` bytes, as for a CSV field (see `max_field_bytes`).
-fn long_values(batch: &RecordBatch, max: u64, reasons: &mut [Option<String>]) {
-    use arrow::array::AsArray;
+/// than `max` bytes (`max_line_bytes`: a Parquet record's value is held to a JSON line's limit) in
+/// a column of `target` (values of columns not kept are never held). Rows are walked only in a
+/// column whose longest value is over the limit (the offsets tell).
+fn long_values(batch: &RecordBatch, target: &SchemaRef, max: u64, reasons: &mut [Option<String>]) {
     for (f, col) in batch.schema().fields().iter().zip(batch.columns()) {
-        let len: Box<dyn Fn(usize) -> usize + '_> = match col.data_type() {
-            DataType::Utf8 => Box::new(|i| col.as_string::<i32>().value(i).len()),
-            DataType::LargeUtf8 => Box::new(|i| col.as_string::<i64>().value(i).len()),
-            DataType::Utf8View => Box::new(|i| col.as_string_view().value(i).len()),
-            DataType::Binary => Box::new(|i| col.as_binary::<i32>().value(i).len()),
-            DataType::LargeBinary => Box::new(|i| col.as_binary::<i64>().value(i).len()),
-            DataType::BinaryView => Box::new(|i| col.as_binary_view().value(i).len()),
-            DataType::FixedSizeBinary(w) => Box::new(move |_| usize::try_from(*w).unwrap_or(0)),
-            _ => continue,
+        if target.field_with_name(f.name()).is_err() {
+            continue;
+        }
+        let Some((longest, len)) = value_lengths(col) else {
+            continue;
         };
+        if longest as u64 <= max {
+            continue;
+        }
         for (row, slot) in reasons.iter_mut().enumerate() {
             if slot.is_none() && col.is_valid(row) && len(row) as u64 > max {
                 *slot = Some(format!(
-                    "`{}` is {} bytes, longer than max_field_bytes = {max}",
+                    "`{}` is {} bytes, longer than max_line_bytes = {max}",
                     f.name(),
                     len(row)
                 ));
             }
         }
     }
+}
+
+/// The longest value of a text or binary column (plain, view, fixed-size or dictionary) and each
+/// row's length; None for other types.
+#[allow(clippy::type_complexity)]
+fn value_lengths(col: &ArrayRef) -> Option<(usize, Box<dyn Fn(usize) -> usize + '_>)> {
+    use arrow::array::AsArray;
+    fn by_offsets<O: arrow::array::OffsetSizeTrait>(
+        offsets: &arrow::buffer::OffsetBuffer<O>,
+    ) -> (usize, Box<dyn Fn(usize) -> usize + '_>) {
+        let longest = offsets
+            .windows(2)
+            .map(|w| (w[1] - w[0]).as_usize())
+            .max()
+            .unwrap_or(0);
+        (
+            longest,
+            Box::new(move |i| (offsets[i + 1] - offsets[i]).as_usize()),
+        )
+    }
+    fn by_views(views: &[u128]) -> (usize, Box<dyn Fn(usize) -> usize + '_>) {
+        let longest = views.iter().map(|v| *v as u32 as usize).max().unwrap_or(0);
+        (longest, Box::new(move |i| views[i] as u32 as usize))
+    }
+    Some(match col.data_type() {
+        DataType::Utf8 => by_offsets(col.as_string::<i32>().offsets()),
+        DataType::LargeUtf8 => by_offsets(col.as_string::<i64>().offsets()),
+        DataType::Binary => by_offsets(col.as_binary::<i32>().offsets()),
+        DataType::LargeBinary => by_offsets(col.as_binary::<i64>().offsets()),
+        DataType::Utf8View => by_views(col.as_string_view().views()),
+        DataType::BinaryView => by_views(col.as_binary_view().views()),
+        DataType::FixedSizeBinary(w) => {
+            let w = usize::try_from(*w).unwrap_or(0);
+            (w, Box::new(move |_| w))
+        }
+        DataType::Dictionary(_, _) => {
+            let dict = col.as_any_dictionary();
+            let (longest, len) = value_lengths(dict.values())?;
+            let keys = dict.normalized_keys();
+            (
+                longest,
+                Box::new(move |i| keys.get(i).map_or(0, |&k| len(k))),
+            )
+        }
+        _ => return None,
+    })
 }
 
 /// Parquet column `src` as `field`'s type. A value that cannot be read so exactly gets a reason
@@ -2376,7 +2428,40 @@ fn parquet_column(
         safe: true,
         ..Default::default()
     };
-    let cast = cast_with_options(src, to, &opts)?;
+    let mut cast = cast_with_options(src, to, &opts)?;
+    if to.is_floating() && from.is_numeric() {
+        // A finite value beyond a narrower float (a double into a `float` column) became
+        // ±Infinity: refused, as in JSON lines and CSV (a stored NaN or infinity stays).
+        let wide = |a: &ArrayRef| cast_with_options(a, &DataType::Float64, &opts);
+        let (was, now) = (wide(src)?, wide(&cast)?);
+        let (was, now) = (
+            was.as_any().downcast_ref::<arrow::array::Float64Array>(),
+            now.as_any().downcast_ref::<arrow::array::Float64Array>(),
+        );
+        if let (Some(was), Some(now)) = (was, now) {
+            let overflow: arrow::array::BooleanArray = (0..src.len())
+                .map(|row| {
+                    Some(
+                        now.is_valid(row)
+                            && !now.value(row).is_finite()
+                            && was.value(row).is_finite(),
+                    )
+                })
+                .collect();
+            if overflow.true_count() > 0 {
+                for (row, slot) in reasons.iter_mut().enumerate() {
+                    if slot.is_none() && overflow.value(row) {
+                        *slot = Some(format!(
+                            "field `{}`: {} is beyond the range of {to}",
+                            field.name(),
+                            value(row)
+                        ));
+                    }
+                }
+                cast = arrow::compute::nullif(&cast, &overflow)?;
+            }
+        }
+    }
     if cast.null_count() > src.null_count() {
         for (row, slot) in reasons.iter_mut().enumerate() {
             if slot.is_none() && cast.is_null(row) && !src.is_null(row) {
@@ -3800,6 +3885,64 @@ not json\n\
     }
 
     #[test]
+    fn a_dropped_column_named_twice_does_not_make_the_object_unreadable() {
+        let mut s = spec(Format::Csv);
+        s.allow_unknown = false;
+        s.ignored = ["old".to_string()].into();
+        let (seen, rows, rejected, _) = run(
+            "id,n,t,old,old\na,1,2026-11-30T10:00:00Z,x,y\n".as_bytes(),
+            &s,
+        );
+        assert_eq!((seen, rows, rejected.len()), (1, 1, 0), "{rejected:?}");
+    }
+
+    #[test]
+    fn parquet_double_beyond_a_float_column_is_not_infinity() {
+        use arrow::array::Float64Array;
+        use arrow::datatypes::Float32Type;
+        let s = spec_with(Format::Parquet, Field::new("x", DataType::Float32, true));
+        let bytes = parquet_with(
+            "x",
+            Arc::new(Float64Array::from(vec![1.5, 1e39, -1e39, f64::NAN])),
+        );
+        let (seen, values, rejected) = column_values::<Float32Type>(&bytes, &s, "x");
+        assert_eq!(seen, 4);
+        // A stored NaN is a value; the overflowing ones are refused with their reason.
+        assert_eq!(values.len(), 2, "{values:?} {rejected:?}");
+        assert_eq!(values[0], Some(1.5));
+        assert!(values[1].is_some_and(f32::is_nan), "{values:?}");
+        assert_eq!(rejected.len(), 2, "{rejected:?}");
+        assert!(
+            rejected
+                .iter()
+                .all(|r| r.reason.contains("beyond the range of Float32")),
+            "{rejected:?}"
+        );
+    }
+
+    #[test]
+    fn parquet_dictionary_text_is_held_to_the_line_limit_as_plain_text() {
+        use arrow::array::{DictionaryArray, StringArray};
+        use arrow::datatypes::Int32Type;
+        let big = "x".repeat((1 << 20) + 1);
+        let s = spec_with(Format::Parquet, Field::new("s", DataType::Utf8, true));
+        let plain: ArrayRef = Arc::new(StringArray::from(vec![big.as_str(), "small"]));
+        let dict: ArrayRef = Arc::new(
+            vec![big.as_str(), "small"]
+                .into_iter()
+                .collect::<DictionaryArray<Int32Type>>(),
+        );
+        for col in [plain, dict] {
+            let (_, rows, rejected, _) = run(&parquet_with("s", col), &s);
+            assert_eq!((rows, rejected.len()), (1, 1), "{rejected:?}");
+            assert!(
+                rejected[0].reason.contains("max_line_bytes"),
+                "{rejected:?}"
+            );
+        }
+    }
+
+    #[test]
     fn messy_jsonl_a_double_beyond_f64_is_not_infinity() {
         use arrow::datatypes::Float64Type;
         let s = spec_with(Format::Jsonl, Field::new("x", DataType::Float64, true));
@@ -4126,6 +4269,48 @@ mod limit_tests {
                 && out.rejected[0].reason.contains('8'),
             "{}",
             out.rejected[0].reason
+        );
+    }
+
+    #[test]
+    fn parquet_long_value_in_a_column_not_kept_does_not_quarantine_its_row() {
+        use arrow::array::{StringArray, TimestampMicrosecondArray};
+        let big = "x".repeat(3 << 20);
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Utf8, true),
+            Field::new("raw", DataType::Utf8, true),
+            Field::new(
+                "t",
+                DataType::Timestamp(arrow_schema::TimeUnit::Microsecond, Some("+00:00".into())),
+                true,
+            ),
+        ]));
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                Arc::new(StringArray::from(vec!["a", "b"])),
+                Arc::new(StringArray::from(vec![big.as_str(), "small"])),
+                Arc::new(
+                    TimestampMicrosecondArray::from(vec![1_764_496_800_000_000; 2])
+                        .with_timezone("+00:00"),
+                ),
+            ],
+        )
+        .unwrap();
+        let mut bytes = Vec::new();
+        let mut w = parquet::arrow::ArrowWriter::try_new(&mut bytes, schema, None).unwrap();
+        w.write(&batch).unwrap();
+        w.close().unwrap();
+        // `raw` is a column the table dropped: its values are never held, whatever their size.
+        let mut s = spec(Format::Parquet);
+        s.allow_unknown = false;
+        s.ignored = ["raw".to_string()].into();
+        let out = run(&bytes[..], &s, &limits(), None).unwrap();
+        assert_eq!(
+            (out.rows, out.rejected.len()),
+            (2, 0),
+            "{:?}",
+            out.rejected.iter().map(|r| &r.reason).collect::<Vec<_>>()
         );
     }
 

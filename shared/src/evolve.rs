@@ -197,6 +197,35 @@ pub(crate) fn evolve_table_schema(
     )
 }
 
+/// Columns of the table whose type could widen but that a partition holds with their own type
+/// ([`partition_bound_widenings`], to the widest type the spec allows), each with the reason: a
+/// value beyond such a column's type is quarantined, and its reason says why it was not widened.
+pub(crate) fn held_by_partitions(
+    metadata: &TableMetadata,
+) -> std::collections::BTreeMap<String, String> {
+    let widest: std::collections::BTreeMap<String, PrimitiveType> = metadata
+        .current_schema()
+        .as_struct()
+        .fields()
+        .iter()
+        .filter_map(|f| {
+            let to = match f.field_type.as_ref() {
+                Type::Primitive(PrimitiveType::Int) => PrimitiveType::Long,
+                Type::Primitive(PrimitiveType::Float) => PrimitiveType::Double,
+                Type::Primitive(PrimitiveType::Decimal { precision, scale }) if *precision < 38 => {
+                    PrimitiveType::Decimal {
+                        precision: 38,
+                        scale: *scale,
+                    }
+                }
+                _ => return None,
+            };
+            Some((f.name.clone(), to))
+        })
+        .collect();
+    partition_bound_widenings(metadata, &widest)
+}
+
 /// The widenings of `widen` the table cannot take, each with the reason: a column that a
 /// partition field of any of the table's specs takes its value from with the column's own type
 /// (identity, truncate, void). Committed files carry partition values of the narrower type,

@@ -157,6 +157,7 @@ pub(super) async fn write_object(
             .map_err(|e| Error::iceberg(format!("schema of {}", tctx.ident), e))?,
     );
     let decode_schema = schema::decode_schema(&arrow_schema);
+    let held = crate::evolve::held_by_partitions(table.metadata());
     let mut required: Vec<String> = iceberg_schema
         .as_struct()
         .fields()
@@ -286,6 +287,7 @@ pub(super) async fn write_object(
                     path: &mut w.quarantine_spool,
                     uri,
                     note: reason_note,
+                    held: &held,
                 };
                 match spool_rejected(out, &rejected, budget) {
                     Ok(Spooled::Within(bytes)) => spooled += bytes,
@@ -450,6 +452,9 @@ struct Spool<'s> {
     uri: &'s str,
     /// Appended to every reason (`reason; note`).
     note: Option<&'s str>,
+    /// Columns a partition keeps from widening, with why: appended to a reason that a value is
+    /// out of range for such a column.
+    held: &'s std::collections::BTreeMap<String, String>,
 }
 
 /// Appends `rejected` to the object's quarantine spool until `budget` bytes are used up; each
@@ -460,6 +465,7 @@ fn spool_rejected(out: Spool<'_>, rejected: &[Rejected], budget: u64) -> Result<
         path,
         uri,
         note,
+        held,
     } = out;
     // A full disk is worth a retry (another container, or after cleanup), like the Parquet spool.
     let io = |e: std::io::Error| {
@@ -477,10 +483,17 @@ fn spool_rejected(out: Spool<'_>, rejected: &[Rejected], budget: u64) -> Result<
     let mut bytes = 0;
     if let Some(s) = spool.as_mut() {
         for r in rejected {
-            let reason = match note {
+            let mut reason = match note {
                 Some(n) => format!("{}; {n}", r.reason),
                 None => r.reason.clone(),
             };
+            if reason.contains("out of range") {
+                if let Some((_, why)) = held.iter().find(|(col, _)| {
+                    reason.contains(&format!("'{col}'")) || reason.contains(&format!("`{col}`"))
+                }) {
+                    reason = format!("{reason}; {why}");
+                }
+            }
             let line = json!({"source": uri, "record": r.record, "raw": r.raw, "reason": reason});
             let mut buf = serde_json::to_vec(&line).map_err(|e| io(e.into()))?;
             buf.push(b'\n');
@@ -517,8 +530,11 @@ mod tests {
             path,
             uri: "s3://b/k",
             note: None,
+            held: &NO_HELD,
         }
     }
+
+    static NO_HELD: std::collections::BTreeMap<String, String> = std::collections::BTreeMap::new();
 
     #[test]
     fn spooling_stops_at_the_record_that_crosses_the_budget() {
@@ -558,6 +574,7 @@ mod tests {
             path: &mut path,
             uri: "s3://b/k",
             note: Some(&note),
+            held: &NO_HELD,
         };
         // Without the note the ten lines fit 1000 bytes; with it they do not.
         assert!(matches!(
