@@ -42,11 +42,9 @@ use std::time::Instant;
 
 use arrow::array::RecordBatch;
 use arrow_schema::SchemaRef;
-use futures::StreamExt;
 use iceberg::spec::DataFile;
 use iceberg::table::Table;
 
-use super::input::ReadCost;
 use super::latest::{self, Bucket, Latest};
 use super::output::Output;
 use super::processor::{Position, RunReport};
@@ -61,9 +59,6 @@ use crate::summary;
 
 /// Reduce the accumulated delta again past this many reduced chunks (memory: distinct keys).
 const REDUCE_EVERY: usize = 8;
-
-/// Buckets merged at once, at most (and at most the cores available).
-const MAX_MERGING: usize = 4;
 
 /// The files a `latest` run commits to the sink (the tombstones are committed already).
 pub(super) struct SinkFiles {
@@ -182,35 +177,22 @@ impl Processor {
             None => None,
         };
         let mut tomb_deletes: Vec<DataFile> = Vec::new();
-        // The touched buckets are merged concurrently (each reads only its own files; the
-        // Parquet decoding and the merge spread over the cores), at most `merging` at once so
-        // memory stays a few buckets' probes; their changes are written in bucket order.
-        let jobs: Vec<_> = touched
-            .into_iter()
-            .map(|(bucket, d)| {
-                let sf = sink_files.remove(&bucket).unwrap_or_default();
-                let tf = tomb_files.remove(&bucket).unwrap_or_default();
-                (sf, tf, d)
-            })
-            .collect();
-        let shared = std::sync::Arc::new(latest);
-        let merging = std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(1)
-            .clamp(1, MAX_MERGING);
-        let mut merges = futures::stream::iter(jobs.into_iter().map(|(sf, tf, d)| {
-            let (latest, sink, tombs) = (shared.clone(), pos.sink.clone(), pos.tombstones.clone());
-            tokio::spawn(async move {
-                merge_bucket_on_read(&latest, &sink, tombs.as_ref(), &sf, &tf, d, seq, horizon)
-                    .await
-            })
-        }))
-        .buffered(merging);
-        while let Some(joined) = merges.next().await {
-            let (change, read) = joined
-                .map_err(|e| Error::new(ErrorKind::Internal, format!("merging a bucket: {e}")))??;
-            report.sink_files_read += read.files;
-            report.sink_bytes_read += read.bytes;
+        for (bucket, d) in touched {
+            let sf = sink_files.remove(&bucket).unwrap_or_default();
+            let tf = tomb_files.remove(&bucket).unwrap_or_default();
+            // Boxed: the bucket's reads are deep futures, kept off the run's stack.
+            let change = Box::pin(merge_bucket_on_read(
+                &latest,
+                &pos.sink,
+                pos.tombstones.as_ref(),
+                &sf,
+                &tf,
+                d,
+                seq,
+                horizon,
+                report,
+            ))
+            .await?;
             if let Some((part, spec, rows)) = change.sink_deletes {
                 report.rows_deleted += rows.len() as u64;
                 let f =
@@ -238,8 +220,6 @@ impl Processor {
                 }
             }
         }
-        drop(merges);
-        let latest: &Latest = &shared;
         let (added, schema) = sink_out.close().await?;
         report.bytes_written += added.iter().map(|f| f.file_size_in_bytes()).sum::<u64>();
         done.added = added;
@@ -259,7 +239,7 @@ impl Processor {
         if let Some(r) = rebuilt {
             let w = Box::pin(self.write_rebuilt(
                 pos,
-                latest,
+                &latest,
                 r,
                 &mut sink_files,
                 &mut tomb_files,
@@ -578,7 +558,7 @@ async fn probe_files(
     files: &[LiveFile],
     columns: Option<&[String]>,
     schema: &SchemaRef,
-    read: &mut ReadCost,
+    report: &mut RunReport,
 ) -> Result<Probed> {
     let mut rows = Vec::new();
     let (mut at, mut delta_rows) = (Vec::new(), Vec::new());
@@ -594,10 +574,11 @@ async fn probe_files(
         .flat_map(|f| f.deletes.iter().cloned())
         .collect();
     let deleted = crate::write::read_position_deletes(table, &deletes).await?;
-    read.files += deletes.len();
-    read.bytes += deletes.iter().map(|d| d.file_size_in_bytes).sum::<u64>();
+    report.sink_files_read += deletes.len();
+    report.sink_bytes_read += deletes.iter().map(|d| d.file_size_in_bytes).sum::<u64>();
     let (per_file, cost) = input::read_positioned(table, files, columns, schema).await?;
-    *read += cost;
+    report.sink_files_read += cost.files;
+    report.sink_bytes_read += cost.bytes;
     for (fi, batches) in per_file.into_iter().enumerate() {
         let gone = deleted.get(files[fi].file.file_path());
         let mut base = 0i64;
@@ -639,8 +620,7 @@ async fn probe_files(
 /// delta's or a tombstone's of its key, for the whole-row tie-break); of the tombstone table's,
 /// the tombstones of the delta's keys. The rows the merge ([`Latest::merge_bucket`]) no longer
 /// keeps get position deletes, the new ones are appended: a run's work is bounded by the keys
-/// it touches (and the key columns of their buckets), not by the sink's size. Also returns
-/// what it read of the sink and tombstone tables.
+/// it touches (and the key columns of their buckets), not by the sink's size.
 #[allow(clippy::too_many_arguments)]
 async fn merge_bucket_on_read(
     latest: &Latest,
@@ -651,8 +631,8 @@ async fn merge_bucket_on_read(
     d: RecordBatch,
     seq: i64,
     horizon: Option<i64>,
-) -> Result<(BucketChange, ReadCost)> {
-    let mut read = ReadCost::default();
+    report: &mut RunReport,
+) -> Result<BucketChange> {
     let index = latest.key_index(&d)?;
     let probe_schema = latest.probe_schema();
     let names: Vec<String> = probe_schema
@@ -667,7 +647,7 @@ async fn merge_bucket_on_read(
         sink_files,
         Some(&names),
         &probe_schema,
-        &mut read,
+        report,
     )
     .await?;
     let tomb = match tombstones {
@@ -679,7 +659,7 @@ async fn merge_bucket_on_read(
                 tomb_files,
                 None,
                 &latest.tombstone_schema(),
-                &mut read,
+                report,
             )
             .await?,
         ),
@@ -709,7 +689,8 @@ async fn merge_bucket_on_read(
         let files: Vec<LiveFile> = by_file.keys().map(|&fi| sink_files[fi].clone()).collect();
         let schema = transform::table_schema(sink)?;
         let (per_file, cost) = input::read_positioned(sink, &files, None, &schema).await?;
-        read += cost;
+        report.sink_files_read += cost.files;
+        report.sink_bytes_read += cost.bytes;
         for ((fi, positions), batches) in by_file.into_iter().zip(per_file) {
             let whole = arrow::compute::concat_batches(&schema, &batches)
                 .map_err(|e| Error::new(ErrorKind::Internal, format!("tied rows: {e}")))?;
@@ -736,13 +717,10 @@ async fn merge_bucket_on_read(
     let tomb_deletes = tomb
         .as_ref()
         .and_then(|t| deletes_of(tomb_files, &t.at, &merged.tombstones_dropped));
-    Ok((
-        BucketChange {
-            sink_deletes,
-            added_live: merged.added_live,
-            tomb_deletes,
-            added_tombstones: merged.added_tombstones,
-        },
-        read,
-    ))
+    Ok(BucketChange {
+        sink_deletes,
+        added_live: merged.added_live,
+        tomb_deletes,
+        added_tombstones: merged.added_tombstones,
+    })
 }
