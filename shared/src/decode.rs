@@ -2328,7 +2328,7 @@ fn long_values(batch: &RecordBatch, target: &SchemaRef, max: u64, reasons: &mut 
 /// The longest value of a text or binary column (plain, view, fixed-size or dictionary) and each
 /// row's length; None for other types.
 #[allow(clippy::type_complexity)]
-fn value_lengths(col: &ArrayRef) -> Option<(usize, Box<dyn Fn(usize) -> usize + '_>)> {
+pub(crate) fn value_lengths(col: &ArrayRef) -> Option<(usize, Box<dyn Fn(usize) -> usize + '_>)> {
     use arrow::array::AsArray;
     fn by_offsets<O: arrow::array::OffsetSizeTrait>(
         offsets: &arrow::buffer::OffsetBuffer<O>,

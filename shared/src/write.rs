@@ -187,21 +187,6 @@ fn long_value_columns(
     use arrow_schema::DataType as T;
     const MAX: usize = STATS_TRUNCATE_BYTES;
     let long = match array.data_type() {
-        T::Utf8 => max_len(array.as_string::<i32>().offsets()) > MAX,
-        T::LargeUtf8 => max_len(array.as_string::<i64>().offsets()) > MAX,
-        T::Binary => max_len(array.as_binary::<i32>().offsets()) > MAX,
-        T::LargeBinary => max_len(array.as_binary::<i64>().offsets()) > MAX,
-        T::Utf8View => array
-            .as_string_view()
-            .views()
-            .iter()
-            .any(|v| (*v as u32) as usize > MAX),
-        T::BinaryView => array
-            .as_binary_view()
-            .views()
-            .iter()
-            .any(|v| (*v as u32) as usize > MAX),
-        T::FixedSizeBinary(n) => *n as usize > MAX,
         T::Struct(fields) => {
             let s = array.as_struct();
             for (f, c) in fields.iter().zip(s.columns()) {
@@ -226,14 +211,8 @@ fn long_value_columns(
             long_value_columns(f, &entries, ids, unidentified);
             false
         }
-        T::Dictionary(_, _) => {
-            let values = array.as_any_dictionary().values().clone();
-            let inner = arrow_schema::Field::new(field.name(), values.data_type().clone(), true)
-                .with_metadata(field.metadata().clone());
-            long_value_columns(&inner, &values, ids, unidentified);
-            false
-        }
-        _ => false,
+        // Text and binary (plain, view, fixed-size, dictionary): their longest value.
+        _ => crate::decode::value_lengths(array).is_some_and(|(longest, _)| longest > MAX),
     };
     if long {
         match field
@@ -247,15 +226,6 @@ fn long_value_columns(
             None => *unidentified = true,
         }
     }
-}
-
-/// The longest value of a string/binary array by its offsets.
-fn max_len<O: arrow::array::OffsetSizeTrait>(offsets: &arrow::buffer::OffsetBuffer<O>) -> usize {
-    offsets
-        .windows(2)
-        .map(|w| (w[1] - w[0]).as_usize())
-        .max()
-        .unwrap_or(0)
 }
 
 /// `f`'s entry without the lower/upper bounds `drop` names (field id, bound).
