@@ -1563,3 +1563,42 @@ async fn delete_manifests_are_folded_by_a_manifest_rewrite_and_past_the_merge_co
         "DuckDB after folding runs"
     );
 }
+
+/// A run reads committed tombstones by their key and order values only; one whose order value
+/// equals a new version's of its key (or another tombstone's) is ranked by its whole row.
+#[tokio::test]
+async fn a_tombstone_tied_on_the_order_value_is_ranked_by_its_whole_row() {
+    let (env, ingestor, p, base, mut m) = setup("sqlite", &pipeline(), 2).await;
+    let deletes = [
+        (8, "o8", "cancelled", 100),
+        (9, "o9z", "cancelled", 100),
+        (11, "o11", "cancelled", 100),
+        (12, "o12", "placed", 50),
+    ];
+    ingest(&env, &ingestor, "orders/a.jsonl", base, &mut m, &deletes).await;
+    p.run(LATEST, soon()).await.unwrap();
+    let tombstones = |env: &TestEnv| env.pyiceberg_rows(TOMBSTONES)["rows"].as_u64().unwrap();
+    assert_eq!(tombstones(&env), 3);
+    // Same event time as the tombstones: c8's new version outranks its tombstone (row order),
+    // c9's does not (c9 stays deleted), c11's delete arrives again (one tombstone, not two).
+    ingest(
+        &env,
+        &ingestor,
+        "orders/b.jsonl",
+        base,
+        &mut m,
+        &[
+            (8, "o8", "paid", 100),
+            (9, "o9", "placed", 100),
+            (11, "o11", "cancelled", 100),
+            (12, "o12", "paid", 60),
+        ],
+    )
+    .await;
+    p.run(LATEST, soon()).await.unwrap();
+    assert_reconciled(&p, "run 2").await;
+    assert_eq!(sink_rows(&env), m.live(), "run 2");
+    let live: Vec<String> = m.live().iter().map(|r| r[0].clone()).collect();
+    assert_eq!(live, ["12", "8"], "c9 and c11 deleted");
+    assert_eq!(tombstones(&env), 3, "the repeated delete adds no tombstone");
+}

@@ -206,6 +206,100 @@ impl Latest {
         )
     }
 
+    /// The columns a merge-on-read run reads of the tombstone table's files: the probe
+    /// columns and [`SEQ`].
+    pub(super) fn tombstone_probe_schema(&self) -> SchemaRef {
+        let mut fields: Vec<Field> = self
+            .probe_schema()
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone())
+            .collect();
+        fields.push(Field::new(SEQ, DataType::Int64, true));
+        Arc::new(ArrowSchema::new(fields))
+    }
+
+    /// The key and order values of `batch` (any schema holding those columns by name) in row
+    /// format.
+    fn key_order(&self, batch: &RecordBatch) -> Result<(Rows, Rows)> {
+        let b = transform::conform(batch, &self.probe_schema())?;
+        let (kc, _) = self.converters()?;
+        let oc = self.order_converter()?;
+        let n = self.key_idx.len();
+        let keys: Vec<ArrayRef> = (0..n).map(|j| b.column(j).clone()).collect();
+        let order_at = self
+            .probe_columns()
+            .iter()
+            .position(|&i| i == self.order_idx)
+            .unwrap_or_default();
+        Ok((
+            kc.convert_columns(&keys).map_err(internal)?,
+            oc.convert_columns(&[b.column(order_at).clone()])
+                .map_err(internal)?,
+        ))
+    }
+
+    fn order_converter(&self) -> Result<RowConverter> {
+        let field = self.schema.field(self.order_idx);
+        RowConverter::new(vec![SortField::new(field.data_type().clone())]).map_err(internal)
+    }
+
+    /// Which tombstones (`tombs`, tombstone probe schema; `delta_rows` the delta row of each
+    /// one's key) have an order value equal to another candidate's of their key — the delta's,
+    /// a committed row's (`sink`, probe schema) or another tombstone's: their rank (and
+    /// whether two are the same tombstone) needs the whole row.
+    pub(super) fn tombstone_ties(
+        &self,
+        delta: &RecordBatch,
+        tombs: &RecordBatch,
+        delta_rows: &[usize],
+        sink: &RecordBatch,
+    ) -> Result<Vec<bool>> {
+        let (tk, to) = self.key_order(tombs)?;
+        let (_, delta_order) = self.key_order(&transform::conform(delta, &self.schema)?)?;
+        let (sk, so) = self.key_order(sink)?;
+        let mut seen: HashMap<(&[u8], &[u8]), usize> = HashMap::new();
+        for r in 0..sk.num_rows() {
+            *seen
+                .entry((sk.row(r).data(), so.row(r).data()))
+                .or_default() += 2;
+        }
+        for r in 0..tk.num_rows() {
+            *seen
+                .entry((tk.row(r).data(), to.row(r).data()))
+                .or_default() += 1;
+        }
+        Ok(delta_rows
+            .iter()
+            .enumerate()
+            .map(|(j, &d)| {
+                to.row(j) == delta_order.row(d)
+                    || seen
+                        .get(&(tk.row(j).data(), to.row(j).data()))
+                        .is_some_and(|&n| n > 1)
+            })
+            .collect())
+    }
+
+    /// Tombstones standing in for committed ones (tombstone schema) from their key, order and
+    /// sequence values only (`tombs`, tombstone probe schema): the other columns are those of
+    /// the delta's row of the key, as [`Latest::stand_ins`].
+    pub(super) fn tombstone_stand_ins(
+        &self,
+        delta: &RecordBatch,
+        tombs: &RecordBatch,
+        delta_rows: &[usize],
+    ) -> Result<RecordBatch> {
+        let rows = self.stand_ins(delta, tombs, delta_rows)?;
+        let seq = tombs
+            .column_by_name(SEQ)
+            .cloned()
+            .ok_or_else(|| Error::new(ErrorKind::Internal, "tombstone sequence column"))?;
+        let mut cols = rows.columns().to_vec();
+        cols.push(seq);
+        RecordBatch::try_new(self.tombstone_schema(), cols).map_err(internal)
+    }
+
     /// The delta's winners of a bucket by key (row format), for probing the bucket's files.
     pub(super) fn key_index(&self, delta: &RecordBatch) -> Result<KeyIndex> {
         let (kc, _) = self.converters()?;
@@ -269,7 +363,8 @@ impl Latest {
 
     /// Which committed rows (`probe`, probe schema; `delta_rows` the delta row of each one's
     /// key) have an order value equal to the delta's of their key or to one of `tombstones`'
-    /// (tombstone schema) of their key: their rank needs the whole row.
+    /// (any schema holding the key and order columns) of their key: their rank needs the
+    /// whole row.
     pub(super) fn ties(
         &self,
         delta: &RecordBatch,
@@ -297,12 +392,7 @@ impl Latest {
         let (kc, _) = self.converters()?;
         let mut tomb: std::collections::HashSet<(Vec<u8>, Vec<u8>)> = Default::default();
         for b in tombstones {
-            let b = transform::conform(b, &self.tombstone_schema())?;
-            let keys: Vec<ArrayRef> = self.key_idx.iter().map(|&i| b.column(i).clone()).collect();
-            let k = kc.convert_columns(&keys).map_err(internal)?;
-            let o = conv
-                .convert_columns(&[b.column(self.order_idx).clone()])
-                .map_err(internal)?;
+            let (k, o) = self.key_order(b)?;
             for r in 0..b.num_rows() {
                 tomb.insert((k.row(r).data().to_vec(), o.row(r).data().to_vec()));
             }
@@ -495,9 +585,11 @@ impl Latest {
             .collect::<Result<_>>()?;
         // A committed sink row is live by construction (the sink holds no deletes): a probe
         // row of a merge-on-read run carries the delta's other columns, not its own.
+        // A tombstone is a delete whatever its other columns hold (a merge-on-read run's
+        // stand-ins carry the delta's).
         let is_del = |i: usize| {
             let (b, r) = pool.loc(i);
-            !is_sink(i) && del[b].value(r)
+            tomb(i).is_some() || (!is_sink(i) && del[b].value(r))
         };
         let keys = self.keys(&pool)?;
         let sorted = by_key(&pool, &keys);

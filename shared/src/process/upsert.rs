@@ -108,7 +108,10 @@ impl Processor {
                 refuse_foreign_tombstones(p, t, &pos.source_uuid)?;
             }
         }
+        let mut took = Took::default();
+        let t0 = Instant::now();
         let (_, latest) = self.latest_terms(p, &pos.source).await?;
+        took.terms += t0.elapsed();
         let to_snapshot = pos.source.metadata().snapshot_by_id(to);
         let seq = to_snapshot.map(|s| s.sequence_number()).unwrap_or_default();
         // Retraction hook (retract.rs): tombstones rebuilt at a later source snapshot than
@@ -122,6 +125,7 @@ impl Processor {
         // Boxed: a rebuild's state would otherwise sit in every run's future (worker stacks).
         let rebuilt = Box::pin(self.rebuild_buckets(p, pos, &latest, retraction, report)).await?;
         let context = format!("pipeline `{}` over `{}`", p.name, p.source);
+        let t0 = Instant::now();
         let mut reduced: Vec<RecordBatch> = Vec::new();
         for chunk in input::chunks(files) {
             let (schema, rows, cost) = input::read_rows_costed(&pos.source, chunk).await?;
@@ -149,6 +153,7 @@ impl Processor {
             false => latest.reduce(&reduced)?,
         };
         drop(reduced);
+        took.delta += t0.elapsed();
         report.keys_touched = delta.num_rows() as u64;
         // The newest order value that moves the horizon: the source commit time plus a skew
         // (the run's clock if the snapshot is unknown).
@@ -165,6 +170,7 @@ impl Processor {
             touched.retain(|b, _| !r.covers(b));
         }
         report.buckets = touched.len();
+        let t0 = Instant::now();
         let mut sink_files = by_bucket(&pos.sink).await?;
         let mut tomb_files = match &pos.tombstones {
             Some(t) => by_bucket(t).await?,
@@ -177,6 +183,7 @@ impl Processor {
             None => None,
         };
         let mut tomb_deletes: Vec<DataFile> = Vec::new();
+        took.list += t0.elapsed();
         for (bucket, d) in touched {
             let sf = sink_files.remove(&bucket).unwrap_or_default();
             let tf = tomb_files.remove(&bucket).unwrap_or_default();
@@ -191,8 +198,10 @@ impl Processor {
                 seq,
                 horizon,
                 report,
+                &mut took,
             ))
             .await?;
+            let t0 = Instant::now();
             if let Some((part, spec, rows)) = change.sink_deletes {
                 report.rows_deleted += rows.len() as u64;
                 let f =
@@ -219,7 +228,9 @@ impl Processor {
                     out.write(vec![change.added_tombstones]).await?;
                 }
             }
+            took.write += t0.elapsed();
         }
+        let t0 = Instant::now();
         let (added, schema) = sink_out.close().await?;
         report.bytes_written += added.iter().map(|f| f.file_size_in_bytes()).sum::<u64>();
         done.added = added;
@@ -232,6 +243,11 @@ impl Processor {
             .iter()
             .map(|f| f.file_size_in_bytes())
             .sum::<u64>();
+        took.write += t0.elapsed();
+        tracing::debug!(pipeline = %p.name, terms_ms = ms(took.terms), delta_ms = ms(took.delta),
+            list_ms = ms(took.list), probe_sink_ms = ms(took.probe_sink),
+            probe_tombstones_ms = ms(took.probe_tombstones), merge_ms = ms(took.merge),
+            write_ms = ms(took.write), "latest run phases");
         let mut tomb_removed: Vec<String> = Vec::new();
         // A rebuilding run's tombstone commit is base-guarded and marked even when it changes no
         // file (the module doc: it fences the merges of runs that read the tombstones before).
@@ -514,6 +530,69 @@ fn refuse_foreign_tombstones(p: &PipelineConfig, table: &Table, source_uuid: &st
     ))
 }
 
+/// The rows a merge compares for `probed` (rows of `files` of `table`): `stand_ins` of the
+/// rows not `tied`, then the tied rows read whole; and where each one is (index in `files`,
+/// position).
+async fn whole_where_tied(
+    table: &Table,
+    files: &[LiveFile],
+    probed: &Probed,
+    stand_ins: RecordBatch,
+    tied: &[bool],
+    report: &mut RunReport,
+) -> Result<(Vec<RecordBatch>, Vec<(usize, i64)>)> {
+    let untied: Vec<u32> = (0..tied.len())
+        .filter(|&i| !tied[i])
+        .map(|i| i as u32)
+        .collect();
+    let mut at: Vec<(usize, i64)> = untied.iter().map(|&i| probed.at[i as usize]).collect();
+    let mut pool = vec![arrow::compute::take_record_batch(
+        &stand_ins,
+        &arrow::array::UInt32Array::from(untied),
+    )
+    .map_err(|e| Error::new(ErrorKind::Internal, format!("stand-ins: {e}")))?];
+    let mut by_file: BTreeMap<usize, Vec<i64>> = BTreeMap::new();
+    for i in (0..tied.len()).filter(|&i| tied[i]) {
+        let (fi, pos) = probed.at[i];
+        by_file.entry(fi).or_default().push(pos);
+    }
+    if by_file.is_empty() {
+        return Ok((pool, at));
+    }
+    let read: Vec<LiveFile> = by_file.keys().map(|&fi| files[fi].clone()).collect();
+    let schema = transform::table_schema(table)?;
+    let (per_file, cost) = input::read_positioned(table, &read, None, &schema).await?;
+    report.sink_files_read += cost.files;
+    report.sink_bytes_read += cost.bytes;
+    for ((fi, positions), batches) in by_file.into_iter().zip(per_file) {
+        let whole = arrow::compute::concat_batches(&schema, &batches)
+            .map_err(|e| Error::new(ErrorKind::Internal, format!("tied rows: {e}")))?;
+        let idx = arrow::array::UInt32Array::from_iter_values(positions.iter().map(|&p| p as u32));
+        pool.push(
+            arrow::compute::take_record_batch(&whole, &idx)
+                .map_err(|e| Error::new(ErrorKind::Internal, format!("tied rows: {e}")))?,
+        );
+        at.extend(positions.into_iter().map(|p| (fi, p)));
+    }
+    Ok((pool, at))
+}
+
+/// Where a `latest` run's time went (logged at debug level).
+#[derive(Default)]
+struct Took {
+    terms: std::time::Duration,
+    delta: std::time::Duration,
+    list: std::time::Duration,
+    probe_sink: std::time::Duration,
+    probe_tombstones: std::time::Duration,
+    merge: std::time::Duration,
+    write: std::time::Duration,
+}
+
+fn ms(d: std::time::Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
 /// `table`'s live files by key bucket.
 async fn by_bucket(table: &Table) -> Result<BTreeMap<Bucket, Vec<LiveFile>>> {
     let spec = table.metadata().default_partition_spec_id();
@@ -632,7 +711,9 @@ async fn merge_bucket_on_read(
     seq: i64,
     horizon: Option<i64>,
     report: &mut RunReport,
+    took: &mut Took,
 ) -> Result<BucketChange> {
+    let t0 = Instant::now();
     let index = latest.key_index(&d)?;
     let probe_schema = latest.probe_schema();
     let names: Vec<String> = probe_schema
@@ -650,6 +731,15 @@ async fn merge_bucket_on_read(
         report,
     )
     .await?;
+    let sink_rows = probed.rows.clone();
+    took.probe_sink += t0.elapsed();
+    let t0 = Instant::now();
+    let tomb_schema = latest.tombstone_probe_schema();
+    let tomb_names: Vec<String> = tomb_schema
+        .fields()
+        .iter()
+        .map(|f| f.name().clone())
+        .collect();
     let tomb = match tombstones {
         Some(t) if !tomb_files.is_empty() => Some(
             probe_files(
@@ -657,52 +747,30 @@ async fn merge_bucket_on_read(
                 &index,
                 t,
                 tomb_files,
-                None,
-                &latest.tombstone_schema(),
+                Some(&tomb_names),
+                &tomb_schema,
                 report,
             )
             .await?,
         ),
         _ => None,
     };
-    let tomb_rows: Vec<RecordBatch> = tomb.iter().map(|t| t.rows.clone()).collect();
-    let ties = latest.ties(&d, &probed.rows, &probed.delta_rows, &tomb_rows)?;
-    let stand_ins = latest.stand_ins(&d, &probed.rows, &probed.delta_rows)?;
+    let tomb_probe: Vec<RecordBatch> = tomb.iter().map(|t| t.rows.clone()).collect();
+    // The tombstone pool: stand-ins of untied tombstones, then the tied ones read whole.
+    let (tomb_rows, tomb_at) = match (tombstones, &tomb) {
+        (Some(t), Some(probed)) => {
+            let ties = latest.tombstone_ties(&d, &probed.rows, &probed.delta_rows, &sink_rows)?;
+            let stand_ins = latest.tombstone_stand_ins(&d, &probed.rows, &probed.delta_rows)?;
+            whole_where_tied(t, tomb_files, probed, stand_ins, &ties, report).await?
+        }
+        _ => (Vec::new(), Vec::new()),
+    };
+    took.probe_tombstones += t0.elapsed();
+    let t0 = Instant::now();
+    let ties = latest.ties(&d, &sink_rows, &probed.delta_rows, &tomb_probe)?;
+    let stand_ins = latest.stand_ins(&d, &sink_rows, &probed.delta_rows)?;
     // The sink pool: stand-ins of untied rows, then the tied rows read whole.
-    let untied: Vec<u32> = (0..ties.len())
-        .filter(|&i| !ties[i])
-        .map(|i| i as u32)
-        .collect();
-    let mut at: Vec<(usize, i64)> = untied.iter().map(|&i| probed.at[i as usize]).collect();
-    let mut pool = vec![arrow::compute::take_record_batch(
-        &stand_ins,
-        &arrow::array::UInt32Array::from(untied),
-    )
-    .map_err(|e| Error::new(ErrorKind::Internal, format!("stand-ins: {e}")))?];
-    let tied: Vec<usize> = (0..ties.len()).filter(|&i| ties[i]).collect();
-    if !tied.is_empty() {
-        let mut by_file: BTreeMap<usize, Vec<i64>> = BTreeMap::new();
-        for &i in &tied {
-            let (fi, pos) = probed.at[i];
-            by_file.entry(fi).or_default().push(pos);
-        }
-        let files: Vec<LiveFile> = by_file.keys().map(|&fi| sink_files[fi].clone()).collect();
-        let schema = transform::table_schema(sink)?;
-        let (per_file, cost) = input::read_positioned(sink, &files, None, &schema).await?;
-        report.sink_files_read += cost.files;
-        report.sink_bytes_read += cost.bytes;
-        for ((fi, positions), batches) in by_file.into_iter().zip(per_file) {
-            let whole = arrow::compute::concat_batches(&schema, &batches)
-                .map_err(|e| Error::new(ErrorKind::Internal, format!("tied rows: {e}")))?;
-            let idx =
-                arrow::array::UInt32Array::from_iter_values(positions.iter().map(|&p| p as u32));
-            pool.push(
-                arrow::compute::take_record_batch(&whole, &idx)
-                    .map_err(|e| Error::new(ErrorKind::Internal, format!("tied rows: {e}")))?,
-            );
-            at.extend(positions.into_iter().map(|p| (fi, p)));
-        }
-    }
+    let (pool, at) = whole_where_tied(sink, sink_files, &probed, stand_ins, &ties, report).await?;
     let merged = latest.merge_bucket(pool, tomb_rows, &d, seq, horizon)?;
     let deletes_of = |files: &[LiveFile], at: &[(usize, i64)], dropped: &[usize]| {
         let first = dropped.first()?;
@@ -713,10 +781,9 @@ async fn merge_bucket_on_read(
             .collect();
         Some((f.file.partition().clone(), f.spec_id, rows))
     };
+    took.merge += t0.elapsed();
     let sink_deletes = deletes_of(sink_files, &at, &merged.sink_dropped);
-    let tomb_deletes = tomb
-        .as_ref()
-        .and_then(|t| deletes_of(tomb_files, &t.at, &merged.tombstones_dropped));
+    let tomb_deletes = deletes_of(tomb_files, &tomb_at, &merged.tombstones_dropped);
     Ok(BucketChange {
         sink_deletes,
         added_live: merged.added_live,
