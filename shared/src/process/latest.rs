@@ -427,23 +427,56 @@ impl Latest {
             .collect()
     }
 
-    /// The rank (order column, then the whole row) of the rows `idx` of the pool, looked up
-    /// by row index: only rows whose key has competitors are encoded (a key seen once needs no
-    /// comparison), which keeps a merge over a bucket about its touched keys.
-    fn ranks(&self, pool: &Pool, idx: &[usize]) -> Result<Ranks> {
-        let (_, rc) = self.converters()?;
-        let sub = pool.take(&self.schema, idx.iter().copied())?;
-        let cols: Vec<ArrayRef> = std::iter::once(self.order_idx)
-            .chain(0..sub.num_columns())
-            .map(|i| sub.column(i).clone())
-            .collect();
-        let rows = rc.convert_columns(&cols).map_err(internal)?;
-        drop(sub);
+    /// The rank (order column, then the whole row) of the pool's rows, looked up by row
+    /// index: only rows whose key has competitors (`groups`: the pool's rows by key) are
+    /// encoded (a key seen once needs no comparison), which keeps a merge over a bucket about
+    /// its touched keys; and of those, only rows whose order value another row of their key
+    /// shares are encoded whole (the order value decides the rest).
+    fn ranks(&self, pool: &Pool, groups: &[&[(&[u8], usize)]]) -> Result<Ranks> {
+        let idx = contested(groups);
+        let oc = self.order_converter()?;
+        let order = oc
+            .convert_columns(&[pool.take_column(
+                self.order_idx,
+                self.schema.field(self.order_idx).data_type(),
+                idx.iter().copied(),
+            )?])
+            .map_err(internal)?;
         let mut at = vec![u32::MAX; pool.len()];
         for (p, &i) in idx.iter().enumerate() {
             at[i] = p as u32;
         }
-        Ok(Ranks { rows, at })
+        // Rows tied on the order value with another row of their key.
+        let mut tied: Vec<usize> = Vec::new();
+        for g in groups.iter().filter(|g| g.len() > 1) {
+            let mut members: Vec<(&[u8], usize)> = g
+                .iter()
+                .map(|x| (order.row(at[x.1] as usize).data(), x.1))
+                .collect();
+            members.sort_unstable();
+            for run in members.chunk_by(|a, b| a.0 == b.0).filter(|r| r.len() > 1) {
+                tied.extend(run.iter().map(|x| x.1));
+            }
+        }
+        tied.sort_unstable();
+        let (_, rc) = self.converters()?;
+        let sub = pool.take(&self.schema, tied.iter().copied())?;
+        let cols: Vec<ArrayRef> = std::iter::once(self.order_idx)
+            .chain(0..sub.num_columns())
+            .map(|i| sub.column(i).clone())
+            .collect();
+        let whole = rc.convert_columns(&cols).map_err(internal)?;
+        drop(sub);
+        let mut whole_at: HashMap<usize, u32> = HashMap::with_capacity(tied.len());
+        for (p, &i) in tied.iter().enumerate() {
+            whole_at.insert(i, p as u32);
+        }
+        Ok(Ranks {
+            order,
+            at,
+            whole,
+            whole_at,
+        })
     }
 
     /// The latest version per key among `batches` (deletes included), sorted by key: what a
@@ -459,7 +492,7 @@ impl Latest {
         let keys = self.keys(&pool)?;
         let sorted = by_key(&pool, &keys);
         let groups: Vec<&[(&[u8], usize)]> = sorted.chunk_by(|a, b| a.0 == b.0).collect();
-        let ranks = self.ranks(&pool, &contested(&groups))?;
+        let ranks = self.ranks(&pool, &groups)?;
         let winners: Vec<usize> = groups
             .iter()
             .map(|g| ranks.max(g.iter().map(|x| x.1)))
@@ -594,7 +627,7 @@ impl Latest {
         let keys = self.keys(&pool)?;
         let sorted = by_key(&pool, &keys);
         let groups: Vec<&[(&[u8], usize)]> = sorted.chunk_by(|a, b| a.0 == b.0).collect();
-        let ranks = self.ranks(&pool, &contested(&groups))?;
+        let ranks = self.ranks(&pool, &groups)?;
 
         // The winner per key, in key order (tombstones of runs after `seq` do not compete).
         let winners: Vec<(&[u8], usize)> = groups
@@ -766,6 +799,25 @@ impl Pool {
         (b, i - self.starts.get(b).copied().unwrap_or(0))
     }
 
+    /// Column `col` (of type `t`) of the rows `idx`, in that order.
+    fn take_column(
+        &self,
+        col: usize,
+        t: &DataType,
+        idx: impl Iterator<Item = usize>,
+    ) -> Result<ArrayRef> {
+        let locs: Vec<(usize, usize)> = idx.map(|i| self.loc(i)).collect();
+        if locs.is_empty() {
+            return Ok(arrow::array::new_empty_array(t));
+        }
+        let arrays: Vec<&dyn Array> = self
+            .batches
+            .iter()
+            .map(|b| b.column(col).as_ref())
+            .collect();
+        arrow::compute::interleave(&arrays, &locs).map_err(internal)
+    }
+
     /// The rows `idx`, in that order, as one batch of `schema`.
     fn take(&self, schema: &SchemaRef, idx: impl Iterator<Item = usize>) -> Result<RecordBatch> {
         let locs: Vec<(usize, usize)> = idx.map(|i| self.loc(i)).collect();
@@ -786,17 +838,33 @@ pub(super) struct KeyIndex {
 
 /// Ranks of the rows of a batch whose key has competitors.
 struct Ranks {
-    rows: Rows,
-    /// Row index → position in `rows` (`u32::MAX`: not encoded, the key's only row).
+    /// The order values of the rows whose key has competitors.
+    order: Rows,
+    /// Row index → position in `order` (`u32::MAX`: not encoded, the key's only row).
     at: Vec<u32>,
+    /// The whole rank (order value, then every column) of the rows whose order value another
+    /// row of their key shares.
+    whole: Rows,
+    /// Row index → position in `whole`.
+    whole_at: HashMap<usize, u32>,
 }
 
 impl Ranks {
-    /// Compares rows `a` and `b` of one key (both encoded whenever the key has two rows).
+    /// Compares rows `a` and `b` of one key (both encoded whenever the key has two rows, and
+    /// whole whenever their order values are equal).
     fn cmp(&self, a: usize, b: usize) -> std::cmp::Ordering {
         match (self.at[a], self.at[b]) {
             (x, y) if x != u32::MAX && y != u32::MAX => {
-                self.rows.row(x as usize).cmp(&self.rows.row(y as usize))
+                let by_order = self.order.row(x as usize).cmp(&self.order.row(y as usize));
+                if by_order.is_ne() {
+                    return by_order;
+                }
+                match (self.whole_at.get(&a), self.whole_at.get(&b)) {
+                    (Some(&x), Some(&y)) => {
+                        self.whole.row(x as usize).cmp(&self.whole.row(y as usize))
+                    }
+                    _ => a.cmp(&b),
+                }
             }
             _ => a.cmp(&b),
         }
@@ -1105,8 +1173,22 @@ mod tests {
             (2, 5, "x"),
             (1, 2, "b"),
             (2, 5, "w"),
+            // Ties below the greatest order value do not count; three tied at it do.
+            (3, 4, "p"),
+            (3, 6, "a"),
+            (3, 4, "q"),
+            (3, 6, "c"),
+            (4, 1, "z"),
+            (3, 6, "b"),
+            (4, 1, "y"),
+            (4, 2, "a"),
         ];
-        let want = vec![(1, 3, "c".to_string()), (2, 5, "x".to_string())];
+        let want = vec![
+            (1, 3, "c".to_string()),
+            (2, 5, "x".to_string()),
+            (3, 6, "c".to_string()),
+            (4, 2, "a".to_string()),
+        ];
         // Every rotation and split of the versions gives the same result (ties: the greater row).
         for r in 0..versions.len() {
             let mut v = versions.to_vec();

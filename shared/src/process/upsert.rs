@@ -128,10 +128,14 @@ impl Processor {
         let t0 = Instant::now();
         let mut reduced: Vec<RecordBatch> = Vec::new();
         for chunk in input::chunks(files) {
+            let t1 = Instant::now();
             let (schema, rows, cost) = input::read_rows_costed(&pos.source, chunk).await?;
             report.delta_files_read += cost.files;
             report.delta_bytes_read += cost.bytes;
+            took.delta_read += t1.elapsed();
+            let t1 = Instant::now();
             let (_, out) = transform::run_sql(&p.sql, schema, rows, &context).await?;
+            took.delta_sql += t1.elapsed();
             if !out.is_empty() {
                 reduced.push(latest.reduce(&out)?);
             }
@@ -202,6 +206,7 @@ impl Processor {
             ))
             .await?;
             let t0 = Instant::now();
+            let mut t1 = Instant::now();
             if let Some((part, spec, rows)) = change.sink_deletes {
                 report.rows_deleted += rows.len() as u64;
                 let f =
@@ -211,9 +216,11 @@ impl Processor {
                 report.delete_files += 1;
                 done.added_deletes.push(f);
             }
+            took.deletes += t1.elapsed();
             if change.added_live.num_rows() > 0 {
                 sink_out.write(vec![change.added_live]).await?;
             }
+            t1 = Instant::now();
             if let (Some(t), Some((part, spec, rows))) = (&pos.tombstones, change.tomb_deletes) {
                 let f =
                     crate::write::write_position_deletes(t, part, spec, rows, &writer_id).await?;
@@ -222,6 +229,7 @@ impl Processor {
                 report.tombstone_delete_files += 1;
                 tomb_deletes.push(f);
             }
+            took.deletes += t1.elapsed();
             if let Some(out) = tomb_out.as_mut() {
                 if change.added_tombstones.num_rows() > 0 {
                     report.tombstones += change.added_tombstones.num_rows() as u64;
@@ -247,7 +255,9 @@ impl Processor {
         tracing::debug!(pipeline = %p.name, terms_ms = ms(took.terms), delta_ms = ms(took.delta),
             list_ms = ms(took.list), probe_sink_ms = ms(took.probe_sink),
             probe_tombstones_ms = ms(took.probe_tombstones), merge_ms = ms(took.merge),
-            write_ms = ms(took.write), "latest run phases");
+            write_ms = ms(took.write), delta_read_ms = ms(took.delta_read),
+            delta_sql_ms = ms(took.delta_sql), probe_read_ms = ms(took.probe_read),
+            deletes_ms = ms(took.deletes), "latest run phases");
         let mut tomb_removed: Vec<String> = Vec::new();
         // A rebuilding run's tombstone commit is base-guarded and marked even when it changes no
         // file (the module doc: it fences the merges of runs that read the tombstones before).
@@ -587,6 +597,10 @@ struct Took {
     probe_tombstones: std::time::Duration,
     merge: std::time::Duration,
     write: std::time::Duration,
+    delta_read: std::time::Duration,
+    delta_sql: std::time::Duration,
+    probe_read: std::time::Duration,
+    deletes: std::time::Duration,
 }
 
 fn ms(d: std::time::Duration) -> f64 {
@@ -638,6 +652,7 @@ async fn probe_files(
     columns: Option<&[String]>,
     schema: &SchemaRef,
     report: &mut RunReport,
+    read_time: &mut std::time::Duration,
 ) -> Result<Probed> {
     let mut rows = Vec::new();
     let (mut at, mut delta_rows) = (Vec::new(), Vec::new());
@@ -648,6 +663,7 @@ async fn probe_files(
             delta_rows,
         });
     }
+    let t0 = Instant::now();
     let deletes: Vec<_> = files
         .iter()
         .flat_map(|f| f.deletes.iter().cloned())
@@ -658,6 +674,7 @@ async fn probe_files(
     let (per_file, cost) = input::read_positioned(table, files, columns, schema).await?;
     report.sink_files_read += cost.files;
     report.sink_bytes_read += cost.bytes;
+    *read_time += t0.elapsed();
     for (fi, batches) in per_file.into_iter().enumerate() {
         let gone = deleted.get(files[fi].file.file_path());
         let mut base = 0i64;
@@ -729,6 +746,7 @@ async fn merge_bucket_on_read(
         Some(&names),
         &probe_schema,
         report,
+        &mut took.probe_read,
     )
     .await?;
     let sink_rows = probed.rows.clone();
@@ -750,6 +768,7 @@ async fn merge_bucket_on_read(
                 Some(&tomb_names),
                 &tomb_schema,
                 report,
+                &mut took.probe_read,
             )
             .await?,
         ),
