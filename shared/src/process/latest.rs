@@ -258,7 +258,7 @@ impl Latest {
         let (tk, to) = self.key_order(tombs)?;
         let (_, delta_order) = self.key_order(&transform::conform(delta, &self.schema)?)?;
         let (sk, so) = self.key_order(sink)?;
-        let mut seen: HashMap<(&[u8], &[u8]), usize> = HashMap::new();
+        let mut seen: FastMap<(&[u8], &[u8]), usize> = FastMap::default();
         for r in 0..sk.num_rows() {
             *seen
                 .entry((sk.row(r).data(), so.row(r).data()))
@@ -310,9 +310,8 @@ impl Latest {
             .map(|&i| delta.column(i).clone())
             .collect();
         let rows = kc.convert_columns(&cols).map_err(internal)?;
-        let map = (0..rows.num_rows())
-            .map(|r| (rows.row(r).data().to_vec(), r))
-            .collect();
+        let mut map = FastMap::with_capacity_and_hasher(rows.num_rows(), Default::default());
+        map.extend((0..rows.num_rows()).map(|r| (rows.row(r).data().to_vec(), r)));
         Ok(KeyIndex { conv: kc, map })
     }
 
@@ -372,44 +371,34 @@ impl Latest {
         delta_rows: &[usize],
         tombstones: &[RecordBatch],
     ) -> Result<Vec<bool>> {
-        let field = self.schema.field(self.order_idx);
-        let conv =
-            RowConverter::new(vec![SortField::new(field.data_type().clone())]).map_err(internal)?;
-        let delta = transform::conform(delta, &self.schema)?;
-        let probe = transform::conform(probe, &self.probe_schema())?;
-        let order_at = self
-            .probe_columns()
+        let (_, delta_order) = self.key_order(&transform::conform(delta, &self.schema)?)?;
+        let (pk, po) = self.key_order(probe)?;
+        let tombs: Vec<(Rows, Rows)> = tombstones
             .iter()
-            .position(|&i| i == self.order_idx)
-            .unwrap_or_default();
-        let mine = conv
-            .convert_columns(&[probe.column(order_at).clone()])
-            .map_err(internal)?;
-        let theirs = conv
-            .convert_columns(&[delta.column(self.order_idx).clone()])
-            .map_err(internal)?;
-        // Tombstones' (key, order) pairs.
-        let (kc, _) = self.converters()?;
-        let mut tomb: std::collections::HashSet<(Vec<u8>, Vec<u8>)> = Default::default();
-        for b in tombstones {
-            let (k, o) = self.key_order(b)?;
-            for r in 0..b.num_rows() {
-                tomb.insert((k.row(r).data().to_vec(), o.row(r).data().to_vec()));
+            .map(|b| self.key_order(b))
+            .collect::<Result<_>>()?;
+        // (key, order) pairs: each committed row counts 1, each tombstone 2, so a count over
+        // 1 is a tie with a tombstone or with another committed row of the key (a sink that
+        // holds two rows of a key, which only a writer breaking the layout leaves).
+        let mut seen: FastMap<(&[u8], &[u8]), usize> = FastMap::default();
+        for r in 0..pk.num_rows() {
+            *seen
+                .entry((pk.row(r).data(), po.row(r).data()))
+                .or_default() += 1;
+        }
+        for (k, o) in &tombs {
+            for r in 0..k.num_rows() {
+                *seen.entry((k.row(r).data(), o.row(r).data())).or_default() += 2;
             }
         }
-        let keys: Vec<ArrayRef> = self
-            .key_idx
-            .iter()
-            .map(|&i| delta.column(i).clone())
-            .collect();
-        let dk = kc.convert_columns(&keys).map_err(internal)?;
         Ok(delta_rows
             .iter()
             .enumerate()
             .map(|(j, &d)| {
-                mine.row(j) == theirs.row(d)
-                    || (!tomb.is_empty()
-                        && tomb.contains(&(dk.row(d).data().to_vec(), mine.row(j).data().to_vec())))
+                po.row(j) == delta_order.row(d)
+                    || seen
+                        .get(&(pk.row(j).data(), po.row(j).data()))
+                        .is_some_and(|&n| n > 1)
             })
             .collect())
     }
@@ -467,7 +456,8 @@ impl Latest {
             .collect();
         let whole = rc.convert_columns(&cols).map_err(internal)?;
         drop(sub);
-        let mut whole_at: HashMap<usize, u32> = HashMap::with_capacity(tied.len());
+        let mut whole_at: FastMap<usize, u32> =
+            FastMap::with_capacity_and_hasher(tied.len(), Default::default());
         for (p, &i) in tied.iter().enumerate() {
             whole_at.insert(i, p as u32);
         }
@@ -611,10 +601,16 @@ impl Latest {
         let tomb = |i: usize| (ns..ns + nt).contains(&i).then(|| i - ns);
         let seq_of = |t: usize| seqs[t];
         let applies = |i: usize| tomb(i).is_none_or(|t| seq_of(t) <= seq);
+        // `delete_when` is evaluated on the delta only: committed rows are live and tombstones
+        // deletes whatever their columns hold (stand-ins carry the delta's other columns).
         let del: Vec<BooleanArray> = pool
             .batches
             .iter()
-            .map(|b| self.deletes(b))
+            .enumerate()
+            .map(|(i, b)| match pool.starts[i] >= ns + nt {
+                true => self.deletes(b),
+                false => Ok(BooleanArray::from(vec![false; b.num_rows()])),
+            })
             .collect::<Result<_>>()?;
         // A committed sink row is live by construction (the sink holds no deletes): a probe
         // row of a merge-on-read run carries the delta's other columns, not its own.
@@ -833,8 +829,12 @@ impl Pool {
 /// bucket's committed rows with.
 pub(super) struct KeyIndex {
     conv: RowConverter,
-    map: HashMap<Vec<u8>, usize>,
+    map: FastMap<Vec<u8>, usize>,
 }
+
+/// A hash map with a fast hasher: a run probes every committed row's key of the buckets it
+/// touches (about a million in `floe bench --latest`); keys come from tables, not requests.
+type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 
 /// Ranks of the rows of a batch whose key has competitors.
 struct Ranks {
@@ -846,7 +846,7 @@ struct Ranks {
     /// row of their key shares.
     whole: Rows,
     /// Row index → position in `whole`.
-    whole_at: HashMap<usize, u32>,
+    whole_at: FastMap<usize, u32>,
 }
 
 impl Ranks {
@@ -903,9 +903,10 @@ fn contested(groups: &[&[(&[u8], usize)]]) -> Vec<usize> {
 /// One merged bucket.
 #[cfg_attr(not(test), allow(dead_code))]
 pub(super) struct Merged {
-    /// The bucket's new sink rows (sorted by key).
+    /// The bucket's new sink rows (sorted by key). A merge-on-read run's stand-ins among them
+    /// carry the delta's other columns: never written (a run writes `added_live`).
     pub(super) live: RecordBatch,
-    /// The bucket's new tombstones (tombstone schema).
+    /// The bucket's new tombstones (tombstone schema); stand-ins as in `live`.
     pub(super) tombstones: RecordBatch,
     /// Whether the sink rows differ from the committed ones (else the bucket is not rewritten).
     pub(super) sink_changed: bool,
@@ -1204,6 +1205,28 @@ mod tests {
             let twice = l.reduce(&[l.reduce(&parts[..1]).unwrap(), once]).unwrap();
             assert_eq!(content(&twice), want, "idempotent, rotation {r}");
         }
+    }
+
+    #[test]
+    fn committed_rows_tied_on_the_order_value_are_read_whole() {
+        let l = Latest::new(&pipeline(None), &schema()).unwrap();
+        let delta = rows(&[(1, 3, "x"), (2, 9, "y"), (3, 4, "z")]);
+        let probe = transform::conform(
+            &rows(&[
+                (1, 5, "a"),
+                (1, 5, "b"),
+                (2, 9, "c"),
+                (3, 1, "d"),
+                (3, 2, "e"),
+            ]),
+            &l.probe_schema(),
+        )
+        .unwrap();
+        let tomb = transform::conform(&rows(&[(3, 2, "t")]), &l.tombstone_probe_schema()).unwrap();
+        let ties = l.ties(&delta, &probe, &[0, 0, 1, 2, 2], &[tomb]).unwrap();
+        // Two committed rows of key 1 at 5; key 2's ties with the delta; key 3's second with a
+        // tombstone, its first with nothing.
+        assert_eq!(ties, [true, true, true, false, true]);
     }
 
     #[test]

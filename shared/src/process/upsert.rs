@@ -640,6 +640,8 @@ struct Probed {
     at: Vec<(usize, i64)>,
     /// The delta row of each one's key.
     delta_rows: Vec<usize>,
+    /// How long reading the files took (the rest is matching keys).
+    read: std::time::Duration,
 }
 
 /// Reads `columns` (None: all) of `files` with their positions, drops the rows their position
@@ -652,7 +654,6 @@ async fn probe_files(
     columns: Option<&[String]>,
     schema: &SchemaRef,
     report: &mut RunReport,
-    read_time: &mut std::time::Duration,
 ) -> Result<Probed> {
     let mut rows = Vec::new();
     let (mut at, mut delta_rows) = (Vec::new(), Vec::new());
@@ -661,6 +662,7 @@ async fn probe_files(
             rows: RecordBatch::new_empty(schema.clone()),
             at,
             delta_rows,
+            read: std::time::Duration::ZERO,
         });
     }
     let t0 = Instant::now();
@@ -674,7 +676,7 @@ async fn probe_files(
     let (per_file, cost) = input::read_positioned(table, files, columns, schema).await?;
     report.sink_files_read += cost.files;
     report.sink_bytes_read += cost.bytes;
-    *read_time += t0.elapsed();
+    let read = t0.elapsed();
     for (fi, batches) in per_file.into_iter().enumerate() {
         let gone = deleted.get(files[fi].file.file_path());
         let mut base = 0i64;
@@ -707,6 +709,7 @@ async fn probe_files(
         rows,
         at,
         delta_rows,
+        read,
     })
 }
 
@@ -746,9 +749,9 @@ async fn merge_bucket_on_read(
         Some(&names),
         &probe_schema,
         report,
-        &mut took.probe_read,
     )
     .await?;
+    took.probe_read += probed.read;
     let sink_rows = probed.rows.clone();
     took.probe_sink += t0.elapsed();
     let t0 = Instant::now();
@@ -768,12 +771,12 @@ async fn merge_bucket_on_read(
                 Some(&tomb_names),
                 &tomb_schema,
                 report,
-                &mut took.probe_read,
             )
             .await?,
         ),
         _ => None,
     };
+    took.probe_read += tomb.as_ref().map(|t| t.read).unwrap_or_default();
     let tomb_probe: Vec<RecordBatch> = tomb.iter().map(|t| t.rows.clone()).collect();
     // The tombstone pool: stand-ins of untied tombstones, then the tied ones read whole.
     let (tomb_rows, tomb_at) = match (tombstones, &tomb) {
