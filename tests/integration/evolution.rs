@@ -125,13 +125,7 @@ async fn widening_int_to_long_across_files_then_a_scan_reads_both() {
         (5, 0),
         "{r:?}"
     );
-    assert!(
-        r.schema_change
-            .as_deref()
-            .unwrap_or("")
-            .contains("widened items int → long"),
-        "{r:?}"
-    );
+    assert_items_widened(&r);
     let table = ingestor.catalog().load_table(&env.ident()).await.unwrap();
     let items = table
         .metadata()
@@ -161,6 +155,58 @@ async fn widening_int_to_long_across_files_then_a_scan_reads_both() {
     }
     assert_eq!((small, huge), (10, 5));
     assert_eq!(env.pyiceberg()["rows"], 15);
+}
+
+/// The object's report says it widened `items` from int to long.
+pub(crate) fn assert_items_widened(r: &floe::ingest::ObjectReport) {
+    assert!(
+        r.schema_change
+            .as_deref()
+            .unwrap_or("")
+            .contains("widened items int → long"),
+        "{r:?}"
+    );
+}
+
+/// CSV as JSON lines: an integer beyond 32 bits in an `int` column widens it (it was
+/// quarantined as out of range).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_csv_value_beyond_int_widens_the_column_as_in_json_lines() {
+    let env = TestEnv::new("sqlite").await;
+    let ingestor = env.ingestor().await;
+    let mut csv = String::from("event_time,order_id,customer_id,amount,items\n");
+    for i in 0..6 {
+        let items = if i % 2 == 0 { 4_000_000_000i64 + i } else { i };
+        csv.push_str(&format!("2026-11-30T10:00:00Z,w{i},{i},{i}.5,{items}\n"));
+    }
+    csv.push_str("2026-11-30T10:00:00Z,wbad,7,1,99999999999999999999\n");
+    env.put("csv/wide.csv", csv).await;
+    let r = env.ingest(&ingestor, "csv/wide.csv").await.unwrap();
+    assert_eq!(
+        (r.records_committed, r.records_quarantined),
+        (6, 1),
+        "beyond a long stays out of range: {r:?}"
+    );
+    assert_items_widened(&r);
+    let batches = env.scan_all(ingestor.catalog().as_ref()).await;
+    let mut items: Vec<i64> = batches
+        .iter()
+        .flat_map(|b| {
+            b.column_by_name("items")
+                .unwrap()
+                .as_any()
+                .downcast_ref::<Int64Array>()
+                .expect("read as long")
+                .iter()
+                .flatten()
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    items.sort();
+    assert_eq!(
+        items,
+        [1, 3, 5, 4_000_000_000, 4_000_000_002, 4_000_000_004]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
