@@ -42,6 +42,7 @@ use std::time::Instant;
 
 use arrow::array::RecordBatch;
 use arrow_schema::SchemaRef;
+use futures::{StreamExt, TryStreamExt};
 use iceberg::spec::DataFile;
 use iceberg::table::Table;
 
@@ -59,6 +60,9 @@ use crate::summary;
 
 /// Reduce the accumulated delta again past this many reduced chunks (memory: distinct keys).
 const REDUCE_EVERY: usize = 8;
+
+/// Position delete files a run writes at once.
+const DELETE_WRITES: usize = 8;
 
 /// The files a `latest` run commits to the sink (the tombstones are committed already).
 pub(super) struct SinkFiles {
@@ -187,6 +191,8 @@ impl Processor {
             None => None,
         };
         let mut tomb_deletes: Vec<DataFile> = Vec::new();
+        // The position delete files to write: (of the tombstone table, its rows).
+        let mut delete_files: Vec<(bool, PartitionDeletes)> = Vec::new();
         took.list += t0.elapsed();
         for (bucket, d) in touched {
             let sf = sink_files.remove(&bucket).unwrap_or_default();
@@ -206,30 +212,16 @@ impl Processor {
             ))
             .await?;
             let t0 = Instant::now();
-            let mut t1 = Instant::now();
-            if let Some((part, spec, rows)) = change.sink_deletes {
-                report.rows_deleted += rows.len() as u64;
-                let f =
-                    crate::write::write_position_deletes(&pos.sink, part, spec, rows, &writer_id)
-                        .await?;
-                report.bytes_written += f.file_size_in_bytes();
-                report.delete_files += 1;
-                done.added_deletes.push(f);
+            if let Some(d) = change.sink_deletes {
+                report.rows_deleted += d.2.len() as u64;
+                delete_files.push((false, d));
             }
-            took.deletes += t1.elapsed();
             if change.added_live.num_rows() > 0 {
                 sink_out.write(vec![change.added_live]).await?;
             }
-            t1 = Instant::now();
-            if let (Some(t), Some((part, spec, rows))) = (&pos.tombstones, change.tomb_deletes) {
-                let f =
-                    crate::write::write_position_deletes(t, part, spec, rows, &writer_id).await?;
-                report.bytes_written += f.file_size_in_bytes();
-                report.delete_files += 1;
-                report.tombstone_delete_files += 1;
-                tomb_deletes.push(f);
+            if let (Some(_), Some(d)) = (&pos.tombstones, change.tomb_deletes) {
+                delete_files.push((true, d));
             }
-            took.deletes += t1.elapsed();
             if let Some(out) = tomb_out.as_mut() {
                 if change.added_tombstones.num_rows() > 0 {
                     report.tombstones += change.added_tombstones.num_rows() as u64;
@@ -238,6 +230,36 @@ impl Processor {
             }
             took.write += t0.elapsed();
         }
+        // Several at once: each is one small object (a PUT on S3), one or two per bucket.
+        let t0 = Instant::now();
+        let sink = &pos.sink;
+        let tombstones = pos.tombstones.as_ref();
+        let writer = writer_id.as_str();
+        let written: Vec<(bool, DataFile)> = futures::stream::iter(delete_files.into_iter().map(
+            |(of_tombstones, (part, spec, rows))| async move {
+                let table = match (of_tombstones, tombstones) {
+                    (true, Some(t)) => t,
+                    _ => sink,
+                };
+                let f =
+                    crate::write::write_position_deletes(table, part, spec, rows, writer).await?;
+                Ok::<_, Error>((of_tombstones, f))
+            },
+        ))
+        .buffered(DELETE_WRITES)
+        .try_collect()
+        .await?;
+        for (of_tombstones, f) in written {
+            report.bytes_written += f.file_size_in_bytes();
+            report.delete_files += 1;
+            if of_tombstones {
+                report.tombstone_delete_files += 1;
+                tomb_deletes.push(f);
+            } else {
+                done.added_deletes.push(f);
+            }
+        }
+        took.deletes += t0.elapsed();
         let t0 = Instant::now();
         let (added, schema) = sink_out.close().await?;
         report.bytes_written += added.iter().map(|f| f.file_size_in_bytes()).sum::<u64>();
