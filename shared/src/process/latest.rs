@@ -244,43 +244,6 @@ impl Latest {
         RowConverter::new(vec![SortField::new(field.data_type().clone())]).map_err(internal)
     }
 
-    /// Which tombstones (`tombs`, tombstone probe schema; `delta_rows` the delta row of each
-    /// one's key) have an order value equal to another candidate's of their key — the delta's,
-    /// a committed row's (`sink`, probe schema) or another tombstone's: their rank (and
-    /// whether two are the same tombstone) needs the whole row.
-    pub(super) fn tombstone_ties(
-        &self,
-        delta: &RecordBatch,
-        tombs: &RecordBatch,
-        delta_rows: &[usize],
-        sink: &RecordBatch,
-    ) -> Result<Vec<bool>> {
-        let (tk, to) = self.key_order(tombs)?;
-        let (_, delta_order) = self.key_order(&transform::conform(delta, &self.schema)?)?;
-        let (sk, so) = self.key_order(sink)?;
-        let mut seen: FastMap<(&[u8], &[u8]), usize> = FastMap::default();
-        for r in 0..sk.num_rows() {
-            *seen
-                .entry((sk.row(r).data(), so.row(r).data()))
-                .or_default() += 2;
-        }
-        for r in 0..tk.num_rows() {
-            *seen
-                .entry((tk.row(r).data(), to.row(r).data()))
-                .or_default() += 1;
-        }
-        Ok(delta_rows
-            .iter()
-            .enumerate()
-            .map(|(j, &d)| {
-                to.row(j) == delta_order.row(d)
-                    || seen
-                        .get(&(tk.row(j).data(), to.row(j).data()))
-                        .is_some_and(|&n| n > 1)
-            })
-            .collect())
-    }
-
     /// Tombstones standing in for committed ones (tombstone schema) from their key, order and
     /// sequence values only (`tombs`, tombstone probe schema): the other columns are those of
     /// the delta's row of the key, as [`Latest::stand_ins`].
@@ -360,33 +323,34 @@ impl Latest {
         RecordBatch::try_new(self.schema.clone(), cols).map_err(internal)
     }
 
-    /// Which committed rows (`probe`, probe schema; `delta_rows` the delta row of each one's
-    /// key) have an order value equal to the delta's of their key or to one of `tombstones`'
-    /// (any schema holding the key and order columns) of their key: their rank needs the
-    /// whole row.
+    /// Which of `rows` (committed rows or tombstones: any schema holding the key and order
+    /// columns; `delta_rows` the delta row of each one's key) have an order value equal to
+    /// another candidate's of their key — the delta's, another of `rows`', or one of `others`'
+    /// (the other table's candidates): their rank (and whether two tombstones are the same)
+    /// needs the whole row.
     pub(super) fn ties(
         &self,
         delta: &RecordBatch,
-        probe: &RecordBatch,
+        rows: &RecordBatch,
         delta_rows: &[usize],
-        tombstones: &[RecordBatch],
+        others: &[RecordBatch],
     ) -> Result<Vec<bool>> {
         let (_, delta_order) = self.key_order(&transform::conform(delta, &self.schema)?)?;
-        let (pk, po) = self.key_order(probe)?;
-        let tombs: Vec<(Rows, Rows)> = tombstones
+        let (pk, po) = self.key_order(rows)?;
+        let others: Vec<(Rows, Rows)> = others
             .iter()
             .map(|b| self.key_order(b))
             .collect::<Result<_>>()?;
-        // (key, order) pairs: each committed row counts 1, each tombstone 2, so a count over
-        // 1 is a tie with a tombstone or with another committed row of the key (a sink that
-        // holds two rows of a key, which only a writer breaking the layout leaves).
+        // (key, order) pairs: each of `rows` counts 1, each of `others` 2, so a count over 1 is
+        // a tie with another table's candidate or with another of `rows` (two tombstones, or
+        // a sink holding two rows of a key, which only a writer breaking the layout leaves).
         let mut seen: FastMap<(&[u8], &[u8]), usize> = FastMap::default();
         for r in 0..pk.num_rows() {
             *seen
                 .entry((pk.row(r).data(), po.row(r).data()))
                 .or_default() += 1;
         }
-        for (k, o) in &tombs {
+        for (k, o) in &others {
             for r in 0..k.num_rows() {
                 *seen.entry((k.row(r).data(), o.row(r).data())).or_default() += 2;
             }

@@ -803,7 +803,12 @@ async fn merge_bucket_on_read(
     // The tombstone pool: stand-ins of untied tombstones, then the tied ones read whole.
     let (tomb_rows, tomb_at) = match (tombstones, &tomb) {
         (Some(t), Some(probed)) => {
-            let ties = latest.tombstone_ties(&d, &probed.rows, &probed.delta_rows, &sink_rows)?;
+            let ties = latest.ties(
+                &d,
+                &probed.rows,
+                &probed.delta_rows,
+                std::slice::from_ref(&sink_rows),
+            )?;
             let stand_ins = latest.tombstone_stand_ins(&d, &probed.rows, &probed.delta_rows)?;
             whole_where_tied(t, tomb_files, probed, stand_ins, &ties, report).await?
         }
