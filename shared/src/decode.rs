@@ -1502,6 +1502,14 @@ enum CsvRead {
     /// A record starting on `line` of about `len` bytes, over the limit: skipped unbuffered,
     /// `prefix` is the start of its text.
     TooLong { line: u64, len: u64, prefix: String },
+    /// A record starting on `line` that the end of the object cut inside a quoted field (an odd
+    /// number of quotes): a quote that never closes, which made every line after it part of
+    /// one field. `lines` is how many lines it ran over.
+    Unterminated {
+        line: u64,
+        lines: u64,
+        prefix: String,
+    },
 }
 
 /// CSV records (RFC 4180: quotes, doubled quotes, newlines in quoted fields; any field count)
@@ -1581,12 +1589,16 @@ impl<R: BufRead> CsvRecords<R> {
         let mut skipped: Option<u64> = None;
         let mut scratch = [0u8; 4096];
         let mut scratch_ends = [0usize; 64];
+        // Quotes in the record's text: csv_core ends a record cut by the end of the input
+        // inside a quoted field as if the quote had closed; an odd count tells.
+        let mut quotes = 0usize;
         loop {
             let input = match self.input.fill_buf() {
                 Ok(b) => b,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(e),
             };
+            let at_end = input.is_empty();
             let (res, nin, nout, nend) = match skipped {
                 Some(_) => self
                     .core
@@ -1596,6 +1608,7 @@ impl<R: BufRead> CsvRecords<R> {
                         .read_record(input, &mut self.fields[used..], &mut self.ends[count..])
                 }
             };
+            quotes += memchr::memchr_iter(b'"', &input[..nin]).count();
             self.input.consume(nin);
             match &mut skipped {
                 Some(n) => *n += (nout + nend) as u64,
@@ -1632,7 +1645,8 @@ impl<R: BufRead> CsvRecords<R> {
                     self.used = used;
                     self.count = count;
                     let len = skipped.unwrap_or((used + count) as u64);
-                    if skipped.is_none() && len <= self.max as u64 {
+                    let unterminated = at_end && quotes % 2 == 1;
+                    if skipped.is_none() && len <= self.max as u64 && !unterminated {
                         return Ok(CsvRead::Record { line });
                     }
                     // The start of the record: its complete fields, then the cut one.
@@ -1651,11 +1665,15 @@ impl<R: BufRead> CsvRecords<R> {
                     }
                     write_csv_record(&mut text, first.into_iter());
                     self.count = 0;
-                    return Ok(CsvRead::TooLong {
-                        line,
-                        len,
-                        prefix: prefix_text(&text).trim_end_matches('\n').to_string(),
-                    });
+                    let prefix = prefix_text(&text).trim_end_matches('\n').to_string();
+                    if unterminated {
+                        return Ok(CsvRead::Unterminated {
+                            line,
+                            lines: self.core.line().saturating_sub(line),
+                            prefix,
+                        });
+                    }
+                    return Ok(CsvRead::TooLong { line, len, prefix });
                 }
                 R::End => return Ok(CsvRead::End),
             }
@@ -1674,9 +1692,29 @@ fn decode_csv(reader: Box<dyn Read + '_>, ctx: &mut Ctx<'_>) -> Result<(), Decod
                 "the CSV header is {len} bytes, longer than max_line_bytes = {max_line}"
             )));
         }
-        CsvRead::Record { .. } => (0..rdr.len())
-            .map(|i| String::from_utf8_lossy(rdr.field(i)).trim().to_string())
-            .collect(),
+        CsvRead::Unterminated { .. } => {
+            return Err(DecodeFailure::Unreadable(
+                "the CSV header opens a quoted field that never closes".into(),
+            ));
+        }
+        CsvRead::Record { .. } => {
+            // A column name is never guessed: bytes that are not UTF-8 (a Latin-1 header, say)
+            // would become U+FFFD, and two such names one column.
+            let mut names = Vec::with_capacity(rdr.len());
+            for i in 0..rdr.len() {
+                match std::str::from_utf8(rdr.field(i)) {
+                    Ok(name) => names.push(name.trim().to_string()),
+                    Err(_) => {
+                        return Err(DecodeFailure::Unreadable(format!(
+                            "the CSV header's field {} ({}) is not UTF-8",
+                            i + 1,
+                            String::from_utf8_lossy(rdr.field(i))
+                        )))
+                    }
+                }
+            }
+            names
+        }
     };
     if let Some(reason) = repeated_name(headers.iter().map(String::as_str), &ctx.spec.ignored) {
         return Err(DecodeFailure::Unreadable(format!(
@@ -1757,6 +1795,28 @@ fn decode_csv(reader: Box<dyn Read + '_>, ctx: &mut Ctx<'_>) -> Result<(), Decod
         let more = read != CsvRead::End;
         match read {
             CsvRead::End => {}
+            // Cut on its own line: that record alone is malformed.
+            CsvRead::Unterminated {
+                line,
+                lines,
+                prefix,
+            } if lines <= 1 => {
+                ctx.seen += 1;
+                ctx.send(Piece::Rejected(vec![Rejected {
+                    record: line,
+                    raw: prefix,
+                    reason: "a quoted field opens and never closes".into(),
+                }]))?;
+            }
+            // A stray quote made the rest of the object one field: the records after it cannot
+            // be told apart, so none of the object is committed (rather than the lines after
+            // the quote vanishing into one quarantined record).
+            CsvRead::Unterminated { line, lines, .. } => {
+                return Err(DecodeFailure::Unreadable(format!(
+                    "a quoted field opened on line {line} never closes: the rest of the object \
+                     ({lines} lines from there) would be one field (a stray quote?)"
+                )));
+            }
             CsvRead::TooLong { line, len, prefix } => {
                 ctx.seen += 1;
                 ctx.send(Piece::Rejected(vec![Rejected {
@@ -4388,6 +4448,60 @@ mod limit_tests {
             out.rejected[1].reason
         );
         assert!(out.rejected[1].raw.len() <= 2048);
+    }
+
+    #[test]
+    fn csv_quote_that_never_closes_fails_the_object_instead_of_swallowing_its_records() {
+        // Before: csv_core ended the record at the end of the object as if the quote had
+        // closed, so the 998 records after the stray quote became one field of one record,
+        // quarantined as "longer than max_line_bytes" (or a row of garbage when shorter):
+        // 1000 records in, "seen 2".
+        let t = "2026-11-30T10:00:00Z";
+        let mut csv = format!("id,n,t\na,1,{t}\nb,\"oops,2,{t}\n");
+        for i in 0..998 {
+            csv.push_str(&format!("r{i},{i},{t}\n"));
+        }
+        for l in [limits(), {
+            let mut l = limits();
+            l.max_line_bytes = 64 << 10;
+            l
+        }] {
+            match run(csv.as_bytes(), &spec(Format::Csv), &l, None) {
+                Err(DecodeFailure::Unreadable(m)) => assert!(
+                    m.contains("line 3") && m.contains("never closes") && m.contains("999 lines"),
+                    "{m}"
+                ),
+                other => panic!("{:?}", other.map(|o| (o.seen, o.rows))),
+            }
+        }
+        // Cut on the last line, the quote spoils that record alone.
+        let csv = format!("id,n,t\na,1,{t}\nb,\"oops,2,{t}");
+        let out = run(csv.as_bytes(), &spec(Format::Csv), &limits(), None).unwrap();
+        assert_eq!((out.seen, out.rows, out.rejected.len()), (2, 1, 1));
+        assert_eq!(out.rejected[0].record, 3);
+        assert!(out.rejected[0].reason.contains("never closes"));
+        // A quoted field over several lines that closes is one record, end of object or not.
+        for end in ["", "\n"] {
+            let csv = format!("id,n,t\na,1,{t}\n\"x\ny\"\"z\",2,{t}{end}");
+            let out = run(csv.as_bytes(), &spec(Format::Csv), &limits(), None).unwrap();
+            assert_eq!(
+                (out.seen, out.rows, out.rejected.len()),
+                (2, 2, 0),
+                "{end:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn csv_header_that_is_not_utf8_fails_the_object() {
+        // Before: `s\xe9` became the column `s\u{fffd}` (and two Latin-1 names one column).
+        let csv = b"id,n,t,s\xe9\na,1,2026-11-30T10:00:00Z,x\n";
+        match run(&csv[..], &spec(Format::Csv), &limits(), None) {
+            Err(DecodeFailure::Unreadable(m)) => {
+                assert!(m.contains("field 4") && m.contains("not UTF-8"), "{m}")
+            }
+            other => panic!("{:?}", other.map(|o| (o.seen, o.rows))),
+        }
     }
 
     #[test]
