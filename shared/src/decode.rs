@@ -672,15 +672,35 @@ fn decode_json_with(
     data: &[u8],
     rows: usize,
 ) -> Result<RecordBatch, ArrowError> {
-    let mut off = 0;
-    while off < data.len() {
-        let n = decoder.decode(&data[off..])?;
-        if n == 0 {
+    // Line by line: each must hold exactly one value, ending on it. Counting the values of the
+    // whole text let a line of two values balance a value broken over the next two lines (a
+    // raw newline in a string), and the broken one landed with the newline in its string.
+    let mut values = 0usize;
+    let mut at = 0usize;
+    while at < data.len() {
+        let end = memchr::memchr(b'\n', &data[at..]).map_or(data.len(), |i| at + i + 1);
+        let line = &data[at..end];
+        at = end;
+        if line.trim_ascii().is_empty() {
+            continue;
+        }
+        if let Some(key) = repeated_key(line) {
+            return Err(ArrowError::JsonError(format!(
+                "the key `{key}` appears twice in one object (which of its values is meant is unknown)"
+            )));
+        }
+        let n = decoder.decode(line)?;
+        values += 1;
+        if decoder.has_partial_record() {
+            return Err(ArrowError::JsonError(
+                "a JSON value does not end on its line".into(),
+            ));
+        }
+        if n < line.len() || decoder.len() != values {
             return Err(ArrowError::JsonError(
                 "a line holds more than one JSON value".into(),
             ));
         }
-        off += n;
     }
     let batch = decoder
         .flush()
@@ -693,6 +713,79 @@ fn decode_json_with(
         )));
     }
     exact_numbers(batch, schema)
+}
+
+/// The first key of JSON object text `line`'s outermost object that appears twice. A JSON
+/// decoder keeps one of the two values (arrow the last) and drops the other without a word;
+/// CSV and Parquet refuse a header naming a column twice for the same reason. Malformed text
+/// (an unclosed string) answers `None`: the decoder refuses it with its own reason.
+fn repeated_key(line: &[u8]) -> Option<String> {
+    // Key spans (start, end) in `line`; most objects have few keys, compared by length first.
+    let mut keys: Vec<(u32, u32)> = Vec::new();
+    let mut escaped_keys = false;
+    let (mut depth, mut i, n) = (0usize, 0usize, line.len());
+    while i < n {
+        match line[i] {
+            b'"' => {
+                let start = i + 1;
+                let mut j = start;
+                let mut escapes = false;
+                loop {
+                    let k = j + memchr::memchr2(b'"', b'\\', line.get(j..)?)?;
+                    if line[k] == b'\\' {
+                        escapes = true;
+                        j = k + 2;
+                    } else {
+                        j = k;
+                        break;
+                    }
+                }
+                i = j + 1;
+                if depth != 1 {
+                    continue;
+                }
+                let mut k = i;
+                while k < n && line[k].is_ascii_whitespace() {
+                    k += 1;
+                }
+                if k < n && line[k] == b':' {
+                    escaped_keys |= escapes;
+                    let key = &line[start..j];
+                    if !escaped_keys {
+                        if keys.iter().any(|&(s, e)| {
+                            (e - s) as usize == key.len() && &line[s as usize..e as usize] == key
+                        }) {
+                            return Some(String::from_utf8_lossy(key).into_owned());
+                        }
+                    }
+                    keys.push((start as u32, j as u32));
+                    i = k + 1;
+                }
+            }
+            b'{' | b'[' => {
+                depth += 1;
+                i += 1;
+            }
+            b'}' | b']' => {
+                depth = depth.saturating_sub(1);
+                i += 1;
+                if depth == 0 {
+                    break; // the outermost object ends (anything after is the decoder's to refuse)
+                }
+            }
+            _ => i += 1,
+        }
+    }
+    if !escaped_keys {
+        return None;
+    }
+    // A key written with escapes (`"\u0061"` is `"a"`): compared as the decoder reads them.
+    let mut seen = std::collections::HashSet::new();
+    keys.into_iter().find_map(|(s, e)| {
+        let quoted = &line[s as usize - 1..e as usize + 1];
+        let key: String = serde_json::from_slice(quoted).ok()?;
+        (!seen.insert(key.clone())).then_some(key)
+    })
 }
 
 fn is_int(t: &DataType) -> bool {
@@ -3058,6 +3151,50 @@ mod tests {
         let (seen, rows, rejected, _) = run(input, &spec(Format::Jsonl));
         assert_eq!(seen, 2);
         assert_eq!((rows, rejected.len()), (0, 2));
+    }
+
+    #[test]
+    fn jsonl_a_line_of_two_values_does_not_balance_a_value_broken_over_two_lines() {
+        // Before: three lines, three values in all (two on the first, one broken by a raw
+        // newline inside its string over the next two): every line opens and closes a brace,
+        // the count matched, and all three landed, `s` of the third being "}\n{".
+        let t = "\"t\":\"2026-11-30T10:00:00Z\"";
+        let input = format!(
+            "{{\"id\":\"1\",{t}}}{{\"id\":\"2\",{t}}}\n{{\"id\":\"3\",{t},\"s\":\"}}\n{{\"}}\n{{\"id\":\"4\",{t}}}\n"
+        );
+        let (seen, rows, rejected, _) = run(input.as_bytes(), &spec(Format::Jsonl));
+        assert_eq!((seen, rows), (4, 1), "{rejected:?}");
+        assert_eq!(
+            rejected.iter().map(|r| r.record).collect::<Vec<_>>(),
+            vec![1, 2, 3]
+        );
+        assert!(rejected[0].reason.contains("more than one JSON value"), "{rejected:?}");
+        assert!(rejected[1].reason.contains("does not end on its line"), "{rejected:?}");
+    }
+
+    #[test]
+    fn jsonl_a_key_given_twice_is_quarantined_not_resolved_silently() {
+        // Before: arrow kept the last value: `"n":1,"n":null` landed with `n` null, a second
+        // `t` moved the event time, and nothing was quarantined.
+        let t = "\"t\":\"2026-11-30T10:00:00Z\"";
+        let input = format!(
+            "{{\"id\":\"1\",\"n\":1,{t},\"n\":null}}\n\
+             {{\"id\":\"2\",{t},\"t\":\"1999-01-01T00:00:00Z\"}}\n\
+             {{\"id\":\"3\",\"n\" : 1,{t},\"\\u006e\":2}}\n\
+             {{\"id\":\"4\",{t},\"o\":{{\"a\":1}},\"p\":{{\"a\":2}},\"s\":\"\\\"n\\\":\"}}\n\
+             {{\"id\":\"5\",\"n\":5,{t}}}\n"
+        );
+        let (seen, rows, rejected, _) = run(input.as_bytes(), &spec(Format::Jsonl));
+        assert_eq!((seen, rows), (5, 2), "{rejected:?}");
+        let keys: Vec<(u64, bool)> = rejected
+            .iter()
+            .map(|r| (r.record, r.reason.contains("appears twice")))
+            .collect();
+        assert_eq!(keys, vec![(1, true), (2, true), (3, true)], "{rejected:?}");
+        assert!(rejected[0].reason.contains("`n`") && rejected[1].reason.contains("`t`"));
+        assert_eq!(repeated_key(br#"{"a":{"b":1,"b":2}}"#), None, "nested keys are the object's own");
+        assert_eq!(repeated_key(br#"{"a":"x\"a\":","a":1}"#).as_deref(), Some("a"));
+        assert_eq!(repeated_key(br#"{"a":"unclosed"#), None);
     }
 
     #[test]
