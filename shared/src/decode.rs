@@ -720,7 +720,83 @@ fn decode_json_with(
 /// CSV and Parquet refuse a header naming a column twice for the same reason. Malformed text
 /// (an unclosed string) answers `None`: the decoder refuses it with its own reason.
 fn repeated_key(line: &[u8]) -> Option<String> {
-    // Key spans (start, end) in `line`; most objects have few keys, compared by length first.
+    // Nearly every line is one flat object without escapes: its quotes pair up as strings.
+    if let Some(open) = memchr::memchr(b'{', line) {
+        let rest = &line[open + 1..];
+        if memchr::memchr3(b'{', b'[', b'\\', rest).is_none() {
+            if let Some(found) = repeated_flat_key(rest) {
+                return found;
+            }
+        }
+    }
+    repeated_key_nested(line)
+}
+
+/// [`repeated_key`] of a flat object's text after its `{`, holding no bracket or backslash:
+/// every quote opens or closes a string, and a string followed by `:` is a key. Keys are told
+/// apart by a fingerprint of their length and first and last bytes, compared whole only when
+/// two fingerprints fall on the same bit of a 128-bit filter (a few times a line at most).
+/// `None`: more keys than it holds (the general way answers).
+fn repeated_flat_key(text: &[u8]) -> Option<Option<String>> {
+    const MAX: usize = 64;
+    let mut fingerprints = [0u64; MAX];
+    let mut spans = [(0u32, 0u32); MAX];
+    let mut n = 0usize;
+    let mut filter = 0u128;
+    let mut quotes = memchr::memchr_iter(b'"', text);
+    while let Some(open) = quotes.next() {
+        let Some(close) = quotes.next() else {
+            return Some(None); // an unclosed string: the decoder's to refuse
+        };
+        let mut k = close + 1;
+        while k < text.len() && text[k].is_ascii_whitespace() {
+            k += 1;
+        }
+        if text.get(k) != Some(&b':') {
+            continue;
+        }
+        let key = &text[open + 1..close];
+        let fp = fingerprint(key);
+        let bit = 1u128 << (fp.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 57);
+        if filter & bit != 0 {
+            let same = (0..n).find(|&j| {
+                fingerprints[j] == fp && &text[spans[j].0 as usize..spans[j].1 as usize] == key
+            });
+            if same.is_some() {
+                return Some(Some(String::from_utf8_lossy(key).into_owned()));
+            }
+        }
+        filter |= bit;
+        if n == MAX {
+            return None;
+        }
+        fingerprints[n] = fp;
+        spans[n] = ((open + 1) as u32, close as u32);
+        n += 1;
+    }
+    Some(None)
+}
+
+/// A key's length and its first and last (up to) eight bytes, mixed.
+fn fingerprint(key: &[u8]) -> u64 {
+    let load = |b: &[u8]| {
+        let mut w = [0u8; 8];
+        w[..b.len()].copy_from_slice(b);
+        u64::from_le_bytes(w)
+    };
+    let len = key.len();
+    let (first, last) = if len >= 8 {
+        (load(&key[..8]), load(&key[len - 8..]))
+    } else {
+        (load(key), 0)
+    };
+    first ^ last.rotate_left(29) ^ ((len as u64) << 56)
+}
+
+/// [`repeated_key`] the general way: depth tracked, strings skipped escape by escape, keys with
+/// escapes compared as the decoder reads them.
+fn repeated_key_nested(line: &[u8]) -> Option<String> {
+    // Key spans (start, end) in `line`; compared by length first.
     let mut keys: Vec<(u32, u32)> = Vec::new();
     let mut escaped_keys = false;
     let (mut depth, mut i, n) = (0usize, 0usize, line.len());
@@ -801,9 +877,13 @@ fn is_exact(t: &DataType) -> bool {
 }
 
 /// Columns JSON is read into as text ([`json_schema`]) and parsed by floe ([`exact_numbers`]):
-/// integers, decimals and timestamps.
+/// integers, decimals, timestamps and dates.
 fn reads_text(t: &DataType) -> bool {
-    is_exact(t) || matches!(t, DataType::Timestamp(TimeUnit::Microsecond, _))
+    is_exact(t)
+        || matches!(
+            t,
+            DataType::Timestamp(TimeUnit::Microsecond, _) | DataType::Date32
+        )
 }
 
 /// The schema JSON is read into: `schema` with its integer, decimal and timestamp columns as text
@@ -843,6 +923,7 @@ fn integer_reason(e: ArrowError, schema: &SchemaRef) -> ArrowError {
             let what = match f.data_type() {
                 t if is_int(t) => "an integer",
                 DataType::Timestamp(..) => "a timestamp",
+                DataType::Date32 => "a date",
                 _ => "a number",
             };
             return ArrowError::JsonError(format!(
@@ -871,6 +952,7 @@ fn exact_numbers(batch: RecordBatch, schema: &SchemaRef) -> Result<RecordBatch, 
         .iter()
         .zip(batch.columns())
         .map(|(field, column)| match field.data_type() {
+            DataType::Date32 if column.data_type() == &DataType::Utf8 => dates(field, column, true),
             DataType::Date32 => dates_in_range(field, column),
             t if is_float(t) => finite_floats(field, column),
             _ if column.data_type() != &DataType::Utf8 => Ok(column.clone()),
@@ -940,6 +1022,94 @@ fn dates_in_range(field: &Field, column: &ArrayRef) -> Result<ArrayRef, ArrowErr
         )));
     }
     Ok(column.clone())
+}
+
+/// `column` (the text of a date column) as dates ([`date_value`]); `days` reads an integer as
+/// days since the epoch (a JSON number, as arrow read it).
+fn dates(field: &Field, column: &ArrayRef, days: bool) -> Result<ArrayRef, ArrowError> {
+    use arrow::array::{Date32Array, StringArray};
+    let text = column
+        .as_any()
+        .downcast_ref::<StringArray>()
+        .ok_or_else(|| {
+            ArrowError::JsonError(format!("field '{}' was not read as text", field.name()))
+        })?;
+    let mut values = Vec::with_capacity(text.len());
+    for i in 0..text.len() {
+        if text.is_null(i) {
+            values.push(0i32);
+            continue;
+        }
+        let d = date_value(text.value(i), days).map_err(|why| {
+            ArrowError::JsonError(format!("whilst decoding field '{}': {why}", field.name()))
+        })?;
+        values.push(d);
+    }
+    Ok(Arc::new(Date32Array::new(
+        values.into(),
+        text.nulls().cloned(),
+    )))
+}
+
+/// `t` read as a date (days since 1970-01-01), in the years 1 to 9999: `YYYY-MM-DD`, or a date
+/// and time whose time is midnight with no offset or UTC's. Any other time of day is refused:
+/// arrow read `2026-01-01T01:00:00+05:00` as 2025-12-31 (the UTC date) and `…T13:45` as the day,
+/// silently dropping the time or moving the day.
+fn date_value(t: &str, days: bool) -> Result<i32, String> {
+    use chrono::{NaiveDate, NaiveTime, Timelike};
+    let text = t.trim();
+    let epoch = NaiveDate::from_ymd_opt(1970, 1, 1).ok_or("no epoch")?;
+    let in_range = |d: i64| -> Result<i32, String> {
+        i32::try_from(d)
+            .ok()
+            .filter(|d| DATE_RANGE_DAYS.contains(d))
+            .ok_or_else(|| {
+                format!("{d} days since 1970-01-01 is out of range for a date (years 1 to 9999)")
+            })
+    };
+    if days
+        && !text.is_empty()
+        && text
+            .trim_start_matches('-')
+            .bytes()
+            .all(|b| b.is_ascii_digit())
+    {
+        return match text.parse::<i64>() {
+            Ok(d) => in_range(d),
+            Err(_) => Err(format!(
+                "{text} days since 1970-01-01 is out of range for a date (years 1 to 9999)"
+            )),
+        };
+    }
+    let (date, rest) = text.split_at(text.find(['T', 't', ' ']).unwrap_or(text.len()));
+    let day = NaiveDate::parse_from_str(date, "%Y-%m-%d").map_err(|_| {
+        format!(
+            "`{}` is not a date (YYYY-MM-DD)",
+            prefix_text(text.as_bytes())
+        )
+    })?;
+    if !rest.is_empty() {
+        // A time: only midnight, with no offset or UTC's, is the date itself.
+        let time = rest.strip_prefix(['T', 't', ' ']).and_then(|r| {
+            let r = r
+                .strip_suffix(['Z', 'z'])
+                .or_else(|| r.strip_suffix("+00:00"))
+                .unwrap_or(r);
+            NaiveTime::parse_from_str(r, "%H:%M:%S%.f")
+                .or_else(|_| NaiveTime::parse_from_str(r, "%H:%M"))
+                .ok()
+        });
+        match time {
+            Some(t) if t.num_seconds_from_midnight() == 0 && t.nanosecond() == 0 => {}
+            _ => {
+                return Err(format!(
+                    "`{}` has a time of day or an offset: a date column takes a date (YYYY-MM-DD)",
+                    prefix_text(text.as_bytes())
+                ))
+            }
+        }
+    }
+    in_range(day.signed_duration_since(epoch).num_days())
 }
 
 /// Why row `row` of `column` (of `field`'s type) cannot land: a date or timestamp outside the years
@@ -2142,7 +2312,9 @@ fn csv_text_columns(batch: RecordBatch, target: &SchemaRef) -> Result<RecordBatc
     let mut changed = false;
     for (f, column) in schema.fields().iter().zip(batch.columns()) {
         match target.field_with_name(f.name()) {
-            Ok(t) if t.data_type() == &DataType::Date32 => {
+            Ok(t)
+                if t.data_type() == &DataType::Date32 && column.data_type() != &DataType::Utf8 =>
+            {
                 fields.push(f.as_ref().clone());
                 columns.push(dates_in_range(t, column)?);
             }
@@ -2165,6 +2337,7 @@ fn csv_text_columns(batch: RecordBatch, target: &SchemaRef) -> Result<RecordBatc
                     DataType::Timestamp(TimeUnit::Microsecond, tz) => {
                         timestamps(&field, tz, &text)?
                     }
+                    DataType::Date32 => dates(&field, &text, false)?,
                     _ => numbers(&field, &text)?,
                 });
                 fields.push(field);
@@ -3168,8 +3341,14 @@ mod tests {
             rejected.iter().map(|r| r.record).collect::<Vec<_>>(),
             vec![1, 2, 3]
         );
-        assert!(rejected[0].reason.contains("more than one JSON value"), "{rejected:?}");
-        assert!(rejected[1].reason.contains("does not end on its line"), "{rejected:?}");
+        assert!(
+            rejected[0].reason.contains("more than one JSON value"),
+            "{rejected:?}"
+        );
+        assert!(
+            rejected[1].reason.contains("does not end on its line"),
+            "{rejected:?}"
+        );
     }
 
     #[test]
@@ -3192,9 +3371,41 @@ mod tests {
             .collect();
         assert_eq!(keys, vec![(1, true), (2, true), (3, true)], "{rejected:?}");
         assert!(rejected[0].reason.contains("`n`") && rejected[1].reason.contains("`t`"));
-        assert_eq!(repeated_key(br#"{"a":{"b":1,"b":2}}"#), None, "nested keys are the object's own");
-        assert_eq!(repeated_key(br#"{"a":"x\"a\":","a":1}"#).as_deref(), Some("a"));
+        assert_eq!(
+            repeated_key(br#"{"a":{"b":1,"b":2}}"#),
+            None,
+            "nested keys are the object's own"
+        );
+        assert_eq!(
+            repeated_key(br#"{"a":"x\"a\":","a":1}"#).as_deref(),
+            Some("a")
+        );
         assert_eq!(repeated_key(br#"{"a":"unclosed"#), None);
+        assert_eq!(
+            repeated_key(br#"{"a":1,"b":"a","c" : 2 , "a":3}"#).as_deref(),
+            Some("a")
+        );
+        assert_eq!(repeated_key(br#"{"a":1,"b":"a:","c":2}"#), None);
+        let long = |k: &str| format!("\"{k}\":1");
+        let keys: Vec<String> = (0..100)
+            .map(|i| long(&format!("a_rather_long_key_{i:03}")))
+            .collect();
+        assert_eq!(
+            repeated_key(format!("{{{}}}", keys.join(",")).as_bytes()),
+            None
+        );
+        let mut again = keys.clone();
+        again.push(long("a_rather_long_key_070"));
+        assert_eq!(
+            repeated_key(format!("{{{}}}", again.join(",")).as_bytes()).as_deref(),
+            Some("a_rather_long_key_070")
+        );
+        again.truncate(20);
+        again.push(long("a_rather_long_key_011"));
+        assert_eq!(
+            repeated_key(format!("{{{}}}", again.join(",")).as_bytes()).as_deref(),
+            Some("a_rather_long_key_011")
+        );
     }
 
     #[test]
@@ -3391,6 +3602,62 @@ mod tests {
             "{}",
             rejected[0].reason
         );
+    }
+
+    #[test]
+    fn a_date_given_a_time_of_day_is_quarantined_not_moved_to_a_day() {
+        // Before: arrow read a date and time into a date column as the UTC date:
+        // `2026-01-01T01:00:00+05:00` landed as 2025-12-31, `…T23:00:00-05:00` as 2026-01-02,
+        // `…T13:45:00` as 2026-01-01, none quarantined.
+        use arrow::datatypes::Date32Type;
+        let day = 20454; // 2026-01-01
+        let t = "2026-12-06T10:00:00Z";
+        let cases = [
+            ("2026-01-01", Some(day)),
+            ("2026-01-01T00:00:00Z", Some(day)),
+            ("2026-01-01 00:00:00", Some(day)),
+            ("2026-01-01T00:00:00.000+00:00", Some(day)),
+            ("2026-01-01T01:00:00+05:00", None),
+            ("2026-01-01T23:00:00-05:00", None),
+            ("2026-01-01T13:45:00", None),
+            ("2026-01-01T00:00:00+05:00", None),
+            ("2026-13-01", None),
+            ("yesterday", None),
+        ];
+        for format in [Format::Jsonl, Format::Csv] {
+            let spec = spec_with(format, Field::new("d", DataType::Date32, true));
+            let mut input = String::new();
+            if format == Format::Csv {
+                input.push_str("id,d,t\n");
+            }
+            for (i, (d, _)) in cases.iter().enumerate() {
+                input.push_str(&match format {
+                    Format::Csv => format!("r{i},{d},{t}\n"),
+                    _ => format!("{{\"id\":\"r{i}\",\"d\":\"{d}\",\"t\":\"{t}\"}}\n"),
+                });
+            }
+            let (seen, values, rejected) =
+                column_values::<Date32Type>(input.as_bytes(), &spec, "d");
+            assert_eq!(seen, cases.len() as u64, "{format:?}");
+            let landed: Vec<Option<i32>> = cases.iter().filter_map(|(_, v)| v.map(Some)).collect();
+            assert_eq!(values, landed, "{format:?} {rejected:?}");
+            let refused: Vec<u64> = cases
+                .iter()
+                .enumerate()
+                .filter(|(_, (_, v))| v.is_none())
+                .map(|(i, _)| i as u64 + 1 + u64::from(format == Format::Csv))
+                .collect();
+            assert_eq!(
+                rejected.iter().map(|r| r.record).collect::<Vec<_>>(),
+                refused,
+                "{format:?}"
+            );
+            assert!(
+                rejected[0].reason.contains("a date column takes a date"),
+                "{}",
+                rejected[0].reason
+            );
+        }
     }
 
     #[test]
