@@ -2069,6 +2069,7 @@ fn decode_parquet(mut reader: Box<dyn Read + '_>, ctx: &mut Ctx<'_>) -> Result<(
             None => meta,
         };
         let batch_rows = parquet_batch_rows(&meta, ctx.spec.chunk_records, ctx.limits)?;
+        parquet_pages_within(&file, &meta, ctx.limits)?;
         let builder = ParquetRecordBatchReaderBuilder::new_with_metadata(file, meta);
         let file_schema = builder.schema().clone();
         if let Some(reason) = repeated_name(
@@ -2182,6 +2183,103 @@ fn parquet_batch_rows(
     }
     let by_bytes = usize::try_from(limits.chunk_bytes / per_row).unwrap_or(usize::MAX);
     Ok(chunk_records.min(65_536).min(by_bytes).max(1))
+}
+
+/// A Parquet page may decompress to at most this many `max_line_bytes` (64 MiB at the default
+/// 1 MiB): writers cut pages at about 1 MiB, more when a batch of values overshoots.
+const PAGE_LINES: u64 = 64;
+
+/// Refuses the Parquet file of `meta` when a page of one of its columns is larger than
+/// [`PAGE_LINES`] × `max_line_bytes` (its page header says; every page's header is read, before
+/// any page is decoded): parquet-rs decompresses a page whole and builds each value whole, so a
+/// 1 GB text value (a few KiB of zstd) was held several times over before [`long_values`]
+/// quarantined its row. A JSON line or CSV record that long is skipped without being held. Also
+/// refuses the file when its pages add up to more than `max_decompressed_bytes` (the footer's
+/// sizes, which [`parquet_batch_rows`] checks, are only the writer's word).
+fn parquet_pages_within(
+    file: &std::fs::File,
+    meta: &ArrowReaderMetadata,
+    limits: &Limits,
+) -> Result<(), DecodeFailure> {
+    use parquet::file::reader::ChunkReader;
+    let bound = limits.max_line_bytes.saturating_mul(PAGE_LINES);
+    let mut total = 0u64;
+    for (g, rg) in meta.metadata().row_groups().iter().enumerate() {
+        for c in rg.columns() {
+            let column = c.column_path().string();
+            let bad = |what: String| {
+                DecodeFailure::Unreadable(format!(
+                    "not a readable Parquet file: column `{column}` in row group {g}: {what}"
+                ))
+            };
+            let start = c.dictionary_page_offset().unwrap_or(c.data_page_offset());
+            let (Ok(start), Ok(len)) = (u64::try_from(start), u64::try_from(c.compressed_size()))
+            else {
+                return Err(bad("a negative offset or size in the footer".into()));
+            };
+            let end = start.saturating_add(len);
+            let mut at = start;
+            while at < end {
+                let mut read = CountedRead(file.get_read(at).map_err(|e| bad(e.to_string()))?, 0);
+                let (kind, uncompressed, compressed) =
+                    page_sizes(&mut read).map_err(|e| bad(format!("a page header: {e}")))?;
+                let (Ok(uncompressed), Ok(compressed)) =
+                    (u64::try_from(uncompressed), u64::try_from(compressed))
+                else {
+                    return Err(bad("a page header with a negative size".into()));
+                };
+                let size = uncompressed.max(compressed);
+                if size > bound {
+                    return Err(DecodeFailure::Limit(format!(
+                        "the Parquet column `{column}` has a {kind} page of {size} bytes in row \
+                         group {g} (its page header says), more than the {bound} bytes a page may \
+                         hold ({PAGE_LINES} × max_line_bytes = {}): a value that long would be \
+                         held whole to be read",
+                        limits.max_line_bytes
+                    )));
+                }
+                total = total.saturating_add(uncompressed);
+                if total > limits.max_decompressed_bytes {
+                    return Err(DecodeFailure::Limit(format!(
+                        "the Parquet object's pages are at least {total} bytes uncompressed \
+                         (their headers say), more than max_decompressed_bytes = {}",
+                        limits.max_decompressed_bytes
+                    )));
+                }
+                at = at.saturating_add(read.1).saturating_add(compressed);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A reader that counts the bytes read through it.
+struct CountedRead<R>(R, u64);
+
+impl<R: Read> Read for CountedRead<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.0.read(buf)?;
+        self.1 += n as u64;
+        Ok(n)
+    }
+}
+
+/// The type, uncompressed and compressed sizes of the Parquet page whose header `read` is at.
+/// (parquet-rs 58 reads page headers with its own thrift code, not public; its deprecated
+/// `format` module, gone in 59, still reads them with the thrift crate's bounded reader.)
+#[allow(deprecated)]
+fn page_sizes(read: &mut impl Read) -> Result<(String, i32, i32), thrift::Error> {
+    use parquet::thrift::TSerializable;
+    let mut input = thrift::protocol::TCompactInputProtocol::new(read);
+    let h = parquet::format::PageHeader::read_from_in_protocol(&mut input)?;
+    let kind = match h.type_ {
+        parquet::format::PageType::DICTIONARY_PAGE => "dictionary".to_string(),
+        parquet::format::PageType::DATA_PAGE | parquet::format::PageType::DATA_PAGE_V2 => {
+            "data".to_string()
+        }
+        other => format!("{other:?}"),
+    };
+    Ok((kind, h.uncompressed_page_size, h.compressed_page_size))
 }
 
 fn spool_limit(size: impl std::fmt::Display, limits: &Limits) -> DecodeFailure {
@@ -4537,5 +4635,94 @@ mod limit_tests {
             "a {stored}-byte Parquet object made decoding hold {peak} bytes at once ({out:?}), \
              over max_line_bytes = 1 MiB and max_decompressed_bytes = 16 MiB"
         );
+    }
+
+    #[test]
+    fn messy_parquet_page_over_the_page_bound_is_refused_before_it_is_decoded() {
+        // A value of 5 MiB compresses to a few KiB. Before, its page was decompressed and the
+        // value built whole before long_values quarantined its row (a 1 GB value: ~4 GB held
+        // at the default limits). The page header says its size: refused before it is read.
+        use arrow::array::{LargeStringArray, TimestampMicrosecondArray};
+        let mut l = limits();
+        l.max_line_bytes = 64 << 10;
+        let time = || {
+            Arc::new(
+                TimestampMicrosecondArray::from(vec![1_764_496_800_000_000; 2])
+                    .with_timezone("+00:00"),
+            )
+        };
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::LargeUtf8, true),
+            Field::new(
+                "t",
+                DataType::Timestamp(arrow_schema::TimeUnit::Microsecond, Some("+00:00".into())),
+                true,
+            ),
+        ]));
+        let zstd = || {
+            parquet::file::properties::WriterProperties::builder()
+                .set_compression(parquet::basic::Compression::ZSTD(Default::default()))
+                .set_dictionary_enabled(false)
+        };
+        let write = |batch: &RecordBatch, props: parquet::file::properties::WriterProperties| {
+            let mut bytes = Vec::new();
+            let mut w =
+                parquet::arrow::ArrowWriter::try_new(&mut bytes, batch.schema(), Some(props))
+                    .unwrap();
+            w.write(batch).unwrap();
+            w.close().unwrap();
+            bytes
+        };
+        let big = "x".repeat(5 << 20);
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                Arc::new(LargeStringArray::from(vec![big.as_str(), "small"])),
+                time(),
+            ],
+        )
+        .unwrap();
+        drop(big);
+        let bytes = write(&batch, zstd().build());
+        drop(batch);
+        assert!(bytes.len() < 64 << 10, "{}", bytes.len());
+        let (out, peak) = peak_during(|| run(&bytes[..], &spec(Format::Parquet), &l, None));
+        match out {
+            Err(DecodeFailure::Limit(m)) => assert!(
+                m.contains("column `id`")
+                    && m.contains("row group 0")
+                    && m.contains("max_line_bytes = 65536"),
+                "{m}"
+            ),
+            Err(e) => panic!("expected a limit failure, got {e:?}"),
+            Ok(o) => panic!(
+                "expected a limit failure, got {} rows and {:?}",
+                o.rows,
+                o.rejected.iter().map(|r| &r.reason).collect::<Vec<_>>()
+            ),
+        }
+        assert!(
+            peak < 2 << 20,
+            "held {peak} bytes: the 5 MiB page was decoded"
+        );
+        // A row group far over the bound made of pages within it still lands.
+        let rows = 2000;
+        let ids: Vec<String> = (0..rows)
+            .map(|i| format!("{i:04}{}", "y".repeat(4096)))
+            .collect();
+        let t = TimestampMicrosecondArray::from(vec![1_764_496_800_000_000; rows])
+            .with_timezone("+00:00");
+        let batch = RecordBatch::try_new(
+            schema,
+            vec![Arc::new(LargeStringArray::from(ids)), Arc::new(t)],
+        )
+        .unwrap();
+        let props = zstd()
+            .set_data_page_size_limit(256 << 10)
+            .set_write_batch_size(16)
+            .build();
+        let bytes = write(&batch, props);
+        let out = run(&bytes[..], &spec(Format::Parquet), &l, None).unwrap();
+        assert_eq!((out.seen, out.rows, out.rejected.len()), (2000, 2000, 0));
     }
 }
