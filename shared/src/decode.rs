@@ -2513,7 +2513,8 @@ pub(crate) fn value_lengths(col: &ArrayRef) -> Option<(usize, Box<dyn Fn(usize) 
 /// Parquet column `src` as `field`'s type. A value that cannot be read so exactly gets a reason
 /// in `reasons` (where its row has none yet) and is null: a number with a fraction in an integer
 /// column (never truncated), a boolean in a number column and a number in a boolean one, a
-/// value beyond the column's type; text and decimal or floating-point numbers in integer and
+/// list, map or struct in a column that is none (never written as text), a value beyond the
+/// column's type; text and decimal or floating-point numbers in integer and
 /// decimal columns, and text and integers in timestamp columns, are read as in JSON lines and
 /// CSV ([`exact_value`], [`timestamp_value`]: an integer is microseconds since the epoch, one
 /// within a year of 1970 is refused as doubtful). Fails when the types do not convert at all.
@@ -2537,6 +2538,11 @@ fn parquet_column(
     let mismatch = match (from, to) {
         (DataType::Boolean, t) if t.is_numeric() => Some(format!("a boolean, not a number ({t})")),
         (f, DataType::Boolean) if f.is_numeric() => Some(format!("a number ({f}), not a boolean")),
+        // A list, map or struct is no value of a plain column: arrow would write it as text
+        // (['a','b'] and ['a, b'] both "[a, b]"). JSON lines quarantines an array there too.
+        (f, t) if f.is_nested() && !t.is_nested() => {
+            Some(format!("a {}, not {} ({t})", nested_kind(f), plain_kind(t)))
+        }
         _ => None,
     };
     if let Some(what) = mismatch {
@@ -2613,6 +2619,40 @@ fn parquet_column(
         }
     }
     Ok(cast)
+}
+
+/// What a nested type holds, for a reason: `list`, `map`, `struct`...
+fn nested_kind(t: &DataType) -> &'static str {
+    match t {
+        DataType::List(_)
+        | DataType::LargeList(_)
+        | DataType::ListView(_)
+        | DataType::LargeListView(_)
+        | DataType::FixedSizeList(_, _) => "list",
+        DataType::Map(_, _) => "map",
+        DataType::Struct(_) => "struct",
+        DataType::Union(_, _) => "union",
+        DataType::Dictionary(_, v) => nested_kind(v),
+        DataType::RunEndEncoded(_, v) => nested_kind(v.data_type()),
+        _ => "nested value",
+    }
+}
+
+/// What a plain column holds, for a reason: `a string`, `a number`...
+fn plain_kind(t: &DataType) -> &'static str {
+    match t {
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => "a string",
+        DataType::Boolean => "a boolean",
+        DataType::Date32 | DataType::Date64 => "a date",
+        DataType::Timestamp(_, _) => "a timestamp",
+        DataType::Time32(_) | DataType::Time64(_) => "a time",
+        DataType::Binary
+        | DataType::LargeBinary
+        | DataType::BinaryView
+        | DataType::FixedSizeBinary(_) => "binary",
+        t if t.is_numeric() => "a number",
+        _ => "a plain value",
+    }
 }
 
 /// [`parquet_column`] of a column read through its text, as JSON lines and CSV read theirs.
@@ -3960,6 +4000,52 @@ not json\n\
         assert!(
             got[1].contains("is out of range for a timestamp (years 1 to 9999)"),
             "{got:?}"
+        );
+    }
+
+    #[test]
+    fn messy_parquet_list_or_struct_in_a_string_column_is_quarantined_not_made_text() {
+        // Before: a list<string> was cast to text: ['a','b'] and ['a, b'] both landed as
+        // "[a, b]" and [None] as "[]", all committed; a struct failed the whole object. JSON
+        // lines quarantines an array in a string column; so does Parquet now, row by row.
+        use arrow::array::{ListBuilder, StringArray, StringBuilder, StructArray};
+        let s = spec_with(Format::Parquet, Field::new("s", DataType::Utf8, true));
+        let mut b = ListBuilder::new(StringBuilder::new());
+        b.values().append_value("a");
+        b.values().append_value("b");
+        b.append(true);
+        b.values().append_value("a, b");
+        b.append(true);
+        b.values().append_null();
+        b.append(true);
+        b.append(false);
+        let (seen, rows, rejected, _) = run(&parquet_with("s", Arc::new(b.finish())), &s);
+        assert_eq!((seen, rows, rejected.len()), (4, 1, 3), "{rejected:?}");
+        let reasons: Vec<&str> = rejected.iter().map(|r| r.reason.as_str()).collect();
+        assert_eq!(
+            reasons,
+            [
+                "field `s`: [a, b] is a list, not a string (Utf8)",
+                "field `s`: [a, b] is a list, not a string (Utf8)",
+                "field `s`: [] is a list, not a string (Utf8)",
+            ]
+        );
+        assert_ne!(rejected[0].raw, rejected[1].raw, "{rejected:?}");
+        // A struct alike, row by row (it failed the whole object).
+        let inner: ArrayRef = Arc::new(StringArray::from(vec![Some("x"), None]));
+        let st = StructArray::try_new(
+            vec![Field::new("k", DataType::Utf8, true)].into(),
+            vec![inner],
+            Some(arrow::buffer::NullBuffer::from(vec![true, false])),
+        )
+        .unwrap();
+        let (seen, rows, rejected, _) = run(&parquet_with("s", Arc::new(st)), &s);
+        assert_eq!((seen, rows, rejected.len()), (2, 1, 1), "{rejected:?}");
+        assert!(
+            rejected[0]
+                .reason
+                .contains("is a struct, not a string (Utf8)"),
+            "{rejected:?}"
         );
     }
 
