@@ -2514,7 +2514,8 @@ pub(crate) fn value_lengths(col: &ArrayRef) -> Option<(usize, Box<dyn Fn(usize) 
 /// in `reasons` (where its row has none yet) and is null: a number with a fraction in an integer
 /// column (never truncated), a boolean in a number column and a number in a boolean one, a
 /// list, map or struct in a column that is none (never written as text), a value beyond the
-/// column's type; text and decimal or floating-point numbers in integer and
+/// column's type, text in a boolean column other than `true` or `false` (any case, as CSV:
+/// [`parquet_booleans`]); text and decimal or floating-point numbers in integer and
 /// decimal columns, and text and integers in timestamp columns, are read as in JSON lines and
 /// CSV ([`exact_value`], [`timestamp_value`]: an integer is microseconds since the epoch, one
 /// within a year of 1970 is refused as doubtful). Fails when the types do not convert at all.
@@ -2561,6 +2562,9 @@ fn parquet_column(
         from,
         DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View
     );
+    if to == &DataType::Boolean && is_text(from) {
+        return parquet_booleans(field, src, reasons);
+    }
     let as_text = match to {
         t if is_exact(t) => text || from.is_floating() || from.is_numeric() && !from.is_integer(),
         DataType::Timestamp(TimeUnit::Microsecond, _) => text || from.is_integer(),
@@ -2619,6 +2623,59 @@ fn parquet_column(
         }
     }
     Ok(cast)
+}
+
+/// Text, plain or dictionary-encoded.
+fn is_text(t: &DataType) -> bool {
+    match t {
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => true,
+        DataType::Dictionary(_, v) => is_text(v),
+        _ => false,
+    }
+}
+
+/// [`parquet_column`] of text into a boolean column, read as CSV reads it: `true` or `false` in
+/// any case, nothing else (arrow's cast took `1`, `yes`, `on`, `t`, ` true` for true). Any other
+/// value is null, with a reason in `reasons` where its row has none yet.
+fn parquet_booleans(
+    field: &Field,
+    src: &ArrayRef,
+    reasons: &mut [Option<String>],
+) -> Result<ArrayRef, ArrowError> {
+    use arrow::array::StringArray;
+    let text = cast_with_options(src, &DataType::Utf8, &CastOptions::default())?;
+    let text = text
+        .as_any()
+        .downcast_ref::<StringArray>()
+        .ok_or_else(|| ArrowError::CastError(format!("`{}` is not text", field.name())))?;
+    let values: BooleanArray = text
+        .iter()
+        .zip(reasons.iter_mut())
+        .map(|(v, slot)| {
+            let v = v?;
+            let b = if v.eq_ignore_ascii_case("true") {
+                Some(true)
+            } else if v.eq_ignore_ascii_case("false") {
+                Some(false)
+            } else {
+                None
+            };
+            if b.is_none() {
+                let shown = match v.char_indices().nth(64) {
+                    Some((cut, _)) => format!("{:?}…", &v[..cut]),
+                    None => format!("{v:?}"),
+                };
+                slot.get_or_insert_with(|| {
+                    format!(
+                        "field `{}`: {shown} is not a boolean (true or false)",
+                        field.name()
+                    )
+                });
+            }
+            b
+        })
+        .collect();
+    Ok(Arc::new(values))
 }
 
 /// What a nested type holds, for a reason: `list`, `map`, `struct`...
@@ -4047,6 +4104,58 @@ not json\n\
                 .contains("is a struct, not a string (Utf8)"),
             "{rejected:?}"
         );
+    }
+
+    /// Decodes `input`: the records seen, boolean column `name`'s values over the batches and
+    /// the rejected records in record order.
+    fn boolean_values(
+        input: &[u8],
+        spec: &DecodeSpec,
+        name: &str,
+    ) -> (u64, Vec<Option<bool>>, Vec<Rejected>) {
+        let mut values = Vec::new();
+        let mut rejected = Vec::new();
+        let seen = decode(input, spec, &mut |p| {
+            match p {
+                Piece::Batch(b) => {
+                    let c = b.column_by_name(name).unwrap();
+                    values.extend(c.as_any().downcast_ref::<BooleanArray>().unwrap().iter());
+                }
+                Piece::Rejected(r) => rejected.extend(r),
+                _ => {}
+            }
+            true
+        })
+        .unwrap();
+        rejected.sort_by_key(|r| r.record);
+        (seen, values, rejected)
+    }
+
+    #[test]
+    fn messy_parquet_text_in_a_boolean_column_is_read_as_csv_reads_it() {
+        // Before: arrow's cast read '1', 'yes', 'on', 't', ' true' as true and '0', 'no',
+        // 'off', 'f' as false, all committed. CSV reads true and false (any case) only.
+        use arrow::array::StringArray;
+        let s = spec_with(Format::Parquet, Field::new("b", DataType::Boolean, true));
+        let loose = [
+            "1", "yes", "on", "t", " true", "0", "no", "off", "f", "", "truthy",
+        ];
+        let mut text: Vec<Option<&str>> = vec![Some("true"), Some("FALSE"), Some("True"), None];
+        text.extend(loose.iter().map(|v| Some(*v)));
+        let bytes = parquet_with("b", Arc::new(StringArray::from(text)));
+        let (seen, values, rejected) = boolean_values(&bytes, &s, "b");
+        assert_eq!(seen, 15);
+        assert_eq!(
+            values,
+            [Some(true), Some(false), Some(true), None],
+            "{rejected:?}"
+        );
+        let reasons: Vec<&str> = rejected.iter().map(|r| r.reason.as_str()).collect();
+        let want: Vec<String> = loose
+            .iter()
+            .map(|v| format!("field `b`: {v:?} is not a boolean (true or false)"))
+            .collect();
+        assert_eq!(reasons, want);
     }
 
     #[test]
