@@ -2515,7 +2515,7 @@ pub(crate) fn value_lengths(col: &ArrayRef) -> Option<(usize, Box<dyn Fn(usize) 
 /// column (never truncated), a boolean in a number column and a number in a boolean one, a
 /// list, map or struct in a column that is none (never written as text), a value beyond the
 /// column's type, text in a boolean column other than `true` or `false` (any case, as CSV:
-/// [`parquet_booleans`]); text and decimal or floating-point numbers in integer and
+/// [`parquet_booleans`]), a timestamp with a time of day in a date column (never truncated); text and decimal or floating-point numbers in integer and
 /// decimal columns, and text and integers in timestamp columns, are read as in JSON lines and
 /// CSV ([`exact_value`], [`timestamp_value`]: an integer is microseconds since the epoch, one
 /// within a year of 1970 is refused as doubtful). Fails when the types do not convert at all.
@@ -2609,6 +2609,40 @@ fn parquet_column(
                 }
                 cast = arrow::compute::nullif(&cast, &overflow)?;
             }
+        }
+    }
+    if matches!(from, DataType::Timestamp(_, _)) && to == &DataType::Date32 {
+        // The cast keeps the (local) date and drops the time: a time of day is refused, as a
+        // date column cannot hold it; midnight is the date.
+        use arrow::compute::{date_part, DatePart};
+        let parts = [
+            DatePart::Hour,
+            DatePart::Minute,
+            DatePart::Second,
+            DatePart::Nanosecond,
+        ]
+        .into_iter()
+        .map(|p| date_part(src.as_ref(), p))
+        .collect::<Result<Vec<_>, _>>()?;
+        let parts = parts
+            .iter()
+            .map(|a| a.as_any().downcast_ref::<arrow::array::Int32Array>())
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| ArrowError::CastError(format!("`{}`: no time of day", field.name())))?;
+        let timed: BooleanArray = (0..src.len())
+            .map(|row| Some(parts.iter().any(|p| p.is_valid(row) && p.value(row) != 0)))
+            .collect();
+        if timed.true_count() > 0 {
+            for (row, slot) in reasons.iter_mut().enumerate() {
+                if slot.is_none() && timed.value(row) {
+                    *slot = Some(format!(
+                        "field `{}`: {} has a time of day; the column is a date",
+                        field.name(),
+                        value(row)
+                    ));
+                }
+            }
+            cast = arrow::compute::nullif(&cast, &timed)?;
         }
     }
     if cast.null_count() > src.null_count() {
@@ -4156,6 +4190,35 @@ not json\n\
             .map(|v| format!("field `b`: {v:?} is not a boolean (true or false)"))
             .collect();
         assert_eq!(reasons, want);
+    }
+
+    #[test]
+    fn messy_parquet_timestamp_with_a_time_of_day_in_a_date_column_is_quarantined() {
+        // Before: 2026-01-01 13:00 landed as 2026-01-01, its time dropped.
+        use arrow::array::TimestampMicrosecondArray;
+        use arrow::datatypes::Date32Type;
+        let s = spec_with(Format::Parquet, Field::new("d", DataType::Date32, true));
+        let midnight = 1_767_225_600_000_000i64; // 2026-01-01T00:00:00
+        for tz in [None, Some("+00:00")] {
+            let col = TimestampMicrosecondArray::from(vec![
+                Some(midnight),
+                Some(midnight + 13 * 3_600_000_000),
+                Some(midnight + 1),
+                None,
+            ])
+            .with_timezone_opt(tz);
+            let bytes = parquet_with("d", Arc::new(col));
+            let (seen, values, rejected) = column_values::<Date32Type>(&bytes, &s, "d");
+            assert_eq!(seen, 4);
+            assert_eq!(values, [Some(20_454), None], "{tz:?} {rejected:?}");
+            assert_eq!(rejected.len(), 2, "{tz:?} {rejected:?}");
+            assert!(
+                rejected
+                    .iter()
+                    .all(|r| r.reason.contains("has a time of day; the column is a date")),
+                "{rejected:?}"
+            );
+        }
     }
 
     #[test]
