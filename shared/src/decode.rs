@@ -2395,6 +2395,7 @@ fn decode_parquet(mut reader: Box<dyn Read + '_>, ctx: &mut Ctx<'_>) -> Result<(
             None => meta,
         };
         let batch_rows = parquet_batch_rows(&meta, ctx.spec.chunk_records, ctx.limits)?;
+        parquet_pages_within(&file, &meta, ctx.limits)?;
         let builder = ParquetRecordBatchReaderBuilder::new_with_metadata(file, meta);
         let file_schema = builder.schema().clone();
         if let Some(reason) = repeated_name(
@@ -2508,6 +2509,103 @@ fn parquet_batch_rows(
     }
     let by_bytes = usize::try_from(limits.chunk_bytes / per_row).unwrap_or(usize::MAX);
     Ok(chunk_records.min(65_536).min(by_bytes).max(1))
+}
+
+/// A Parquet page may decompress to at most this many `max_line_bytes` (64 MiB at the default
+/// 1 MiB): writers cut pages at about 1 MiB, more when a batch of values overshoots.
+const PAGE_LINES: u64 = 64;
+
+/// Refuses the Parquet file of `meta` when a page of one of its columns is larger than
+/// [`PAGE_LINES`] × `max_line_bytes` (its page header says; every page's header is read, before
+/// any page is decoded): parquet-rs decompresses a page whole and builds each value whole, so a
+/// 1 GB text value (a few KiB of zstd) was held several times over before [`long_values`]
+/// quarantined its row. A JSON line or CSV record that long is skipped without being held. Also
+/// refuses the file when its pages add up to more than `max_decompressed_bytes` (the footer's
+/// sizes, which [`parquet_batch_rows`] checks, are only the writer's word).
+fn parquet_pages_within(
+    file: &std::fs::File,
+    meta: &ArrowReaderMetadata,
+    limits: &Limits,
+) -> Result<(), DecodeFailure> {
+    use parquet::file::reader::ChunkReader;
+    let bound = limits.max_line_bytes.saturating_mul(PAGE_LINES);
+    let mut total = 0u64;
+    for (g, rg) in meta.metadata().row_groups().iter().enumerate() {
+        for c in rg.columns() {
+            let column = c.column_path().string();
+            let bad = |what: String| {
+                DecodeFailure::Unreadable(format!(
+                    "not a readable Parquet file: column `{column}` in row group {g}: {what}"
+                ))
+            };
+            let start = c.dictionary_page_offset().unwrap_or(c.data_page_offset());
+            let (Ok(start), Ok(len)) = (u64::try_from(start), u64::try_from(c.compressed_size()))
+            else {
+                return Err(bad("a negative offset or size in the footer".into()));
+            };
+            let end = start.saturating_add(len);
+            let mut at = start;
+            while at < end {
+                let mut read = CountedRead(file.get_read(at).map_err(|e| bad(e.to_string()))?, 0);
+                let (kind, uncompressed, compressed) =
+                    page_sizes(&mut read).map_err(|e| bad(format!("a page header: {e}")))?;
+                let (Ok(uncompressed), Ok(compressed)) =
+                    (u64::try_from(uncompressed), u64::try_from(compressed))
+                else {
+                    return Err(bad("a page header with a negative size".into()));
+                };
+                let size = uncompressed.max(compressed);
+                if size > bound {
+                    return Err(DecodeFailure::Limit(format!(
+                        "the Parquet column `{column}` has a {kind} page of {size} bytes in row \
+                         group {g} (its page header says), more than the {bound} bytes a page may \
+                         hold ({PAGE_LINES} × max_line_bytes = {}): a value that long would be \
+                         held whole to be read",
+                        limits.max_line_bytes
+                    )));
+                }
+                total = total.saturating_add(uncompressed);
+                if total > limits.max_decompressed_bytes {
+                    return Err(DecodeFailure::Limit(format!(
+                        "the Parquet object's pages are at least {total} bytes uncompressed \
+                         (their headers say), more than max_decompressed_bytes = {}",
+                        limits.max_decompressed_bytes
+                    )));
+                }
+                at = at.saturating_add(read.1).saturating_add(compressed);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A reader that counts the bytes read through it.
+struct CountedRead<R>(R, u64);
+
+impl<R: Read> Read for CountedRead<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.0.read(buf)?;
+        self.1 += n as u64;
+        Ok(n)
+    }
+}
+
+/// The type, uncompressed and compressed sizes of the Parquet page whose header `read` is at.
+/// (parquet-rs 58 reads page headers with its own thrift code, not public; its deprecated
+/// `format` module, gone in 59, still reads them with the thrift crate's bounded reader.)
+#[allow(deprecated)]
+fn page_sizes(read: &mut impl Read) -> Result<(String, i32, i32), thrift::Error> {
+    use parquet::thrift::TSerializable;
+    let mut input = thrift::protocol::TCompactInputProtocol::new(read);
+    let h = parquet::format::PageHeader::read_from_in_protocol(&mut input)?;
+    let kind = match h.type_ {
+        parquet::format::PageType::DICTIONARY_PAGE => "dictionary".to_string(),
+        parquet::format::PageType::DATA_PAGE | parquet::format::PageType::DATA_PAGE_V2 => {
+            "data".to_string()
+        }
+        other => format!("{other:?}"),
+    };
+    Ok((kind, h.uncompressed_page_size, h.compressed_page_size))
 }
 
 fn spool_limit(size: impl std::fmt::Display, limits: &Limits) -> DecodeFailure {
@@ -2741,7 +2839,9 @@ pub(crate) fn value_lengths(col: &ArrayRef) -> Option<(usize, Box<dyn Fn(usize) 
 /// Parquet column `src` as `field`'s type. A value that cannot be read so exactly gets a reason
 /// in `reasons` (where its row has none yet) and is null: a number with a fraction in an integer
 /// column (never truncated), a boolean in a number column and a number in a boolean one, a
-/// value beyond the column's type; text and decimal or floating-point numbers in integer and
+/// list, map or struct in a column that is none (never written as text), a value beyond the
+/// column's type, text in a boolean column other than `true` or `false` (any case, as CSV:
+/// [`parquet_booleans`]), a timestamp with a time of day in a date column (never truncated); text and decimal or floating-point numbers in integer and
 /// decimal columns, and text and integers in timestamp columns, are read as in JSON lines and
 /// CSV ([`exact_value`], [`timestamp_value`]: an integer is microseconds since the epoch, one
 /// within a year of 1970 is refused as doubtful). Fails when the types do not convert at all.
@@ -2765,6 +2865,11 @@ fn parquet_column(
     let mismatch = match (from, to) {
         (DataType::Boolean, t) if t.is_numeric() => Some(format!("a boolean, not a number ({t})")),
         (f, DataType::Boolean) if f.is_numeric() => Some(format!("a number ({f}), not a boolean")),
+        // A list, map or struct is no value of a plain column: arrow would write it as text
+        // (['a','b'] and ['a, b'] both "[a, b]"). JSON lines quarantines an array there too.
+        (f, t) if f.is_nested() && !t.is_nested() => {
+            Some(format!("a {}, not {} ({t})", nested_kind(f), plain_kind(t)))
+        }
         _ => None,
     };
     if let Some(what) = mismatch {
@@ -2783,6 +2888,9 @@ fn parquet_column(
         from,
         DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View
     );
+    if to == &DataType::Boolean && is_text(from) {
+        return parquet_booleans(field, src, reasons);
+    }
     let as_text = match to {
         t if is_exact(t) => text || from.is_floating() || from.is_numeric() && !from.is_integer(),
         DataType::Timestamp(TimeUnit::Microsecond, _) => text || from.is_integer(),
@@ -2829,6 +2937,40 @@ fn parquet_column(
             }
         }
     }
+    if matches!(from, DataType::Timestamp(_, _)) && to == &DataType::Date32 {
+        // The cast keeps the (local) date and drops the time: a time of day is refused, as a
+        // date column cannot hold it; midnight is the date.
+        use arrow::compute::{date_part, DatePart};
+        let parts = [
+            DatePart::Hour,
+            DatePart::Minute,
+            DatePart::Second,
+            DatePart::Nanosecond,
+        ]
+        .into_iter()
+        .map(|p| date_part(src.as_ref(), p))
+        .collect::<Result<Vec<_>, _>>()?;
+        let parts = parts
+            .iter()
+            .map(|a| a.as_any().downcast_ref::<arrow::array::Int32Array>())
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| ArrowError::CastError(format!("`{}`: no time of day", field.name())))?;
+        let timed: BooleanArray = (0..src.len())
+            .map(|row| Some(parts.iter().any(|p| p.is_valid(row) && p.value(row) != 0)))
+            .collect();
+        if timed.true_count() > 0 {
+            for (row, slot) in reasons.iter_mut().enumerate() {
+                if slot.is_none() && timed.value(row) {
+                    *slot = Some(format!(
+                        "field `{}`: {} has a time of day; the column is a date",
+                        field.name(),
+                        value(row)
+                    ));
+                }
+            }
+            cast = arrow::compute::nullif(&cast, &timed)?;
+        }
+    }
     if cast.null_count() > src.null_count() {
         for (row, slot) in reasons.iter_mut().enumerate() {
             if slot.is_none() && cast.is_null(row) && !src.is_null(row) {
@@ -2841,6 +2983,93 @@ fn parquet_column(
         }
     }
     Ok(cast)
+}
+
+/// Text, plain or dictionary-encoded.
+fn is_text(t: &DataType) -> bool {
+    match t {
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => true,
+        DataType::Dictionary(_, v) => is_text(v),
+        _ => false,
+    }
+}
+
+/// [`parquet_column`] of text into a boolean column, read as CSV reads it: `true` or `false` in
+/// any case, nothing else (arrow's cast took `1`, `yes`, `on`, `t`, ` true` for true). Any other
+/// value is null, with a reason in `reasons` where its row has none yet.
+fn parquet_booleans(
+    field: &Field,
+    src: &ArrayRef,
+    reasons: &mut [Option<String>],
+) -> Result<ArrayRef, ArrowError> {
+    use arrow::array::StringArray;
+    let text = cast_with_options(src, &DataType::Utf8, &CastOptions::default())?;
+    let text = text
+        .as_any()
+        .downcast_ref::<StringArray>()
+        .ok_or_else(|| ArrowError::CastError(format!("`{}` is not text", field.name())))?;
+    let values: BooleanArray = text
+        .iter()
+        .zip(reasons.iter_mut())
+        .map(|(v, slot)| {
+            let v = v?;
+            let b = if v.eq_ignore_ascii_case("true") {
+                Some(true)
+            } else if v.eq_ignore_ascii_case("false") {
+                Some(false)
+            } else {
+                None
+            };
+            if b.is_none() {
+                let shown = match v.char_indices().nth(64) {
+                    Some((cut, _)) => format!("{:?}…", &v[..cut]),
+                    None => format!("{v:?}"),
+                };
+                slot.get_or_insert_with(|| {
+                    format!(
+                        "field `{}`: {shown} is not a boolean (true or false)",
+                        field.name()
+                    )
+                });
+            }
+            b
+        })
+        .collect();
+    Ok(Arc::new(values))
+}
+
+/// What a nested type holds, for a reason: `list`, `map`, `struct`...
+fn nested_kind(t: &DataType) -> &'static str {
+    match t {
+        DataType::List(_)
+        | DataType::LargeList(_)
+        | DataType::ListView(_)
+        | DataType::LargeListView(_)
+        | DataType::FixedSizeList(_, _) => "list",
+        DataType::Map(_, _) => "map",
+        DataType::Struct(_) => "struct",
+        DataType::Union(_, _) => "union",
+        DataType::Dictionary(_, v) => nested_kind(v),
+        DataType::RunEndEncoded(_, v) => nested_kind(v.data_type()),
+        _ => "nested value",
+    }
+}
+
+/// What a plain column holds, for a reason: `a string`, `a number`...
+fn plain_kind(t: &DataType) -> &'static str {
+    match t {
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => "a string",
+        DataType::Boolean => "a boolean",
+        DataType::Date32 | DataType::Date64 => "a date",
+        DataType::Timestamp(_, _) => "a timestamp",
+        DataType::Time32(_) | DataType::Time64(_) => "a time",
+        DataType::Binary
+        | DataType::LargeBinary
+        | DataType::BinaryView
+        | DataType::FixedSizeBinary(_) => "binary",
+        t if t.is_numeric() => "a number",
+        _ => "a plain value",
+    }
 }
 
 /// [`parquet_column`] of a column read through its text, as JSON lines and CSV read theirs.
@@ -4330,6 +4559,133 @@ not json\n\
     }
 
     #[test]
+    fn messy_parquet_list_or_struct_in_a_string_column_is_quarantined_not_made_text() {
+        // Before: a list<string> was cast to text: ['a','b'] and ['a, b'] both landed as
+        // "[a, b]" and [None] as "[]", all committed; a struct failed the whole object. JSON
+        // lines quarantines an array in a string column; so does Parquet now, row by row.
+        use arrow::array::{ListBuilder, StringArray, StringBuilder, StructArray};
+        let s = spec_with(Format::Parquet, Field::new("s", DataType::Utf8, true));
+        let mut b = ListBuilder::new(StringBuilder::new());
+        b.values().append_value("a");
+        b.values().append_value("b");
+        b.append(true);
+        b.values().append_value("a, b");
+        b.append(true);
+        b.values().append_null();
+        b.append(true);
+        b.append(false);
+        let (seen, rows, rejected, _) = run(&parquet_with("s", Arc::new(b.finish())), &s);
+        assert_eq!((seen, rows, rejected.len()), (4, 1, 3), "{rejected:?}");
+        let reasons: Vec<&str> = rejected.iter().map(|r| r.reason.as_str()).collect();
+        assert_eq!(
+            reasons,
+            [
+                "field `s`: [a, b] is a list, not a string (Utf8)",
+                "field `s`: [a, b] is a list, not a string (Utf8)",
+                "field `s`: [] is a list, not a string (Utf8)",
+            ]
+        );
+        assert_ne!(rejected[0].raw, rejected[1].raw, "{rejected:?}");
+        // A struct alike, row by row (it failed the whole object).
+        let inner: ArrayRef = Arc::new(StringArray::from(vec![Some("x"), None]));
+        let st = StructArray::try_new(
+            vec![Field::new("k", DataType::Utf8, true)].into(),
+            vec![inner],
+            Some(arrow::buffer::NullBuffer::from(vec![true, false])),
+        )
+        .unwrap();
+        let (seen, rows, rejected, _) = run(&parquet_with("s", Arc::new(st)), &s);
+        assert_eq!((seen, rows, rejected.len()), (2, 1, 1), "{rejected:?}");
+        assert!(
+            rejected[0]
+                .reason
+                .contains("is a struct, not a string (Utf8)"),
+            "{rejected:?}"
+        );
+    }
+
+    /// Decodes `input`: the records seen, boolean column `name`'s values over the batches and
+    /// the rejected records in record order.
+    fn boolean_values(
+        input: &[u8],
+        spec: &DecodeSpec,
+        name: &str,
+    ) -> (u64, Vec<Option<bool>>, Vec<Rejected>) {
+        let mut values = Vec::new();
+        let mut rejected = Vec::new();
+        let seen = decode(input, spec, &mut |p| {
+            match p {
+                Piece::Batch(b) => {
+                    let c = b.column_by_name(name).unwrap();
+                    values.extend(c.as_any().downcast_ref::<BooleanArray>().unwrap().iter());
+                }
+                Piece::Rejected(r) => rejected.extend(r),
+                _ => {}
+            }
+            true
+        })
+        .unwrap();
+        rejected.sort_by_key(|r| r.record);
+        (seen, values, rejected)
+    }
+
+    #[test]
+    fn messy_parquet_text_in_a_boolean_column_is_read_as_csv_reads_it() {
+        // Before: arrow's cast read '1', 'yes', 'on', 't', ' true' as true and '0', 'no',
+        // 'off', 'f' as false, all committed. CSV reads true and false (any case) only.
+        use arrow::array::StringArray;
+        let s = spec_with(Format::Parquet, Field::new("b", DataType::Boolean, true));
+        let loose = [
+            "1", "yes", "on", "t", " true", "0", "no", "off", "f", "", "truthy",
+        ];
+        let mut text: Vec<Option<&str>> = vec![Some("true"), Some("FALSE"), Some("True"), None];
+        text.extend(loose.iter().map(|v| Some(*v)));
+        let bytes = parquet_with("b", Arc::new(StringArray::from(text)));
+        let (seen, values, rejected) = boolean_values(&bytes, &s, "b");
+        assert_eq!(seen, 15);
+        assert_eq!(
+            values,
+            [Some(true), Some(false), Some(true), None],
+            "{rejected:?}"
+        );
+        let reasons: Vec<&str> = rejected.iter().map(|r| r.reason.as_str()).collect();
+        let want: Vec<String> = loose
+            .iter()
+            .map(|v| format!("field `b`: {v:?} is not a boolean (true or false)"))
+            .collect();
+        assert_eq!(reasons, want);
+    }
+
+    #[test]
+    fn messy_parquet_timestamp_with_a_time_of_day_in_a_date_column_is_quarantined() {
+        // Before: 2026-01-01 13:00 landed as 2026-01-01, its time dropped.
+        use arrow::array::TimestampMicrosecondArray;
+        use arrow::datatypes::Date32Type;
+        let s = spec_with(Format::Parquet, Field::new("d", DataType::Date32, true));
+        let midnight = 1_767_225_600_000_000i64; // 2026-01-01T00:00:00
+        for tz in [None, Some("+00:00")] {
+            let col = TimestampMicrosecondArray::from(vec![
+                Some(midnight),
+                Some(midnight + 13 * 3_600_000_000),
+                Some(midnight + 1),
+                None,
+            ])
+            .with_timezone_opt(tz);
+            let bytes = parquet_with("d", Arc::new(col));
+            let (seen, values, rejected) = column_values::<Date32Type>(&bytes, &s, "d");
+            assert_eq!(seen, 4);
+            assert_eq!(values, [Some(20_454), None], "{tz:?} {rejected:?}");
+            assert_eq!(rejected.len(), 2, "{tz:?} {rejected:?}");
+            assert!(
+                rejected
+                    .iter()
+                    .all(|r| r.reason.contains("has a time of day; the column is a date")),
+                "{rejected:?}"
+            );
+        }
+    }
+
+    #[test]
     fn messy_csv_ragged_quoted_and_blank_rows_are_counted() {
         let csv = concat!(
             "id,n,t\r\n",
@@ -5055,5 +5411,94 @@ mod limit_tests {
             "a {stored}-byte Parquet object made decoding hold {peak} bytes at once ({out:?}), \
              over max_line_bytes = 1 MiB and max_decompressed_bytes = 16 MiB"
         );
+    }
+
+    #[test]
+    fn messy_parquet_page_over_the_page_bound_is_refused_before_it_is_decoded() {
+        // A value of 5 MiB compresses to a few KiB. Before, its page was decompressed and the
+        // value built whole before long_values quarantined its row (a 1 GB value: ~4 GB held
+        // at the default limits). The page header says its size: refused before it is read.
+        use arrow::array::{LargeStringArray, TimestampMicrosecondArray};
+        let mut l = limits();
+        l.max_line_bytes = 64 << 10;
+        let time = || {
+            Arc::new(
+                TimestampMicrosecondArray::from(vec![1_764_496_800_000_000; 2])
+                    .with_timezone("+00:00"),
+            )
+        };
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::LargeUtf8, true),
+            Field::new(
+                "t",
+                DataType::Timestamp(arrow_schema::TimeUnit::Microsecond, Some("+00:00".into())),
+                true,
+            ),
+        ]));
+        let zstd = || {
+            parquet::file::properties::WriterProperties::builder()
+                .set_compression(parquet::basic::Compression::ZSTD(Default::default()))
+                .set_dictionary_enabled(false)
+        };
+        let write = |batch: &RecordBatch, props: parquet::file::properties::WriterProperties| {
+            let mut bytes = Vec::new();
+            let mut w =
+                parquet::arrow::ArrowWriter::try_new(&mut bytes, batch.schema(), Some(props))
+                    .unwrap();
+            w.write(batch).unwrap();
+            w.close().unwrap();
+            bytes
+        };
+        let big = "x".repeat(5 << 20);
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                Arc::new(LargeStringArray::from(vec![big.as_str(), "small"])),
+                time(),
+            ],
+        )
+        .unwrap();
+        drop(big);
+        let bytes = write(&batch, zstd().build());
+        drop(batch);
+        assert!(bytes.len() < 64 << 10, "{}", bytes.len());
+        let (out, peak) = peak_during(|| run(&bytes[..], &spec(Format::Parquet), &l, None));
+        match out {
+            Err(DecodeFailure::Limit(m)) => assert!(
+                m.contains("column `id`")
+                    && m.contains("row group 0")
+                    && m.contains("max_line_bytes = 65536"),
+                "{m}"
+            ),
+            Err(e) => panic!("expected a limit failure, got {e:?}"),
+            Ok(o) => panic!(
+                "expected a limit failure, got {} rows and {:?}",
+                o.rows,
+                o.rejected.iter().map(|r| &r.reason).collect::<Vec<_>>()
+            ),
+        }
+        assert!(
+            peak < 2 << 20,
+            "held {peak} bytes: the 5 MiB page was decoded"
+        );
+        // A row group far over the bound made of pages within it still lands.
+        let rows = 2000;
+        let ids: Vec<String> = (0..rows)
+            .map(|i| format!("{i:04}{}", "y".repeat(4096)))
+            .collect();
+        let t = TimestampMicrosecondArray::from(vec![1_764_496_800_000_000; rows])
+            .with_timezone("+00:00");
+        let batch = RecordBatch::try_new(
+            schema,
+            vec![Arc::new(LargeStringArray::from(ids)), Arc::new(t)],
+        )
+        .unwrap();
+        let props = zstd()
+            .set_data_page_size_limit(256 << 10)
+            .set_write_batch_size(16)
+            .build();
+        let bytes = write(&batch, props);
+        let out = run(&bytes[..], &spec(Format::Parquet), &l, None).unwrap();
+        assert_eq!((out.seen, out.rows, out.rejected.len()), (2000, 2000, 0));
     }
 }
