@@ -720,84 +720,117 @@ fn decode_json_with(
 /// CSV and Parquet refuse a header naming a column twice for the same reason. Malformed text
 /// (an unclosed string) answers `None`: the decoder refuses it with its own reason.
 fn repeated_key(line: &[u8]) -> Option<String> {
-    // Nearly every line is one flat object without escapes: its quotes pair up as strings.
-    if let Some(open) = memchr::memchr(b'{', line) {
-        let rest = &line[open + 1..];
-        if memchr::memchr3(b'{', b'[', b'\\', rest).is_none() {
-            if let Some(found) = repeated_flat_key(rest) {
-                return found;
-            }
-        }
+    if may_repeat_a_key(line) {
+        repeated_key_nested(line)
+    } else {
+        None
     }
-    repeated_key_nested(line)
 }
 
-/// [`repeated_key`] of a flat object's text after its `{`, holding no bracket or backslash:
-/// every quote opens or closes a string, and a string followed by `:` is a key. Keys are told
-/// apart by a fingerprint of their length and first and last bytes, compared whole only when
-/// two fingerprints fall on the same bit of a 128-bit filter (a few times a line at most).
-/// `None`: more keys than it holds (the general way answers).
-fn repeated_flat_key(text: &[u8]) -> Option<Option<String>> {
+/// Whether `line` may name a key twice, cheaply, for the lines nearly all are: no escapes, so
+/// quotes pair up as strings, and a string followed by `:` is a key (at any depth: an inner
+/// object's keys count too, so `true` only sends the line to the exact scan). Keys go through a
+/// 128-bit filter on their length and first and last bytes; only a key hitting a set bit is
+/// compared with the keys before it.
+fn may_repeat_a_key(line: &[u8]) -> bool {
     const MAX: usize = 64;
-    let mut fingerprints = [0u64; MAX];
-    let mut spans = [(0u32, 0u32); MAX];
+    let mut spans = [(0usize, 0usize); MAX];
     let mut n = 0usize;
     let mut filter = 0u128;
-    let mut quotes = memchr::memchr_iter(b'"', text);
-    while let Some(open) = quotes.next() {
-        let Some(close) = quotes.next() else {
-            return Some(None); // an unclosed string: the decoder's to refuse
-        };
-        let mut k = close + 1;
-        while k < text.len() && text[k].is_ascii_whitespace() {
-            k += 1;
-        }
-        if text.get(k) != Some(&b':') {
-            continue;
-        }
-        let key = &text[open + 1..close];
-        let fp = fingerprint(key);
-        let bit = 1u128 << (fp.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 57);
-        if filter & bit != 0 {
-            let same = (0..n).find(|&j| {
-                fingerprints[j] == fp && &text[spans[j].0 as usize..spans[j].1 as usize] == key
-            });
-            if same.is_some() {
-                return Some(Some(String::from_utf8_lossy(key).into_owned()));
+    // Quotes and backslashes found a block at a time (a memchr call per quote cost more than
+    // the search on these short strings).
+    let mut open: Option<usize> = None;
+    let mut base = 0usize;
+    while base < line.len() {
+        let (mut marks, width) = quote_marks(&line[base..]);
+        while marks != 0 {
+            let at = base + marks.trailing_zeros() as usize;
+            marks &= marks - 1;
+            if line[at] == b'\\' {
+                return true; // an escape: quotes no longer pair up
             }
+            let Some(start) = open.take() else {
+                open = Some(at + 1);
+                continue;
+            };
+            let mut k = at + 1;
+            while k < line.len() && line[k].is_ascii_whitespace() {
+                k += 1;
+            }
+            if line.get(k) != Some(&b':') {
+                continue;
+            }
+            let key = &line[start..at];
+            let (first, last) = match key {
+                [] => (0, 0),
+                [f, .., l] => (*f, *l),
+                [f] => (*f, *f),
+            };
+            let fp = (key.len() as u64) << 16 | u64::from(first) << 8 | u64::from(last);
+            let bit = 1u128 << (fp.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 57);
+            if filter & bit != 0 && spans[..n].iter().any(|&(s, e)| &line[s..e] == key) {
+                return true;
+            }
+            filter |= bit;
+            if n == MAX {
+                return true;
+            }
+            spans[n] = (start, at);
+            n += 1;
         }
-        filter |= bit;
-        if n == MAX {
-            return None;
-        }
-        fingerprints[n] = fp;
-        spans[n] = ((open + 1) as u32, close as u32);
-        n += 1;
+        base += width;
     }
-    Some(None)
+    open.is_some() // an unclosed string: let the exact scan (and then the decoder) see it
 }
 
-/// A key's length and its first and last (up to) eight bytes, mixed.
-fn fingerprint(key: &[u8]) -> u64 {
-    let load = |b: &[u8]| {
-        let mut w = [0u8; 8];
-        w[..b.len()].copy_from_slice(b);
-        u64::from_le_bytes(w)
+/// A bit per byte of the block at the start of `text` (16 bytes, or what is left) that is a
+/// quote or a backslash, and the block's width.
+#[inline]
+fn quote_marks(text: &[u8]) -> (u32, usize) {
+    #[cfg(target_arch = "x86_64")]
+    if text.len() >= 16 {
+        use std::arch::x86_64::{
+            __m128i, _mm_cmpeq_epi8, _mm_loadu_si128, _mm_movemask_epi8, _mm_or_si128,
+            _mm_set1_epi8,
+        };
+        // SAFETY: SSE2 is part of x86_64; the load reads 16 bytes, all inside `text` (checked
+        // above), unaligned loads allowed.
+        let mask = unsafe {
+            let v = _mm_loadu_si128(text.as_ptr().cast::<__m128i>());
+            let q = _mm_cmpeq_epi8(v, _mm_set1_epi8(b'"' as i8));
+            let b = _mm_cmpeq_epi8(v, _mm_set1_epi8(b'\\' as i8));
+            _mm_movemask_epi8(_mm_or_si128(q, b))
+        };
+        return (mask as u32, 16);
+    }
+    let width = text.len().min(8);
+    let mut word = [0u8; 8];
+    word[..width].copy_from_slice(&text[..width]);
+    let w = u64::from_le_bytes(word);
+    // The high bit of each byte equal to the quote or the backslash, exactly (no borrow between
+    // bytes), gathered to one bit per byte.
+    const LOW7: u64 = 0x7f7f_7f7f_7f7f_7f7f;
+    let marks = |byte: u8| {
+        let x = w ^ (u64::from(byte) * 0x0101_0101_0101_0101);
+        !(((x & LOW7).wrapping_add(LOW7)) | x) & !LOW7
     };
-    let len = key.len();
-    let (first, last) = if len >= 8 {
-        (load(&key[..8]), load(&key[len - 8..]))
-    } else {
-        (load(key), 0)
-    };
-    first ^ last.rotate_left(29) ^ ((len as u64) << 56)
+    let high = marks(b'"') | marks(b'\\');
+    let mut mask = 0u32;
+    for i in 0..width {
+        if high & (0x80 << (8 * i)) != 0 {
+            mask |= 1 << i;
+        }
+    }
+    (mask, width)
 }
 
 /// [`repeated_key`] the general way: depth tracked, strings skipped escape by escape, keys with
 /// escapes compared as the decoder reads them.
 fn repeated_key_nested(line: &[u8]) -> Option<String> {
-    // Key spans (start, end) in `line`; compared by length first.
-    let mut keys: Vec<(u32, u32)> = Vec::new();
+    // Key spans (start, end) in `line`, and the keys as written (hashed: a line may hold a
+    // hundred thousand keys within max_line_bytes).
+    let mut keys: Vec<(usize, usize)> = Vec::new();
+    let mut written: std::collections::HashSet<&[u8]> = std::collections::HashSet::new();
     let mut escaped_keys = false;
     let (mut depth, mut i, n) = (0usize, 0usize, line.len());
     while i < n {
@@ -827,14 +860,10 @@ fn repeated_key_nested(line: &[u8]) -> Option<String> {
                 if k < n && line[k] == b':' {
                     escaped_keys |= escapes;
                     let key = &line[start..j];
-                    if !escaped_keys {
-                        if keys.iter().any(|&(s, e)| {
-                            (e - s) as usize == key.len() && &line[s as usize..e as usize] == key
-                        }) {
-                            return Some(String::from_utf8_lossy(key).into_owned());
-                        }
+                    if !escaped_keys && !written.insert(key) {
+                        return Some(String::from_utf8_lossy(key).into_owned());
                     }
-                    keys.push((start as u32, j as u32));
+                    keys.push((start, j));
                     i = k + 1;
                 }
             }
@@ -858,7 +887,7 @@ fn repeated_key_nested(line: &[u8]) -> Option<String> {
     // A key written with escapes (`"\u0061"` is `"a"`): compared as the decoder reads them.
     let mut seen = std::collections::HashSet::new();
     keys.into_iter().find_map(|(s, e)| {
-        let quoted = &line[s as usize - 1..e as usize + 1];
+        let quoted = &line[s - 1..e + 1];
         let key: String = serde_json::from_slice(quoted).ok()?;
         (!seen.insert(key.clone())).then_some(key)
     })
@@ -1788,6 +1817,8 @@ struct CsvRecords<R> {
     /// Fields of the current record.
     count: usize,
     max: usize,
+    /// The input ended inside a quoted field: nothing follows.
+    done: bool,
 }
 
 impl<R: BufRead> CsvRecords<R> {
@@ -1800,6 +1831,7 @@ impl<R: BufRead> CsvRecords<R> {
             used: 0,
             count: 0,
             max,
+            done: false,
         }
     }
 
@@ -1845,6 +1877,9 @@ impl<R: BufRead> CsvRecords<R> {
 
     fn next(&mut self) -> std::io::Result<CsvRead> {
         use csv_core::ReadRecordResult as R;
+        if self.done {
+            return Ok(CsvRead::End);
+        }
         self.skip_line_ends()?;
         let line = self.core.line();
         let (mut used, mut count) = (0usize, 0usize);
@@ -1852,9 +1887,13 @@ impl<R: BufRead> CsvRecords<R> {
         let mut skipped: Option<u64> = None;
         let mut scratch = [0u8; 4096];
         let mut scratch_ends = [0usize; 64];
-        // Quotes in the record's text: csv_core ends a record cut by the end of the input
-        // inside a quoted field as if the quote had closed; an odd count tells.
-        let mut quotes = 0usize;
+        // csv_core ends a record cut by the end of the input inside a quoted field as if the
+        // quote had closed. Whether it is inside one: at the end of the input, a record begun is
+        // first given a line end, which a quoted field absorbs (no record) and anything else
+        // ends the record with (as the end of the input would). Counting quotes cannot tell: a
+        // quote inside an unquoted field (`5"`) is a literal. (csv_core's `Clone` does not copy
+        // its state machine, so the line end goes to the parser itself.)
+        let (mut started, mut injected, mut unterminated) = (false, false, false);
         loop {
             let input = match self.input.fill_buf() {
                 Ok(b) => b,
@@ -1862,6 +1901,8 @@ impl<R: BufRead> CsvRecords<R> {
                 Err(e) => return Err(e),
             };
             let at_end = input.is_empty();
+            let inject = at_end && started && !injected;
+            let input: &[u8] = if inject { b"\n" } else { input };
             let (res, nin, nout, nend) = match skipped {
                 Some(_) => self
                     .core
@@ -1871,8 +1912,14 @@ impl<R: BufRead> CsvRecords<R> {
                         .read_record(input, &mut self.fields[used..], &mut self.ends[count..])
                 }
             };
-            quotes += memchr::memchr_iter(b'"', &input[..nin]).count();
-            self.input.consume(nin);
+            started |= nin > 0;
+            if !at_end {
+                self.input.consume(nin);
+            } else if inject && nin > 0 {
+                injected = true;
+                // Taken into a quoted field, the line end made no record.
+                unterminated = matches!(res, R::InputEmpty);
+            }
             match &mut skipped {
                 Some(n) => *n += (nout + nend) as u64,
                 None => {
@@ -1908,7 +1955,6 @@ impl<R: BufRead> CsvRecords<R> {
                     self.used = used;
                     self.count = count;
                     let len = skipped.unwrap_or((used + count) as u64);
-                    let unterminated = at_end && quotes % 2 == 1;
                     if skipped.is_none() && len <= self.max as u64 && !unterminated {
                         return Ok(CsvRead::Record { line });
                     }
@@ -1930,9 +1976,11 @@ impl<R: BufRead> CsvRecords<R> {
                     self.count = 0;
                     let prefix = prefix_text(&text).trim_end_matches('\n').to_string();
                     if unterminated {
+                        // Less the line end given to find out.
+                        self.done = true;
                         return Ok(CsvRead::Unterminated {
                             line,
-                            lines: self.core.line().saturating_sub(line),
+                            lines: self.core.line().saturating_sub(line + 1),
                             prefix,
                         });
                     }
@@ -2058,12 +2106,12 @@ fn decode_csv(reader: Box<dyn Read + '_>, ctx: &mut Ctx<'_>) -> Result<(), Decod
         let more = read != CsvRead::End;
         match read {
             CsvRead::End => {}
-            // Cut on its own line: that record alone is malformed.
+            // Cut on its own line (no line end inside it): that record alone is malformed.
             CsvRead::Unterminated {
                 line,
                 lines,
                 prefix,
-            } if lines <= 1 => {
+            } if lines == 0 => {
                 ctx.seen += 1;
                 ctx.send(Piece::Rejected(vec![Rejected {
                     record: line,
@@ -3581,6 +3629,51 @@ mod tests {
     }
 
     #[test]
+    fn the_cheap_key_check_misses_no_repeated_key_the_exact_scan_finds() {
+        // Random lines of few distinct keys (so repeats are common), string and number values,
+        // whitespace, escapes and nested objects; the cheap check may say "maybe" wrongly, never
+        // "no" where the exact scan finds a repeated key.
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = |m: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % m
+        };
+        let names = ["a", "b", "ab", "ba", "abcdefghij", "abcdefghik", "k:1", ""];
+        let (mut repeated, mut lines) = (0, 0);
+        for _ in 0..20_000 {
+            let mut line = String::from("{");
+            for f in 0..next(6) + 1 {
+                if f > 0 {
+                    line.push_str([",", " , ", ",\t"][next(3) as usize]);
+                }
+                let key = names[next(names.len() as u64) as usize];
+                let key = if next(20) == 0 {
+                    key.replace('a', "\\u0061")
+                } else {
+                    key.to_string()
+                };
+                line.push_str(&format!("\"{key}\"{}", [":", " : ", ":"][next(3) as usize]));
+                line.push_str(match next(5) {
+                    0 => "1",
+                    1 => "\"x:\\\"y\"",
+                    2 => "{\"a\":1,\"a\":2}",
+                    3 => "\"ab\"",
+                    _ => "[1,{\"b\":2}]",
+                });
+            }
+            line.push('}');
+            lines += 1;
+            if repeated_key_nested(line.as_bytes()).is_some() {
+                repeated += 1;
+                assert!(may_repeat_a_key(line.as_bytes()), "{line}");
+            }
+        }
+        assert!(repeated > lines / 10, "{repeated} of {lines}");
+    }
+
+    #[test]
     fn jsonl_a_key_given_twice_is_quarantined_not_resolved_silently() {
         // Before: arrow kept the last value: `"n":1,"n":null` landed with `n` null, a second
         // `t` moved the event time, and nothing was quarantined.
@@ -3628,6 +3721,15 @@ mod tests {
         assert_eq!(
             repeated_key(format!("{{{}}}", again.join(",")).as_bytes()).as_deref(),
             Some("a_rather_long_key_070")
+        );
+        // A hundred thousand keys: hashed, not compared pair by pair (5e9 comparisons).
+        let many: Vec<String> = (0..100_000).map(|i| format!("\"k{i}\":1")).collect();
+        let mut many_line = format!("{{{}", many.join(","));
+        assert_eq!(repeated_key(format!("{many_line}}}").as_bytes()), None);
+        many_line.push_str(",\"k99999\":2}");
+        assert_eq!(
+            repeated_key(many_line.as_bytes()).as_deref(),
+            Some("k99999")
         );
         again.truncate(20);
         again.push(long("a_rather_long_key_011"));
@@ -5240,6 +5342,40 @@ mod limit_tests {
         assert_eq!((out.seen, out.rows, out.rejected.len()), (2, 1, 1));
         assert_eq!(out.rejected[0].record, 3);
         assert!(out.rejected[0].reason.contains("never closes"));
+        // A quote inside an unquoted field is a literal (csv_core's reading), at the end of the
+        // object too; a stray opening quote after one (an even count) is still caught, and so is
+        // one that swallows a single line.
+        let csv = format!("id,n,t\na,1,{t}\nb,2,{t}5\"");
+        let out = run(csv.as_bytes(), &spec(Format::Csv), &limits(), None).unwrap();
+        assert_eq!((out.seen, out.rejected.len()), (2, 1), "{:?}", out.rejected);
+        assert!(
+            !out.rejected[0].reason.contains("never closes"),
+            "{:?}",
+            out.rejected
+        );
+        let lit = "id,s,n,t\na,x,1,{t}\nb,5\",2,{t}";
+        let out = run(
+            lit.replace("{t}", t).as_bytes(),
+            &spec(Format::Csv),
+            &limits(),
+            None,
+        )
+        .unwrap();
+        assert_eq!(
+            (out.seen, out.rows, out.rejected.len()),
+            (2, 2, 0),
+            "{:?}",
+            out.rejected
+        );
+        for csv in [
+            format!("id,s,n,t\na,x\"y,\"oops,{t}\nb,c,2,{t}\nc,d,3,{t}\n"),
+            format!("id,n,t\na,1,{t}\nb,\"oops,{t}\nc,3,{t}"),
+        ] {
+            match run(csv.as_bytes(), &spec(Format::Csv), &limits(), None) {
+                Err(DecodeFailure::Unreadable(m)) => assert!(m.contains("never closes"), "{m}"),
+                other => panic!("{csv:?}: {:?}", other.map(|o| (o.seen, o.rows))),
+            }
+        }
         // A quoted field over several lines that closes is one record, end of object or not.
         for end in ["", "\n"] {
             let csv = format!("id,n,t\na,1,{t}\n\"x\ny\"\"z\",2,{t}{end}");
