@@ -114,6 +114,8 @@ pub(crate) struct Limits {
     pub max_decompressed_bytes: u64,
     /// Largest Parquet object spooled to local disk (the object fails).
     pub max_spool_bytes: u64,
+    /// Largest Parquet page, uncompressed (the object fails).
+    pub max_page_bytes: u64,
     /// Most bytes a chunk of text records holds before it is decoded (every buffer of the
     /// chunk counted: the records, and the envelopes beside their flattened rows), so it stays
     /// within this plus one record whatever the records' sizes. Not configured:
@@ -132,6 +134,7 @@ impl From<&crate::config::IngestConfig> for Limits {
             max_nesting_depth: c.max_nesting_depth,
             max_decompressed_bytes: c.max_decompressed_bytes,
             max_spool_bytes: c.max_spool_bytes,
+            max_page_bytes: c.max_page_bytes,
             chunk_bytes: CHUNK_BYTES,
         }
     }
@@ -2559,12 +2562,8 @@ fn parquet_batch_rows(
     Ok(chunk_records.min(65_536).min(by_bytes).max(1))
 }
 
-/// A Parquet page may decompress to at most this many `max_line_bytes` (64 MiB at the default
-/// 1 MiB): writers cut pages at about 1 MiB, more when a batch of values overshoots.
-const PAGE_LINES: u64 = 64;
-
 /// Refuses the Parquet file of `meta` when a page of one of its columns is larger than
-/// [`PAGE_LINES`] × `max_line_bytes` (its page header says; every page's header is read, before
+/// `max_page_bytes` (its page header says; every page's header is read, before
 /// any page is decoded): parquet-rs decompresses a page whole and builds each value whole, so a
 /// 1 GB text value (a few KiB of zstd) was held several times over before [`long_values`]
 /// quarantined its row. A JSON line or CSV record that long is skipped without being held. Also
@@ -2576,7 +2575,10 @@ fn parquet_pages_within(
     limits: &Limits,
 ) -> Result<(), DecodeFailure> {
     use parquet::file::reader::ChunkReader;
-    let bound = limits.max_line_bytes.saturating_mul(PAGE_LINES);
+    // A page is held whole while it is read, and writers' pages vary: pyarrow cuts them every
+    // 1,024 values (70 MB of 70 KB strings), DuckDB at ~100 MB; the bound is memory's, not a
+    // record's (a value over max_line_bytes in a page within it is quarantined by its row).
+    let bound = limits.max_page_bytes;
     let mut total = 0u64;
     for (g, rg) in meta.metadata().row_groups().iter().enumerate() {
         for c in rg.columns() {
@@ -2607,9 +2609,8 @@ fn parquet_pages_within(
                     return Err(DecodeFailure::Limit(format!(
                         "the Parquet column `{column}` has a {kind} page of {size} bytes in row \
                          group {g} (its page header says), more than the {bound} bytes a page may \
-                         hold ({PAGE_LINES} × max_line_bytes = {}): a value that long would be \
-                         held whole to be read",
-                        limits.max_line_bytes
+                         hold (max_page_bytes): a page is held whole to be read, several times over \
+                         in memory"
                     )));
                 }
                 total = total.saturating_add(uncompressed);
@@ -5063,6 +5064,7 @@ mod limit_tests {
             max_nesting_depth: 64,
             max_decompressed_bytes: 1 << 40,
             max_spool_bytes: 1 << 40,
+            max_page_bytes: 512 << 20,
             chunk_bytes: CHUNK_BYTES,
         }
     }
@@ -5556,7 +5558,8 @@ mod limit_tests {
         // at the default limits). The page header says its size: refused before it is read.
         use arrow::array::{LargeStringArray, TimestampMicrosecondArray};
         let mut l = limits();
-        l.max_line_bytes = 64 << 10;
+        l.max_line_bytes = 16 << 10;
+        l.max_page_bytes = 4 << 20;
         let time = || {
             Arc::new(
                 TimestampMicrosecondArray::from(vec![1_764_496_800_000_000; 2])
@@ -5603,7 +5606,7 @@ mod limit_tests {
             Err(DecodeFailure::Limit(m)) => assert!(
                 m.contains("column `id`")
                     && m.contains("row group 0")
-                    && m.contains("max_line_bytes = 65536"),
+                    && m.contains("max_page_bytes"),
                 "{m}"
             ),
             Err(e) => panic!("expected a limit failure, got {e:?}"),
@@ -5636,5 +5639,25 @@ mod limit_tests {
         let bytes = write(&batch, props);
         let out = run(&bytes[..], &spec(Format::Parquet), &l, None).unwrap();
         assert_eq!((out.seen, out.rows, out.rejected.len()), (2000, 2000, 0));
+        // One 3 MiB page of small values (pyarrow cuts pages every 1,024 values, DuckDB at ~100
+        // MB) lands: the bound is the page's memory, not 64 records (review helper-20: valid
+        // DuckDB and pyarrow files were refused whole).
+        let ids: Vec<String> = (0..1000)
+            .map(|i| format!("{i:04}{}", "z".repeat(3000)))
+            .collect();
+        let t = TimestampMicrosecondArray::from(vec![1_764_496_800_000_000; 1000])
+            .with_timezone("+00:00");
+        let batch = RecordBatch::try_new(
+            batch.schema(),
+            vec![Arc::new(LargeStringArray::from(ids)), Arc::new(t)],
+        )
+        .unwrap();
+        let props = zstd()
+            .set_data_page_size_limit(64 << 20)
+            .set_write_batch_size(1024)
+            .build();
+        let bytes = write(&batch, props);
+        let out = run(&bytes[..], &spec(Format::Parquet), &l, None).unwrap();
+        assert_eq!((out.seen, out.rows, out.rejected.len()), (1000, 1000, 0));
     }
 }

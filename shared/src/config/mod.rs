@@ -302,6 +302,12 @@ pub struct IngestConfig {
     /// Largest Parquet object spooled to local disk (`/tmp`), also bounded by that disk's size.
     #[serde(default = "default_max_spool")]
     pub max_spool_bytes: u64,
+    /// Largest Parquet page (uncompressed, as its header says) an object may hold; an object
+    /// with a larger one fails, naming the column. parquet-rs holds a page and its values whole
+    /// while reading it (about four times its size), so this bounds reading memory: 512 MiB, or
+    /// on Lambda a quarter of the function's memory (`AWS_LAMBDA_FUNCTION_MEMORY_SIZE`) if less.
+    #[serde(default = "default_max_page_bytes")]
+    pub max_page_bytes: u64,
     /// Most bytes of rejected records one object may put in quarantine (its spool on local disk
     /// and the quarantine object); an object with more fails whole (nothing committed, not
     /// retried usefully: DLQ), as a mostly invalid object should.
@@ -343,6 +349,7 @@ impl Default for IngestConfig {
             max_nesting_depth: default_max_depth(),
             max_decompressed_bytes: default_max_decompressed(),
             max_spool_bytes: default_max_spool(),
+            max_page_bytes: default_max_page_bytes(),
             max_quarantine_bytes: default_max_quarantine(),
             batch_commits: true,
             max_unique_keys: default_max_unique_keys(),
@@ -673,6 +680,19 @@ fn default_max_new_columns() -> usize {
 
 fn default_max_columns() -> usize {
     1000
+}
+
+fn default_max_page_bytes() -> u64 {
+    page_bytes_for_memory(
+        std::env::var("AWS_LAMBDA_FUNCTION_MEMORY_SIZE")
+            .ok()
+            .and_then(|v| v.trim().parse().ok()),
+    )
+}
+
+fn page_bytes_for_memory(memory_mb: Option<u64>) -> u64 {
+    const PAGE: u64 = 512 << 20;
+    memory_mb.map_or(PAGE, |mb| ((mb << 20) / 4).clamp(1 << 20, PAGE))
 }
 
 fn default_max_unique_keys() -> usize {
@@ -1103,6 +1123,10 @@ format = "csv"
         assert_eq!(c.ingest.max_nesting_depth, 64);
         assert_eq!(c.ingest.max_decompressed_bytes, 50 << 30);
         assert_eq!(c.ingest.max_spool_bytes, 8 << 30);
+        assert_eq!(c.ingest.max_page_bytes, 512 << 20);
+        assert_eq!(page_bytes_for_memory(Some(1024)), 256 << 20);
+        assert_eq!(page_bytes_for_memory(Some(10240)), 512 << 20);
+        assert_eq!(page_bytes_for_memory(Some(128)), 32 << 20);
         assert_eq!(c.ingest.max_quarantine_bytes, 1 << 30);
         let with = |lines: &str| format!("{GOOD}\n[ingest]\n{lines}\n");
         let c = Config::parse(

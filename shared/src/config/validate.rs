@@ -747,6 +747,7 @@ impl IngestConfig {
         at_least("max_field_bytes", self.max_field_bytes, 1)?;
         at_least("max_decompressed_bytes", self.max_decompressed_bytes, 1)?;
         at_least("max_spool_bytes", self.max_spool_bytes, 1)?;
+        at_least("max_page_bytes", self.max_page_bytes, 1 << 20)?;
         at_least("max_unique_keys", self.max_unique_keys as u64, 1)?;
         at_least("max_columns", self.max_columns as u64, 1)?;
         // Room for a few maximal records (a rejected line is kept whole, JSON-escaped), and no
