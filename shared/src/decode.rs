@@ -687,7 +687,10 @@ fn decode_json_with(
         if line.trim_ascii().is_empty() {
             continue;
         }
-        if let Some(key) = repeated_key(line) {
+        // A key whose values are dropped anyway (`_…`, reserved for floe's columns, and not a
+        // column of the table) changes nothing when given twice.
+        let dropped = |k: &str| k.starts_with('_') && schema.field_with_name(k).is_err();
+        if let Some(key) = repeated_key_but(line, &dropped) {
             return Err(ArrowError::JsonError(format!(
                 "the key `{key}` appears twice in one object (which of its values is meant is unknown)"
             )));
@@ -715,16 +718,22 @@ fn decode_json_with(
             batch.num_rows()
         )));
     }
-    exact_numbers(batch, schema)
+    exact_numbers(batch, schema, Some(data))
 }
 
 /// The first key of JSON object text `line`'s outermost object that appears twice. A JSON
 /// decoder keeps one of the two values (arrow the last) and drops the other without a word;
 /// CSV and Parquet refuse a header naming a column twice for the same reason. Malformed text
 /// (an unclosed string) answers `None`: the decoder refuses it with its own reason.
+#[cfg(test)]
 fn repeated_key(line: &[u8]) -> Option<String> {
+    repeated_key_but(line, &|_| false)
+}
+
+/// [`repeated_key`], keys for which `dropped` holds left out.
+fn repeated_key_but(line: &[u8], dropped: &dyn Fn(&str) -> bool) -> Option<String> {
     if may_repeat_a_key(line) {
-        repeated_key_nested(line)
+        repeated_key_nested(line, dropped)
     } else {
         None
     }
@@ -829,7 +838,7 @@ fn quote_marks(text: &[u8]) -> (u32, usize) {
 
 /// [`repeated_key`] the general way: depth tracked, strings skipped escape by escape, keys with
 /// escapes compared as the decoder reads them.
-fn repeated_key_nested(line: &[u8]) -> Option<String> {
+fn repeated_key_nested(line: &[u8], dropped: &dyn Fn(&str) -> bool) -> Option<String> {
     // Key spans (start, end) in `line`, and the keys as written (hashed: a line may hold a
     // hundred thousand keys within max_line_bytes).
     let mut keys: Vec<(usize, usize)> = Vec::new();
@@ -864,7 +873,10 @@ fn repeated_key_nested(line: &[u8]) -> Option<String> {
                     escaped_keys |= escapes;
                     let key = &line[start..j];
                     if !escaped_keys && !written.insert(key) {
-                        return Some(String::from_utf8_lossy(key).into_owned());
+                        let key = String::from_utf8_lossy(key).into_owned();
+                        if !dropped(&key) {
+                            return Some(key);
+                        }
                     }
                     keys.push((start, j));
                     i = k + 1;
@@ -892,7 +904,7 @@ fn repeated_key_nested(line: &[u8]) -> Option<String> {
     keys.into_iter().find_map(|(s, e)| {
         let quoted = &line[s - 1..e + 1];
         let key: String = serde_json::from_slice(quoted).ok()?;
-        (!seen.insert(key.clone())).then_some(key)
+        (!seen.insert(key.clone()) && !dropped(&key)).then_some(key)
     })
 }
 
@@ -973,7 +985,14 @@ fn integer_reason(e: ArrowError, schema: &SchemaRef) -> ArrowError {
 /// to lie in the years 1 to 9999 ([`dates_in_range`]). A value that is no number, has a fraction
 /// (integers), or lies beyond the column's type fails the batch with the field and value named,
 /// as arrow's own errors do.
-fn exact_numbers(batch: RecordBatch, schema: &SchemaRef) -> Result<RecordBatch, ArrowError> {
+///
+/// `lines` is the JSON text the batch was decoded from, one row per non-blank line: a date
+/// column's value that looks like a number is days only where it was a JSON number there.
+fn exact_numbers(
+    batch: RecordBatch,
+    schema: &SchemaRef,
+    lines: Option<&[u8]>,
+) -> Result<RecordBatch, ArrowError> {
     if !schema.fields().iter().any(|f| {
         reads_text(f.data_type()) || f.data_type() == &DataType::Date32 || is_float(f.data_type())
     }) {
@@ -984,7 +1003,9 @@ fn exact_numbers(batch: RecordBatch, schema: &SchemaRef) -> Result<RecordBatch, 
         .iter()
         .zip(batch.columns())
         .map(|(field, column)| match field.data_type() {
-            DataType::Date32 if column.data_type() == &DataType::Utf8 => dates(field, column, true),
+            DataType::Date32 if column.data_type() == &DataType::Utf8 => {
+                dates(field, column, lines)
+            }
             DataType::Date32 => dates_in_range(field, column),
             t if is_float(t) => finite_floats(field, column),
             _ if column.data_type() != &DataType::Utf8 => Ok(column.clone()),
@@ -1056,9 +1077,10 @@ fn dates_in_range(field: &Field, column: &ArrayRef) -> Result<ArrayRef, ArrowErr
     Ok(column.clone())
 }
 
-/// `column` (the text of a date column) as dates ([`date_value`]); `days` reads an integer as
-/// days since the epoch (a JSON number, as arrow read it).
-fn dates(field: &Field, column: &ArrayRef, days: bool) -> Result<ArrayRef, ArrowError> {
+/// `column` (the text of a date column) as dates ([`date_value`]). With `lines` (the JSON text
+/// of the rows, one per non-blank line), a value that was a JSON number there is days since the
+/// epoch, as arrow read it; a string is never days (`"2026"` is no date).
+fn dates(field: &Field, column: &ArrayRef, lines: Option<&[u8]>) -> Result<ArrayRef, ArrowError> {
     use arrow::array::{Date32Array, StringArray};
     let text = column
         .as_any()
@@ -1066,13 +1088,33 @@ fn dates(field: &Field, column: &ArrayRef, days: bool) -> Result<ArrayRef, Arrow
         .ok_or_else(|| {
             ArrowError::JsonError(format!("field '{}' was not read as text", field.name()))
         })?;
+    // Row starts in `lines`, found once a value that may be a number needs its line.
+    let mut rows: Option<Vec<&[u8]>> = None;
     let mut values = Vec::with_capacity(text.len());
     for i in 0..text.len() {
         if text.is_null(i) {
             values.push(0i32);
             continue;
         }
-        let d = date_value(text.value(i), days).map_err(|why| {
+        let value = text.value(i);
+        let looks_numeric = value.starts_with(|c: char| c.is_ascii_digit() || c == '-' || c == '+')
+            && value
+                .bytes()
+                .all(|b| b.is_ascii_digit() || b"+-.eE".contains(&b));
+        let number = looks_numeric
+            && lines.is_some_and(|data| {
+                let rows = rows.get_or_insert_with(|| {
+                    data.split(|&b| b == b'\n')
+                        .filter(|l| !l.trim_ascii().is_empty())
+                        .collect()
+                });
+                rows.get(i)
+                    .and_then(|l| {
+                        serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(l).ok()
+                    })
+                    .is_some_and(|m| m.get(field.name()).is_some_and(|v| v.is_number()))
+            });
+        let d = date_value(value, number).map_err(|why| {
             ArrowError::JsonError(format!("whilst decoding field '{}': {why}", field.name()))
         })?;
         values.push(d);
@@ -1083,35 +1125,36 @@ fn dates(field: &Field, column: &ArrayRef, days: bool) -> Result<ArrayRef, Arrow
     )))
 }
 
-/// `t` read as a date (days since 1970-01-01), in the years 1 to 9999: `YYYY-MM-DD`, or a date
-/// and time whose time is midnight with no offset or UTC's. Any other time of day is refused:
-/// arrow read `2026-01-01T01:00:00+05:00` as 2025-12-31 (the UTC date) and `…T13:45` as the day,
-/// silently dropping the time or moving the day.
-fn date_value(t: &str, days: bool) -> Result<i32, String> {
+/// `t` read as a date (days since 1970-01-01), in the years 1 to 9999: `YYYY-MM-DD`, `YYYYMMDD`,
+/// or a date and time whose time is midnight in UTC (`Z`, `+00:00`, `+0000`, `UTC`) or without
+/// an offset; with `number`, `t` is a JSON number of days (any integral spelling, as integer
+/// columns take). Any other time of day is refused: arrow read `2026-01-01T01:00:00+05:00` as
+/// 2025-12-31 (the UTC date) and `…T13:45` as the day, silently dropping the time or moving the
+/// day.
+fn date_value(t: &str, number: bool) -> Result<i32, String> {
     use chrono::{NaiveDate, NaiveTime, Timelike};
     let text = t.trim();
     let epoch = NaiveDate::from_ymd_opt(1970, 1, 1).ok_or("no epoch")?;
+    let out_of_range = |d: &dyn std::fmt::Display| {
+        format!("{d} days since 1970-01-01 is out of range for a date (years 1 to 9999)")
+    };
     let in_range = |d: i64| -> Result<i32, String> {
         i32::try_from(d)
             .ok()
             .filter(|d| DATE_RANGE_DAYS.contains(d))
-            .ok_or_else(|| {
-                format!("{d} days since 1970-01-01 is out of range for a date (years 1 to 9999)")
-            })
+            .ok_or_else(|| out_of_range(&d))
     };
-    if days
-        && !text.is_empty()
-        && text
-            .trim_start_matches('-')
-            .bytes()
-            .all(|b| b.is_ascii_digit())
-    {
-        return match text.parse::<i64>() {
-            Ok(d) => in_range(d),
-            Err(_) => Err(format!(
-                "{text} days since 1970-01-01 is out of range for a date (years 1 to 9999)"
-            )),
+    if number {
+        return match exact_integer(text) {
+            Integer::Exact(d) => in_range(i64::try_from(d).map_err(|_| out_of_range(&d))?),
+            Integer::Fraction => Err(format!("{text} is not a whole number of days")),
+            _ => Err(out_of_range(&text)),
         };
+    }
+    if text.len() == 8 && text.bytes().all(|b| b.is_ascii_digit()) {
+        let day = NaiveDate::parse_from_str(text, "%Y%m%d")
+            .map_err(|_| format!("`{text}` is not a date (YYYYMMDD)"))?;
+        return in_range(day.signed_duration_since(epoch).num_days());
     }
     let (date, rest) = text.split_at(text.find(['T', 't', ' ']).unwrap_or(text.len()));
     let day = NaiveDate::parse_from_str(date, "%Y-%m-%d").map_err(|_| {
@@ -1121,12 +1164,14 @@ fn date_value(t: &str, days: bool) -> Result<i32, String> {
         )
     })?;
     if !rest.is_empty() {
-        // A time: only midnight, with no offset or UTC's, is the date itself.
+        // A time: only midnight, in UTC or without an offset, is the date itself.
         let time = rest.strip_prefix(['T', 't', ' ']).and_then(|r| {
-            let r = r
-                .strip_suffix(['Z', 'z'])
-                .or_else(|| r.strip_suffix("+00:00"))
-                .unwrap_or(r);
+            let r = [
+                "Z", "z", " UTC", "UTC", "+00:00", "-00:00", "+0000", "-0000", "+00", "-00",
+            ]
+            .iter()
+            .find_map(|zone| r.strip_suffix(zone))
+            .unwrap_or(r);
             NaiveTime::parse_from_str(r, "%H:%M:%S%.f")
                 .or_else(|_| NaiveTime::parse_from_str(r, "%H:%M"))
                 .ok()
@@ -2388,7 +2433,7 @@ fn csv_text_columns(batch: RecordBatch, target: &SchemaRef) -> Result<RecordBatc
                     DataType::Timestamp(TimeUnit::Microsecond, tz) => {
                         timestamps(&field, tz, &text)?
                     }
-                    DataType::Date32 => dates(&field, &text, false)?,
+                    DataType::Date32 => dates(&field, &text, None)?,
                     _ => numbers(&field, &text)?,
                 });
                 fields.push(field);
@@ -3666,7 +3711,7 @@ mod tests {
             }
             line.push('}');
             lines += 1;
-            if repeated_key_nested(line.as_bytes()).is_some() {
+            if repeated_key_nested(line.as_bytes(), &|_| false).is_some() {
                 repeated += 1;
                 assert!(may_repeat_a_key(line.as_bytes()), "{line}");
             }
@@ -3704,6 +3749,15 @@ mod tests {
             Some("a")
         );
         assert_eq!(repeated_key(br#"{"a":"unclosed"#), None);
+        let dropped = |k: &str| k.starts_with('_');
+        assert_eq!(
+            repeated_key_but(br#"{"_x":1,"_x":2,"a":1}"#, &dropped),
+            None
+        );
+        assert_eq!(
+            repeated_key_but(br#"{"_x":1,"_x":2,"a":1,"a":2}"#, &dropped).as_deref(),
+            Some("a")
+        );
         assert_eq!(
             repeated_key(br#"{"a":1,"b":"a","c" : 2 , "a":3}"#).as_deref(),
             Some("a")
@@ -3949,12 +4003,18 @@ mod tests {
             ("2026-01-01T00:00:00Z", Some(day)),
             ("2026-01-01 00:00:00", Some(day)),
             ("2026-01-01T00:00:00.000+00:00", Some(day)),
+            ("2026-01-01T00:00:00+0000", Some(day)),
+            ("2026-01-01T00:00:00-00:00", Some(day)),
+            ("2026-01-01 00:00:00 UTC", Some(day)),
+            ("20260101", Some(day)),
             ("2026-01-01T01:00:00+05:00", None),
             ("2026-01-01T23:00:00-05:00", None),
             ("2026-01-01T13:45:00", None),
             ("2026-01-01T00:00:00+05:00", None),
             ("2026-13-01", None),
             ("yesterday", None),
+            ("2026", None),
+            ("-1", None),
         ];
         for format in [Format::Jsonl, Format::Csv] {
             let spec = spec_with(format, Field::new("d", DataType::Date32, true));
@@ -3990,6 +4050,24 @@ mod tests {
                 rejected[0].reason
             );
         }
+        // A JSON number is days, any integral spelling (as integer columns take); the same
+        // digits as a string are no date (review: `"2026"` landed as 1975-07-20).
+        let spec = spec_with(Format::Jsonl, Field::new("d", DataType::Date32, true));
+        let input = format!(
+            "{{\"id\":\"a\",\"d\":20454.0,\"t\":\"{t}\"}}\n{{\"id\":\"b\",\"d\":2e4,\"t\":\"{t}\"}}\n\
+             {{\"id\":\"c\",\"d\":\"20454\",\"t\":\"{t}\"}}\n{{\"id\":\"d\",\"d\":1.5,\"t\":\"{t}\"}}\n"
+        );
+        let (seen, values, rejected) = column_values::<Date32Type>(input.as_bytes(), &spec, "d");
+        assert_eq!(seen, 4);
+        assert_eq!(values, vec![Some(day), Some(20000)]);
+        assert_eq!(
+            rejected.iter().map(|r| r.record).collect::<Vec<_>>(),
+            vec![3, 4]
+        );
+        assert!(
+            rejected[1].reason.contains("not a whole number of days"),
+            "{rejected:?}"
+        );
     }
 
     #[test]
