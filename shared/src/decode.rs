@@ -2157,9 +2157,9 @@ fn decode_csv(reader: Box<dyn Read + '_>, ctx: &mut Ctx<'_>) -> Result<(), Decod
             // Cut on its own line (no line end inside it): that record alone is malformed.
             CsvRead::Unterminated {
                 line,
-                lines,
+                lines: 0,
                 prefix,
-            } if lines == 0 => {
+            } => {
                 ctx.seen += 1;
                 ctx.send(Piece::Rejected(vec![Rejected {
                     record: line,
