@@ -1097,11 +1097,7 @@ fn dates(field: &Field, column: &ArrayRef, lines: Option<&[u8]>) -> Result<Array
             continue;
         }
         let value = text.value(i);
-        let looks_numeric = value.starts_with(|c: char| c.is_ascii_digit() || c == '-' || c == '+')
-            && value
-                .bytes()
-                .all(|b| b.is_ascii_digit() || b"+-.eE".contains(&b));
-        let number = looks_numeric
+        let number = json_number_text(value)
             && lines.is_some_and(|data| {
                 let rows = rows.get_or_insert_with(|| {
                     data.split(|&b| b == b'\n')
@@ -1109,10 +1105,7 @@ fn dates(field: &Field, column: &ArrayRef, lines: Option<&[u8]>) -> Result<Array
                         .collect()
                 });
                 rows.get(i)
-                    .and_then(|l| {
-                        serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(l).ok()
-                    })
-                    .is_some_and(|m| m.get(field.name()).is_some_and(|v| v.is_number()))
+                    .is_some_and(|l| top_level_value_unquoted(l, field.name()))
             });
         let d = date_value(value, number).map_err(|why| {
             ArrowError::JsonError(format!("whilst decoding field '{}': {why}", field.name()))
@@ -1123,6 +1116,102 @@ fn dates(field: &Field, column: &ArrayRef, lines: Option<&[u8]>) -> Result<Array
         values.into(),
         text.nulls().cloned(),
     )))
+}
+
+/// Whether `t` is spelled as a JSON number (`-?int(.digits)?([eE][+-]?digits)?`): only then can a
+/// date column's text have been a number in the JSON.
+fn json_number_text(t: &str) -> bool {
+    let b = t.strip_prefix('-').unwrap_or(t).as_bytes();
+    let int = b.iter().take_while(|c| c.is_ascii_digit()).count();
+    if int == 0 {
+        return false;
+    }
+    let mut rest = &b[int..];
+    if let Some(r) = rest.strip_prefix(b".") {
+        let n = r.iter().take_while(|c| c.is_ascii_digit()).count();
+        if n == 0 {
+            return false;
+        }
+        rest = &r[n..];
+    }
+    if let Some(r) = rest.strip_prefix(b"e").or_else(|| rest.strip_prefix(b"E")) {
+        let r = r
+            .strip_prefix(b"+")
+            .or_else(|| r.strip_prefix(b"-"))
+            .unwrap_or(r);
+        let n = r.iter().take_while(|c| c.is_ascii_digit()).count();
+        if n == 0 {
+            return false;
+        }
+        rest = &r[n..];
+    }
+    rest.is_empty()
+}
+
+/// Whether the value of key `name` of JSON object text `line`'s outermost object is written
+/// without quotes (a number, for a value that reads as one). Scanned as the decoder reads the
+/// line, not parsed (serde refuses a raw tab in a string, which arrow takes); a key written with
+/// escapes is compared decoded.
+fn top_level_value_unquoted(line: &[u8], name: &str) -> bool {
+    let (mut depth, mut i, n) = (0usize, 0usize, line.len());
+    while i < n {
+        match line[i] {
+            b'"' => {
+                let start = i + 1;
+                let mut j = start;
+                let mut escapes = false;
+                loop {
+                    let Some(k) = line.get(j..).and_then(|r| memchr::memchr2(b'"', b'\\', r))
+                    else {
+                        return false;
+                    };
+                    let k = j + k;
+                    if line[k] == b'\\' {
+                        escapes = true;
+                        j = k + 2;
+                    } else {
+                        j = k;
+                        break;
+                    }
+                }
+                i = j + 1;
+                if depth != 1 {
+                    continue;
+                }
+                let mut k = i;
+                while k < n && line[k].is_ascii_whitespace() {
+                    k += 1;
+                }
+                if k >= n || line[k] != b':' {
+                    continue;
+                }
+                let same = if escapes {
+                    serde_json::from_slice::<String>(&line[start - 1..j + 1])
+                        .is_ok_and(|key| key == name)
+                } else {
+                    &line[start..j] == name.as_bytes()
+                };
+                k += 1;
+                if same {
+                    while k < n && line[k].is_ascii_whitespace() {
+                        k += 1;
+                    }
+                    return k < n && line[k] != b'"';
+                }
+                i = k;
+            }
+            b'{' | b'[' => {
+                depth += 1;
+                i += 1;
+            }
+            b'}' | b']' => {
+                depth = depth.saturating_sub(1);
+                i += 1;
+            }
+            _ => i += 1,
+        }
+    }
+    false
 }
 
 /// `t` read as a date (days since 1970-01-01), in the years 1 to 9999: `YYYY-MM-DD`, `YYYYMMDD`,
@@ -1842,12 +1931,14 @@ enum CsvRead {
     /// A record starting on `line` of about `len` bytes, over the limit: skipped unbuffered,
     /// `prefix` is the start of its text.
     TooLong { line: u64, len: u64, prefix: String },
-    /// A record starting on `line` that the end of the object cut inside a quoted field (an odd
-    /// number of quotes): a quote that never closes, which made every line after it part of
-    /// one field. `lines` is how many lines it ran over.
+    /// A record starting on `line` that the end of the object cut inside a quoted field: a
+    /// quote that never closes, which made every line after it part of one field. `lines` is
+    /// how many `\n` it ran over; `swallowed`, whether text followed a line break in it (a
+    /// lone `\r` too): other records, then.
     Unterminated {
         line: u64,
         lines: u64,
+        swallowed: bool,
         prefix: String,
     },
 }
@@ -1942,6 +2033,9 @@ impl<R: BufRead> CsvRecords<R> {
         // quote inside an unquoted field (`5"`) is a literal. (csv_core's `Clone` does not copy
         // its state machine, so the line end goes to the parser itself.)
         let (mut started, mut injected, mut unterminated) = (false, false, false);
+        // Whether the record's text broke a line (`\n` or a lone `\r`: csv_core counts lines
+        // by `\n` only) and went on after it: what an unclosed quote swallowed.
+        let (mut broke, mut beyond) = (false, false);
         loop {
             let input = match self.input.fill_buf() {
                 Ok(b) => b,
@@ -1961,6 +2055,19 @@ impl<R: BufRead> CsvRecords<R> {
                 }
             };
             started |= nin > 0;
+            if !at_end && !beyond {
+                let mut rest = &input[..nin];
+                if !broke {
+                    match memchr::memchr2(b'\n', b'\r', rest) {
+                        Some(i) => {
+                            broke = true;
+                            rest = &rest[i..];
+                        }
+                        None => rest = &[],
+                    }
+                }
+                beyond = rest.iter().any(|&b| b != b'\n' && b != b'\r');
+            }
             if !at_end {
                 self.input.consume(nin);
             } else if inject && nin > 0 {
@@ -2024,11 +2131,12 @@ impl<R: BufRead> CsvRecords<R> {
                     self.count = 0;
                     let prefix = prefix_text(&text).trim_end_matches('\n').to_string();
                     if unterminated {
-                        // Less the line end given to find out.
                         self.done = true;
                         return Ok(CsvRead::Unterminated {
                             line,
+                            // Less the line end given to find out.
                             lines: self.core.line().saturating_sub(line + 1),
+                            swallowed: beyond,
                             prefix,
                         });
                     }
@@ -2154,11 +2262,13 @@ fn decode_csv(reader: Box<dyn Read + '_>, ctx: &mut Ctx<'_>) -> Result<(), Decod
         let more = read != CsvRead::End;
         match read {
             CsvRead::End => {}
-            // Cut on its own line (no line end inside it): that record alone is malformed.
+            // Cut on its own line (nothing after a line end in it): that record alone is
+            // malformed.
             CsvRead::Unterminated {
                 line,
-                lines: 0,
+                swallowed: false,
                 prefix,
+                ..
             } => {
                 ctx.seen += 1;
                 ctx.send(Piece::Rejected(vec![Rejected {
@@ -2171,9 +2281,14 @@ fn decode_csv(reader: Box<dyn Read + '_>, ctx: &mut Ctx<'_>) -> Result<(), Decod
             // be told apart, so none of the object is committed (rather than the lines after
             // the quote vanishing into one quarantined record).
             CsvRead::Unterminated { line, lines, .. } => {
+                let lines = if lines > 0 {
+                    format!(" ({lines} lines from there)")
+                } else {
+                    String::new()
+                };
                 return Err(DecodeFailure::Unreadable(format!(
-                    "a quoted field opened on line {line} never closes: the rest of the object \
-                     ({lines} lines from there) would be one field (a stray quote?)"
+                    "a quoted field opened on line {line} never closes: the rest of the object\
+                     {lines} would be one field (a stray quote?)"
                 )));
             }
             CsvRead::TooLong { line, len, prefix } => {
@@ -4057,9 +4172,18 @@ mod tests {
             "{{\"id\":\"a\",\"d\":20454.0,\"t\":\"{t}\"}}\n{{\"id\":\"b\",\"d\":2e4,\"t\":\"{t}\"}}\n\
              {{\"id\":\"c\",\"d\":\"20454\",\"t\":\"{t}\"}}\n{{\"id\":\"d\",\"d\":1.5,\"t\":\"{t}\"}}\n"
         );
+        assert!(json_number_text("-0") && json_number_text("2.5e-3") && json_number_text("20454"));
+        for not in ["2026-01-01", "1e", "+1", "1.", ".5", "", "-"] {
+            assert!(!json_number_text(not), "{not}");
+        }
+        assert!(top_level_value_unquoted(br#"{"o":{"d":"x"},"d" : 5}"#, "d"));
+        assert!(!top_level_value_unquoted(br#"{"o":{"d":5},"d":"5"}"#, "d"));
+        assert!(top_level_value_unquoted(br#"{"\u0064":5}"#, "d"));
+        // A raw tab in another string (arrow takes it, serde does not) leaves the number a number.
+        let input = format!("{input}{{\"id\":\"e\tf\",\"d\":20454,\"t\":\"{t}\"}}\n");
         let (seen, values, rejected) = column_values::<Date32Type>(input.as_bytes(), &spec, "d");
-        assert_eq!(seen, 4);
-        assert_eq!(values, vec![Some(day), Some(20000)]);
+        assert_eq!(seen, 5);
+        assert_eq!(values, vec![Some(day), Some(20000), Some(day)]);
         assert_eq!(
             rejected.iter().map(|r| r.record).collect::<Vec<_>>(),
             vec![3, 4]
@@ -5455,6 +5579,25 @@ mod limit_tests {
                 Err(DecodeFailure::Unreadable(m)) => assert!(m.contains("never closes"), "{m}"),
                 other => panic!("{csv:?}: {:?}", other.map(|o| (o.seen, o.rows))),
             }
+        }
+        // Its own line end and nothing after it: that record alone (LF, CRLF). Lone `\r`
+        // line ends swallowed by the quote fail the object (csv_core counts only `\n`).
+        for end in ["\n", "\r\n", "\r"] {
+            let csv = format!("id,n,t{end}a,1,{t}{end}b,\"oops,2,{t}{end}");
+            let out = run(csv.as_bytes(), &spec(Format::Csv), &limits(), None).unwrap();
+            assert_eq!(
+                (out.seen, out.rows, out.rejected.len()),
+                (2, 1, 1),
+                "{end:?}"
+            );
+        }
+        let mut csv = format!("id,n,t\ra,1,{t}\rb,\"oops,2,{t}\r");
+        for i in 0..200 {
+            csv.push_str(&format!("r{i},{i},{t}\r"));
+        }
+        match run(csv.as_bytes(), &spec(Format::Csv), &limits(), None) {
+            Err(DecodeFailure::Unreadable(m)) => assert!(m.contains("never closes"), "{m}"),
+            other => panic!("{:?}", other.map(|o| (o.seen, o.rows))),
         }
         // A quoted field over several lines that closes is one record, end of object or not.
         for end in ["", "\n"] {
