@@ -1,6 +1,8 @@
 //! Input limits (`[ingest] max_*`): over-long lines, fields and deep nesting are quarantined with
 //! their reason while the rest commits; objects over a whole-object limit (decompressed size,
-//! Parquet spool) fail without a partial commit and are not acknowledged as unreadable.
+//! Parquet spool) fail without a partial commit and are not acknowledged as unreadable; messy
+//! framing (a JSON key given twice, two values on a line) quarantines its record, and a CSV
+//! quote that never closes makes the object unreadable rather than swallowing its records.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -264,4 +266,75 @@ async fn a_widening_object_is_not_failed_by_its_first_pass_rejections() {
         "{r:?}"
     );
     crate::evolution::assert_items_widened(&r);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_json_key_given_twice_or_two_values_on_a_line_are_quarantined_through_ingest() {
+    // Before: the repeated `status` landed as its last value ("void") and the line of two
+    // objects balanced nothing here but landed whole in other chunks; both are records in
+    // quarantine now, with their reasons, and the rest commits.
+    let env = TestEnv::new("sqlite").await;
+    let ingestor = env.ingestor().await;
+    let row = |id: &str, status: &str| {
+        format!("{{\"order_id\":\"{id}\",\"customer_id\":1,\"event_time\":\"{T}\",\"status\":\"{status}\"")
+    };
+    let mut jsonl = orders(10, 1);
+    jsonl.push_str(&format!("{},\"status\":\"void\"}}\n", row("dup", "ok")));
+    jsonl.push_str(&format!(
+        "{}}}{}}}\n",
+        row("two-a", "ok"),
+        row("two-b", "ok")
+    ));
+    jsonl.push_str(&orders(5, 2));
+    env.put("orders/messy.jsonl", jsonl).await;
+    let r = env.ingest(&ingestor, "orders/messy.jsonl").await.unwrap();
+    assert_eq!(r.status, Status::Committed, "{r:?}");
+    assert_eq!(
+        (r.records_in, r.records_committed, r.records_quarantined),
+        (17, 15, 2),
+        "{r:?}"
+    );
+    let mut q: Vec<(u64, String)> = quarantined(&env, &r)
+        .await
+        .iter()
+        .map(|l| {
+            (
+                l["record"].as_u64().unwrap(),
+                l["reason"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    q.sort();
+    assert_eq!(q[0].0, 11);
+    assert!(q[0].1.contains("the key `status` appears twice"), "{q:?}");
+    assert_eq!(q[1].0, 12);
+    assert!(q[1].1.contains("more than one JSON value"), "{q:?}");
+    assert_eq!(env.count_rows(ingestor.catalog().as_ref()).await, 15);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_csv_quote_that_never_closes_fails_the_object_without_a_partial_commit() {
+    // Before: the six records after the stray quote became one field of one record and were
+    // quarantined as one (or landed as a row of garbage): "records in 7" for 12.
+    let env = TestEnv::new("sqlite").await;
+    let ingestor = env.ingestor().await;
+    let mut csv = String::from("event_time,order_id,customer_id,status\n");
+    for i in 0..5 {
+        csv.push_str(&format!("{T},c{i},{i},ok\n"));
+    }
+    csv.push_str(&format!("{T},\"oops,6,ok\n"));
+    for i in 7..13 {
+        csv.push_str(&format!("{T},c{i},{i},ok\n"));
+    }
+    env.put("csv/stray-quote.csv", csv).await;
+    // Unreadable (acknowledged, its reason beside it in quarantine), nothing committed.
+    let r = env.ingest(&ingestor, "csv/stray-quote.csv").await.unwrap();
+    assert_eq!(r.status, Status::Unreadable, "{r:?}");
+    assert_eq!((r.records_committed, r.data_files), (0, 0), "{r:?}");
+    let reason = r.reason.clone().unwrap_or_default();
+    assert!(reason.contains("opened on line 7 never closes"), "{r:?}");
+    let table = ingestor.catalog().load_table(&env.ident()).await.unwrap();
+    assert!(table.metadata().current_snapshot().is_none());
+    let files = env.keys("warehouse/").await;
+    assert!(files.iter().all(|k| !k.ends_with(".parquet")), "{files:?}");
 }
