@@ -679,14 +679,7 @@ fn decode_json_with(
     // whole text let a line of two values balance a value broken over the next two lines (a
     // raw newline in a string), and the broken one landed with the newline in its string.
     let mut values = 0usize;
-    let mut at = 0usize;
-    while at < data.len() {
-        let end = memchr::memchr(b'\n', &data[at..]).map_or(data.len(), |i| at + i + 1);
-        let line = &data[at..end];
-        at = end;
-        if line.trim_ascii().is_empty() {
-            continue;
-        }
+    for line in object_lines(data) {
         // A key whose values are dropped anyway (`_…`, reserved for floe's columns, and not a
         // column of the table) changes nothing when given twice.
         let dropped = |k: &str| k.starts_with('_') && schema.field_with_name(k).is_err();
@@ -839,72 +832,154 @@ fn quote_marks(text: &[u8]) -> (u32, usize) {
 /// [`repeated_key`] the general way: depth tracked, strings skipped escape by escape, keys with
 /// escapes compared as the decoder reads them.
 fn repeated_key_nested(line: &[u8], dropped: &dyn Fn(&str) -> bool) -> Option<String> {
-    // Key spans (start, end) in `line`, and the keys as written (hashed: a line may hold a
-    // hundred thousand keys within max_line_bytes).
-    let mut keys: Vec<(usize, usize)> = Vec::new();
+    // The keys as written (hashed: a line may hold a hundred thousand keys within
+    // max_line_bytes).
+    let mut scan = TopKeys::new(line);
+    let mut keys: Vec<TopKey> = Vec::new();
     let mut written: std::collections::HashSet<&[u8]> = std::collections::HashSet::new();
     let mut escaped_keys = false;
-    let (mut depth, mut i, n) = (0usize, 0usize, line.len());
-    while i < n {
-        match line[i] {
-            b'"' => {
-                let start = i + 1;
-                let mut j = start;
-                let mut escapes = false;
-                loop {
-                    let k = j + memchr::memchr2(b'"', b'\\', line.get(j..)?)?;
-                    if line[k] == b'\\' {
-                        escapes = true;
-                        j = k + 2;
-                    } else {
-                        j = k;
-                        break;
-                    }
-                }
-                i = j + 1;
-                if depth != 1 {
-                    continue;
-                }
-                let mut k = i;
-                while k < n && line[k].is_ascii_whitespace() {
-                    k += 1;
-                }
-                if k < n && line[k] == b':' {
-                    escaped_keys |= escapes;
-                    let key = &line[start..j];
-                    if !escaped_keys && !written.insert(key) {
-                        let key = String::from_utf8_lossy(key).into_owned();
-                        if !dropped(&key) {
-                            return Some(key);
-                        }
-                    }
-                    keys.push((start, j));
-                    i = k + 1;
-                }
+    for key in scan.by_ref() {
+        escaped_keys |= key.escapes;
+        if !escaped_keys && !written.insert(key.raw(line)) {
+            let name = String::from_utf8_lossy(key.raw(line)).into_owned();
+            if !dropped(&name) {
+                return Some(name);
             }
-            b'{' | b'[' => {
-                depth += 1;
-                i += 1;
-            }
-            b'}' | b']' => {
-                depth = depth.saturating_sub(1);
-                i += 1;
-                if depth == 0 {
-                    break; // the outermost object ends (anything after is the decoder's to refuse)
-                }
-            }
-            _ => i += 1,
         }
+        keys.push(key);
     }
-    if !escaped_keys {
+    if scan.malformed || !escaped_keys {
         return None;
     }
     // A key written with escapes (`"\u0061"` is `"a"`): compared as the decoder reads them.
     let mut seen = std::collections::HashSet::new();
-    keys.into_iter().find_map(|(s, e)| {
-        let quoted = &line[s - 1..e + 1];
-        let key: String = serde_json::from_slice(quoted).ok()?;
-        (!seen.insert(key.clone()) && !dropped(&key)).then_some(key)
+    keys.into_iter().find_map(|key| {
+        let name = key.decoded(line)?;
+        (!seen.insert(name.clone()) && !dropped(&name)).then_some(name)
+    })
+}
+
+/// A key of a JSON object's outermost level, found by [`TopKeys`].
+struct TopKey {
+    /// The key's text between its quotes.
+    start: usize,
+    end: usize,
+    /// Whether that text holds escapes.
+    escapes: bool,
+    /// Where its value's text begins (after the `:`).
+    value: usize,
+}
+
+impl TopKey {
+    /// The key as written.
+    fn raw<'l>(&self, line: &'l [u8]) -> &'l [u8] {
+        &line[self.start..self.end]
+    }
+
+    /// The key as the decoder reads it (escapes resolved).
+    fn decoded(&self, line: &[u8]) -> Option<String> {
+        serde_json::from_slice(&line[self.start - 1..self.end + 1]).ok()
+    }
+}
+
+/// The keys of JSON object text's outermost object, in order, found as a decoder reads the text
+/// (strings skipped escape by escape, brackets counted), without parsing it (serde refuses a raw
+/// tab in a string, which arrow takes). Ends with the outermost object; `malformed` tells that
+/// a string never closed.
+struct TopKeys<'l> {
+    line: &'l [u8],
+    at: usize,
+    depth: usize,
+    malformed: bool,
+}
+
+impl<'l> TopKeys<'l> {
+    fn new(line: &'l [u8]) -> Self {
+        Self {
+            line,
+            at: 0,
+            depth: 0,
+            malformed: false,
+        }
+    }
+}
+
+impl Iterator for TopKeys<'_> {
+    type Item = TopKey;
+
+    fn next(&mut self) -> Option<TopKey> {
+        let (line, n) = (self.line, self.line.len());
+        while self.at < n {
+            match line[self.at] {
+                b'"' => {
+                    let start = self.at + 1;
+                    let mut j = start;
+                    let mut escapes = false;
+                    loop {
+                        let Some(k) = line.get(j..).and_then(|r| memchr::memchr2(b'"', b'\\', r))
+                        else {
+                            self.malformed = true;
+                            self.at = n;
+                            return None;
+                        };
+                        let k = j + k;
+                        if line[k] == b'\\' {
+                            escapes = true;
+                            j = k + 2;
+                        } else {
+                            j = k;
+                            break;
+                        }
+                    }
+                    self.at = j + 1;
+                    if self.depth != 1 {
+                        continue;
+                    }
+                    let mut k = self.at;
+                    while k < n && line[k].is_ascii_whitespace() {
+                        k += 1;
+                    }
+                    if k < n && line[k] == b':' {
+                        self.at = k + 1;
+                        return Some(TopKey {
+                            start,
+                            end: j,
+                            escapes,
+                            value: k + 1,
+                        });
+                    }
+                }
+                b'{' | b'[' => {
+                    self.depth += 1;
+                    self.at += 1;
+                }
+                b'}' | b']' => {
+                    self.depth = self.depth.saturating_sub(1);
+                    self.at += 1;
+                    if self.depth == 0 {
+                        self.at = n; // the outermost object ends (the rest is the decoder's)
+                    }
+                }
+                _ => self.at += 1,
+            }
+        }
+        None
+    }
+}
+
+/// The non-blank lines of JSON lines text `data`, each with its line end: one row each.
+fn object_lines(data: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let mut at = 0usize;
+    std::iter::from_fn(move || {
+        while at < data.len() {
+            let end = memchr::memchr(b'\n', &data[at..]).map_or(data.len(), |i| at + i + 1);
+            let line = &data[at..end];
+            at = end;
+            if !line.trim_ascii().is_empty() {
+                return Some(line);
+            }
+        }
+        None
     })
 }
 
@@ -1099,11 +1174,7 @@ fn dates(field: &Field, column: &ArrayRef, lines: Option<&[u8]>) -> Result<Array
         let value = text.value(i);
         let number = json_number_text(value)
             && lines.is_some_and(|data| {
-                let rows = rows.get_or_insert_with(|| {
-                    data.split(|&b| b == b'\n')
-                        .filter(|l| !l.trim_ascii().is_empty())
-                        .collect()
-                });
+                let rows = rows.get_or_insert_with(|| object_lines(data).collect());
                 rows.get(i)
                     .is_some_and(|l| top_level_value_unquoted(l, field.name()))
             });
@@ -1149,69 +1220,20 @@ fn json_number_text(t: &str) -> bool {
 }
 
 /// Whether the value of key `name` of JSON object text `line`'s outermost object is written
-/// without quotes (a number, for a value that reads as one). Scanned as the decoder reads the
-/// line, not parsed (serde refuses a raw tab in a string, which arrow takes); a key written with
-/// escapes is compared decoded.
+/// without quotes (a number, for a value that reads as one); a key written with escapes is
+/// compared decoded.
 fn top_level_value_unquoted(line: &[u8], name: &str) -> bool {
-    let (mut depth, mut i, n) = (0usize, 0usize, line.len());
-    while i < n {
-        match line[i] {
-            b'"' => {
-                let start = i + 1;
-                let mut j = start;
-                let mut escapes = false;
-                loop {
-                    let Some(k) = line.get(j..).and_then(|r| memchr::memchr2(b'"', b'\\', r))
-                    else {
-                        return false;
-                    };
-                    let k = j + k;
-                    if line[k] == b'\\' {
-                        escapes = true;
-                        j = k + 2;
-                    } else {
-                        j = k;
-                        break;
-                    }
-                }
-                i = j + 1;
-                if depth != 1 {
-                    continue;
-                }
-                let mut k = i;
-                while k < n && line[k].is_ascii_whitespace() {
-                    k += 1;
-                }
-                if k >= n || line[k] != b':' {
-                    continue;
-                }
-                let same = if escapes {
-                    serde_json::from_slice::<String>(&line[start - 1..j + 1])
-                        .is_ok_and(|key| key == name)
-                } else {
-                    &line[start..j] == name.as_bytes()
-                };
-                k += 1;
-                if same {
-                    while k < n && line[k].is_ascii_whitespace() {
-                        k += 1;
-                    }
-                    return k < n && line[k] != b'"';
-                }
-                i = k;
-            }
-            b'{' | b'[' => {
-                depth += 1;
-                i += 1;
-            }
-            b'}' | b']' => {
-                depth = depth.saturating_sub(1);
-                i += 1;
-            }
-            _ => i += 1,
-        }
-    }
-    false
+    TopKeys::new(line)
+        .find(|key| match key.escapes {
+            true => key.decoded(line).is_some_and(|k| k == name),
+            false => key.raw(line) == name.as_bytes(),
+        })
+        .is_some_and(|key| {
+            line[key.value..]
+                .iter()
+                .find(|b| !b.is_ascii_whitespace())
+                .is_some_and(|&b| b != b'"')
+        })
 }
 
 /// `t` read as a date (days since 1970-01-01), in the years 1 to 9999: `YYYY-MM-DD`, `YYYYMMDD`,
