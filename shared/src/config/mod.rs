@@ -683,11 +683,15 @@ fn default_max_columns() -> usize {
 }
 
 fn default_max_page_bytes() -> u64 {
-    page_bytes_for_memory(
-        std::env::var("AWS_LAMBDA_FUNCTION_MEMORY_SIZE")
-            .ok()
-            .and_then(|v| v.trim().parse().ok()),
-    )
+    page_bytes_for_memory(lambda_memory_mb())
+}
+
+/// The memory (MB) of the Lambda function this runs in (`AWS_LAMBDA_FUNCTION_MEMORY_SIZE`),
+/// which memory-bound defaults scale with.
+fn lambda_memory_mb() -> Option<u64> {
+    std::env::var("AWS_LAMBDA_FUNCTION_MEMORY_SIZE")
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
 }
 
 fn page_bytes_for_memory(memory_mb: Option<u64>) -> u64 {
@@ -696,11 +700,7 @@ fn page_bytes_for_memory(memory_mb: Option<u64>) -> u64 {
 }
 
 fn default_max_unique_keys() -> usize {
-    unique_keys_for_memory(
-        std::env::var("AWS_LAMBDA_FUNCTION_MEMORY_SIZE")
-            .ok()
-            .and_then(|v| v.trim().parse().ok()),
-    )
+    unique_keys_for_memory(lambda_memory_mb())
 }
 
 fn unique_keys_for_memory(memory_mb: Option<u64>) -> usize {
