@@ -485,8 +485,7 @@ pub(crate) async fn stage(table: &Table, change: &Change, write: bool) -> Result
     m.add_files(&change.added, seq).await?;
     m.add_deletes(&change.added_deletes, seq).await?;
     let add_ms = t0.elapsed().as_secs_f64() * 1e3 - carry_ms;
-    let list_path = m.write_list(parent.map(|s| s.snapshot_id()), seq).await?;
-    let list_ms = t0.elapsed().as_secs_f64() * 1e3 - carry_ms - add_ms;
+    let list_path = m.list_path();
     let mut props = snapshot_summary(
         change,
         parent.map(|p| p.summary()),
@@ -496,8 +495,10 @@ pub(crate) async fn stage(table: &Table, change: &Change, write: bool) -> Result
     );
     if let Some(meter) = &change.meter {
         let mut usage = meter.usage();
-        if let (true, Some(s3)) = (write, usage.s3.as_mut()) {
-            s3.put += 1; // the metadata.json, written next
+        if let Some(s3) = usage.s3.as_mut() {
+            // The manifest list and (unless a REST catalog writes it) the metadata.json,
+            // written next.
+            s3.put += if write { 2 } else { 1 };
         }
         props.extend(usage.properties());
     }
@@ -510,7 +511,7 @@ pub(crate) async fn stage(table: &Table, change: &Change, write: bool) -> Result
                 .timestamp_millis()
                 .max(md.last_updated_ms() + 1),
         )
-        .with_manifest_list(list_path)
+        .with_manifest_list(list_path.clone())
         .with_schema_id(schema_id)
         .with_summary(Summary {
             operation: change.operation.clone(),
@@ -531,13 +532,31 @@ pub(crate) async fn stage(table: &Table, change: &Change, write: bool) -> Result
             SnapshotReference::new(snapshot_id, SnapshotRetention::branch(None, None, None)),
         )
         .map_err(ice("moving main"))?;
+    // The manifest list and the metadata.json naming it are written side by side: nothing
+    // reads either before the swap, which waits for both (a shorter window between this
+    // attempt's load and its swap is a race lost less often).
     let t1 = std::time::Instant::now();
-    let mut staged = write_metadata(table, builder, write).await?;
+    let (list, metadata) = tokio::join!(
+        m.write_list(parent.map(|s| s.snapshot_id()), seq, &list_path),
+        write_metadata(table, builder, write)
+    );
+    let mut staged = match (list, metadata) {
+        (Ok(()), Ok(staged)) => staged,
+        (Err(e), Ok(staged)) => {
+            // No swap was sent: nothing references this metadata.json, and it names a
+            // manifest list that is not there (a reader guessing the newest version by file
+            // name must not find it).
+            for path in &staged.written {
+                let _ = table.file_io().delete(path).await;
+            }
+            return Err(e);
+        }
+        (_, Err(e)) => return Err(e),
+    };
     tracing::debug!(
         carry_ms,
         add_ms,
-        list_ms,
-        metadata_ms = t1.elapsed().as_secs_f64() * 1e3,
+        list_and_metadata_ms = t1.elapsed().as_secs_f64() * 1e3,
         "staged"
     );
     staged.snapshot_id = Some(snapshot_id);
@@ -978,18 +997,22 @@ impl Manifests<'_> {
         Ok(())
     }
 
-    /// Writes the manifest list of the new snapshot; its path.
-    async fn write_list(&mut self, parent: Option<i64>, seq: i64) -> Result<String> {
+    /// Where the manifest list of the new snapshot goes.
+    fn list_path(&self) -> String {
+        format!(
+            "{}/snap-{}-0-{}.avro",
+            self.files.dir, self.files.snapshot_id, self.files.uuid
+        )
+    }
+
+    /// Writes the manifest list of the new snapshot at `list_path`.
+    async fn write_list(&mut self, parent: Option<i64>, seq: i64, list_path: &str) -> Result<()> {
         let snapshot_id = self.files.snapshot_id;
-        let list_path = format!(
-            "{}/snap-{snapshot_id}-0-{}.avro",
-            self.files.dir, self.files.uuid
-        );
         let out = self
             .files
             .table
             .file_io()
-            .new_output(&list_path)
+            .new_output(list_path)
             .map_err(ice("manifest list output"))?;
         let writer = out.writer().await.map_err(ice("manifest list output"))?;
         let mut list = ManifestListWriter::v2(writer, snapshot_id, parent, seq);
@@ -1014,9 +1037,9 @@ impl Manifests<'_> {
         list.close()
             .await
             .map_err(ice("writing the manifest list"))?;
-        written_lists::put(list_path.clone(), as_written);
-        self.written.push(list_path.clone());
-        Ok(list_path)
+        written_lists::put(list_path.to_string(), as_written);
+        self.written.push(list_path.to_string());
+        Ok(())
     }
 }
 
