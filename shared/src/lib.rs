@@ -36,6 +36,7 @@ pub mod store;
 
 pub mod catalog;
 pub mod commit;
+pub(crate) mod file_cache;
 pub mod scan;
 pub mod snapshot;
 pub(crate) mod write;

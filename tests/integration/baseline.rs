@@ -199,6 +199,14 @@ async fn every_commit_records_its_usage_and_the_baseline_adds_it_up() {
     assert!(close(t.cost.lambda_requests_usd, 4.0 * 0.20 / 1e6));
 
     // Pipelines: three runs each (one per ingest commit), at the process function's memory.
+    // Both read the same new data files: the second to run finds them in the function's file
+    // cache (no GET), so the reads are counted once, by whichever ran first.
+    let pipeline_gets: u64 = b
+        .pipelines
+        .iter()
+        .map(|pb| pb.usage.by_function["process"].s3.get)
+        .sum();
+    assert!(pipeline_gets > 0, "{:?}", b.pipelines);
     for pb in &b.pipelines {
         assert_eq!(pb.runs, 3, "{pb:?}");
         assert_eq!(pb.rows_in, 180, "{pb:?}");
@@ -210,7 +218,7 @@ async fn every_commit_records_its_usage_and_the_baseline_adds_it_up() {
             u.gb_seconds,
             u.compute_ms as f64 / 1000.0 * 3008.0 / 1024.0
         ));
-        assert!(u.s3.get > 0 && u.s3.put > 0, "{u:?}");
+        assert!(u.s3.put > 0, "{u:?}");
     }
 
     // Only the history after `--since`: nothing.
@@ -291,9 +299,10 @@ async fn a_lone_chunk_records_only_its_own_work() {
     assert_eq!(sizes, vec![100, 1], "a chunk of 100, then the remainder");
     let lone = &snaps[1];
     assert_only_its_own_writes(lone, "the lone chunk");
-    // Its object read, and the first chunk's manifest list (carried into its own); the table
-    // itself was loaded before, by the first object, and is reused while current.
-    assert_eq!(requests(lone).get, 2, "{:?}", lone.summary());
+    // Its object read only: the first chunk's manifest list (carried into its own) was written
+    // by this function and is served from its file cache; the table itself was loaded before,
+    // by the first object, and is reused while current.
+    assert_eq!(requests(lone).get, 1, "{:?}", lone.summary());
     // And no attempt of it was wasted on a base older than the first chunk's commit.
     assert_eq!(r.reports.last().map(|r| r.attempts), Some(1));
     assert_only_its_own_writes(&snaps[0], "the chunk of 100");

@@ -79,6 +79,7 @@ pub fn storage() -> floe::config::StorageConfig {
         access_key_id: Some("test".into()),
         secret_access_key: Some("test".into()),
         local_root: None,
+        cache_mb: None,
     }
 }
 

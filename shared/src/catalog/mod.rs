@@ -22,6 +22,7 @@ use iceberg_storage_opendal::OpenDalResolvingStorageFactory;
 
 use crate::config::{CatalogKind, Config, TableConfig};
 use crate::error::{Error, ErrorKind, Result};
+use crate::file_cache::CachingStorageFactory;
 use crate::requests::{CountingStorageFactory, Requests};
 use crate::schema;
 use crate::snapshot::Staged;
@@ -94,12 +95,19 @@ pub async fn connect_counted(
     let mut props = storage_props(cfg);
     props.insert("warehouse".into(), warehouse.clone());
     props.extend(c.properties.clone());
-    let factory: Arc<dyn StorageFactory> = match requests {
-        Some(r) => Arc::new(CountingStorageFactory::new(
+    let factory: Box<dyn StorageFactory> = match requests {
+        Some(r) => Box::new(CountingStorageFactory::new(
             Box::new(OpenDalResolvingStorageFactory::new()),
             r.clone(),
         )),
-        None => Arc::new(OpenDalResolvingStorageFactory::new()),
+        None => Box::new(OpenDalResolvingStorageFactory::new()),
+    };
+    // Small table files served from memory once read or written (they never change).
+    let budget = cfg.storage.cache_bytes();
+    let factory: Arc<dyn StorageFactory> = if budget > 0 {
+        Arc::new(CachingStorageFactory::new(factory, budget))
+    } else {
+        Arc::from(factory)
     };
     match c.kind {
         CatalogKind::Sqlite => sqlite::connect(cfg, props, factory).await,

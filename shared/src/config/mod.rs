@@ -251,6 +251,26 @@ pub struct StorageConfig {
     /// Serve buckets from this local directory (`<root>/<bucket>/<key>`) instead of S3: the laptop demo.
     #[serde(default)]
     pub local_root: Option<String>,
+    /// MiB of small table files (≤ 2 MiB each: manifests, manifest lists, small data files) a
+    /// warm function keeps in memory by path (they never change once written): default 64, on
+    /// Lambda at most a sixteenth of the function's memory; 0 turns it off
+    /// ([`crate::file_cache`]).
+    #[serde(default)]
+    pub cache_mb: Option<u64>,
+}
+
+impl StorageConfig {
+    /// Bytes of table files kept in memory ([`StorageConfig::cache_mb`]).
+    pub fn cache_bytes(&self) -> u64 {
+        cache_bytes_for(self.cache_mb, lambda_memory_mb())
+    }
+}
+
+/// The file cache's budget: `cache_mb` if set, else 64 MiB, at most 1/16 of `memory_mb`.
+pub(crate) fn cache_bytes_for(cache_mb: Option<u64>, memory_mb: Option<u64>) -> u64 {
+    const DEFAULT_MB: u64 = 64;
+    let mb = cache_mb.unwrap_or_else(|| memory_mb.map_or(DEFAULT_MB, |m| (m / 16).min(DEFAULT_MB)));
+    mb.saturating_mul(1 << 20)
 }
 
 /// Ingest settings.
