@@ -713,6 +713,10 @@ pub struct BenchArgs {
     /// recomputed from the source, as before decomposable aggregates were merged.
     #[arg(long)]
     pub recompute: bool,
+    /// Run the process function as before its rounds ran side by side (--freshness): no file
+    /// cache (`[storage] cache_mb = 0`), one pipeline at a time (`concurrent_pipelines = 1`).
+    #[arg(long, requires = "freshness")]
+    pub sequential: bool,
     /// Latest-state benchmark: 100 k new versions over 1 % of --latest-keys customers per
     /// round; the incremental run beside a full rebuild: wall time, bytes read and written.
     #[arg(long)]

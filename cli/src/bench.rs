@@ -359,6 +359,7 @@ pub async fn run(args: BenchArgs) -> Result<()> {
             seconds: args.seconds,
             shape,
             recompute: args.recompute,
+            sequential: args.sequential,
         };
         return crate::bench_freshness::run(&dir, opts).await;
     }

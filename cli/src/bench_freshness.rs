@@ -33,6 +33,9 @@ pub(crate) struct Options {
     pub(crate) shape: Shape,
     /// The aggregate with `merge = false` (windows recomputed, as before #14).
     pub(crate) recompute: bool,
+    /// The process function uncached, one pipeline at a time (as before its rounds ran side by
+    /// side).
+    pub(crate) sequential: bool,
 }
 
 /// One object's timestamps (epoch ms), as far as it got.
@@ -154,7 +157,11 @@ pub(crate) async fn run(dir: &std::path::Path, opts: Options) -> Result<()> {
 
 async fn run_rate(dir: &std::path::Path, rate: u32, opts: &Options) -> Result<RateRun> {
     let spinner = progress::spinner(format!("{rate} objects/s: starting the local stack"));
-    let stack = Stack::start_with(0, &dir.display().to_string(), opts.recompute).await?;
+    let variant = crate::local::Variant {
+        recompute: opts.recompute,
+        sequential: opts.sequential,
+    };
+    let stack = Stack::start_with(0, &dir.display().to_string(), variant).await?;
     let rec: crate::local::Recorder = Arc::new(Mutex::new(Records::default()));
     let (stop_tx, stop_rx) = watch::channel(false);
     let stack = Arc::new(stack);
@@ -407,10 +414,11 @@ fn print(runs: &[RateRun], opts: &Options) {
     };
     let s = &opts.shape;
     println!(
-        "\n## Freshness: objects of {EVENTS_PER_OBJECT} order events PUT for {} s, local stack (moto), {build}, {} core(s), aggregate {}\n",
+        "\n## Freshness: objects of {EVENTS_PER_OBJECT} order events PUT for {} s, local stack (moto), {build}, {} core(s), aggregate {}{}\n",
         opts.seconds,
         std::thread::available_parallelism().map_or(1, |n| n.get()),
-        if opts.recompute { "recomputed (merge = false)" } else { "merged" }
+        if opts.recompute { "recomputed (merge = false)" } else { "merged" },
+        if opts.sequential { ", process uncached and one pipeline at a time (--sequential)" } else { "" }
     );
     println!(
         "ingest: {} worker(s), batches of up to {} within {} ms; process: one worker taking the commit events waiting (up to 10), each pipeline they name once per round; legs in seconds\n",

@@ -46,7 +46,22 @@ pub(crate) fn sample_pipelines(recompute: bool) -> String {
     }
 }
 
-fn config_text(endpoint: &str, dir: &str, recompute: bool) -> String {
+/// How the stack's config departs from the sample, for before/after benchmarks.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Variant {
+    /// The aggregate with `merge = false` (windows recomputed, as before #14's merge).
+    pub(crate) recompute: bool,
+    /// The process function as before its rounds ran side by side: no file cache
+    /// (`cache_mb = 0`) and one pipeline at a time (`concurrent_pipelines = 1`).
+    pub(crate) sequential: bool,
+}
+
+fn config_text(endpoint: &str, dir: &str, variant: Variant) -> String {
+    let (cache, process) = if variant.sequential {
+        ("cache_mb = 0\n", "\n[process]\nconcurrent_pipelines = 1\n")
+    } else {
+        ("", "")
+    };
     format!(
         r#"# floe local stack (written by `floe local`)
 [catalog]
@@ -61,7 +76,7 @@ region = "us-east-1"
 path_style = true
 access_key_id = "test"
 secret_access_key = "test"
-
+{cache}
 [events]
 bus = "{BUS}"
 endpoint = "{endpoint}"
@@ -77,9 +92,9 @@ bucket = "{BUCKET}"
 prefix = "landing/orders-csv/"
 table = "orders"
 format = "csv"
-{tables}{pipelines}"#,
+{process}{tables}{pipelines}"#,
         tables = floe::sample::ORDERS_TABLE_TOML,
-        pipelines = sample_pipelines(recompute)
+        pipelines = sample_pipelines(variant.recompute)
     )
 }
 
@@ -196,11 +211,11 @@ impl Stack {
     /// Starts moto_server and creates bucket, queues, notification, bus and rule: what
     /// template.yaml deploys. `dir` holds floe.toml, the SQLite catalog and moto.log.
     pub(crate) async fn start(port: u16, dir: &str) -> Result<Self> {
-        Self::start_with(port, dir, false).await
+        Self::start_with(port, dir, Variant::default()).await
     }
 
-    /// [`Stack::start`]; `recompute`: the sample aggregate with `merge = false`.
-    pub(crate) async fn start_with(port: u16, dir: &str, recompute: bool) -> Result<Self> {
+    /// [`Stack::start`], its config departing from the sample as `variant` says.
+    pub(crate) async fn start_with(port: u16, dir: &str, variant: Variant) -> Result<Self> {
         std::fs::create_dir_all(dir)?;
         let dir = std::fs::canonicalize(dir)?.display().to_string();
         let py = String::from_utf8(
@@ -240,7 +255,7 @@ impl Stack {
         };
         let endpoint = format!("http://127.0.0.1:{port}");
         let config_path = format!("{dir}/floe.toml");
-        std::fs::write(&config_path, config_text(&endpoint, &dir, recompute))?;
+        std::fs::write(&config_path, config_text(&endpoint, &dir, variant))?;
         let config = Config::load(&config_path).await?;
 
         let s3 = floe::store::s3_client(&config.storage).await;

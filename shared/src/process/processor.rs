@@ -4,6 +4,8 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
+
 use iceberg::arrow::arrow_schema_to_schema_auto_assign_ids;
 use iceberg::spec::DataFile;
 use iceberg::table::Table;
@@ -306,24 +308,16 @@ impl Processor {
             ..Default::default()
         };
         let mut failed = BTreeSet::new();
-        let n = names.len();
-        for (i, name) in names.into_iter().enumerate() {
-            // A latest rebuild stops in time for the pipelines after it (retract.rs).
-            let rebuild_by = rebuild_by(Instant::now(), deadline, n - i - 1);
-            let outcome = match self.source_exists(&name).await {
-                Ok(true) => self.run_within(&name, deadline, rebuild_by).await,
-                Ok(false) => {
-                    tracing::info!(pipeline = %name, "source table not created yet: nothing to process");
-                    continue;
-                }
-                Err(e) => Err(e),
-            };
+        let width = self.config.process.concurrent_pipelines.max(1);
+        let outcomes = self.run_side_by_side(names, width, deadline).await;
+        for (name, outcome) in outcomes {
             match outcome {
-                Ok(r) => {
+                None => {}
+                Some(Ok(r)) => {
                     r.emit();
                     out.reports.push(r)
                 }
-                Err(e) => {
+                Some(Err(e)) => {
                     tracing::error!(pipeline = %name, error = %e, retryable = e.is_retryable(), "pipeline run failed");
                     if e.is_retryable() {
                         failed.insert(name);
@@ -336,6 +330,84 @@ impl Processor {
             out.failed_message_ids = super::trigger::failed_messages(m, &failed);
         }
         out
+    }
+
+    /// Runs the pipelines `names` (their outcomes in that order; `None`: no source yet), up to
+    /// `width` at once: a round takes as long as its slowest pipeline, not their sum, so a
+    /// commit event waits less for the round in progress. A pipeline reading another's sink
+    /// (its source or a joined table) runs after it, in a later wave, so it sees that run's
+    /// output in the same round as it did when they ran one after the other. Runs side by
+    /// side record their own requests only ([`Meter::scoped_carrying`]; reads iceberg's scan
+    /// planning spawns on its runtime are not in a scope).
+    async fn run_side_by_side(
+        &self,
+        names: Vec<String>,
+        width: usize,
+        deadline: Instant,
+    ) -> Vec<(String, Option<Result<RunReport>>)> {
+        let configs: Vec<_> = names.iter().map(|n| self.pipeline(n).ok()).collect();
+        self.load_sources(&configs).await;
+        let waves = waves(&configs);
+        // Rounds of `width` runs each wave needs: a rebuild leaves time for those after it.
+        let rounds: Vec<usize> = waves.iter().map(|w| w.len().div_ceil(width)).collect();
+        let mut outcomes = Vec::with_capacity(names.len());
+        for (level, wave) in waves.iter().enumerate() {
+            let later: usize = rounds[level + 1..].iter().sum();
+            let k = wave.len();
+            let scoped = k > 1 && width > 1;
+            // The runs as futures first, then a stream of them: a closure inside the stream
+            // would make the handler's future not `Send` for every lifetime.
+            let runs: Vec<_> = wave
+                .iter()
+                .enumerate()
+                .map(|(j, &i)| {
+                    let name = names[i].clone();
+                    async move {
+                        // A latest rebuild stops in time for the pipelines that queue after
+                        // it in its slot and in the waves after (retract.rs).
+                        let after_it = (k - j - 1) / width + later;
+                        let rebuild_by = rebuild_by(Instant::now(), deadline, after_it);
+                        let outcome = match self.source_exists(&name).await {
+                            Ok(true) => Some(
+                                Box::pin(self.run_within(&name, deadline, rebuild_by, scoped))
+                                    .await,
+                            ),
+                            Ok(false) => {
+                                tracing::info!(pipeline = %name, "source table not created yet: nothing to process");
+                                None
+                            }
+                            Err(e) => Some(Err(e)),
+                        };
+                        (i, name, outcome)
+                    }
+                })
+                .collect();
+            // Unordered: a long run holds one slot, not the start of every run after it.
+            let done: Vec<_> = futures::stream::iter(runs)
+                .buffer_unordered(width)
+                .collect()
+                .await;
+            outcomes.extend(done);
+        }
+        outcomes.sort_by_key(|(i, _, _)| *i);
+        outcomes.into_iter().map(|(_, n, o)| (n, o)).collect()
+    }
+
+    /// Loads each source the batch's pipelines read once, side by side: the runs then find it
+    /// in the committer's cache (one pointer read each) instead of each fetching and parsing the
+    /// same new metadata.json. Best effort: a run loads what it still needs, and reports.
+    async fn load_sources(&self, configs: &[Option<&PipelineConfig>]) {
+        let sources: BTreeSet<&str> = configs
+            .iter()
+            .flatten()
+            .map(|p| p.source.as_str())
+            .collect();
+        let loads = sources.into_iter().map(|name| async move {
+            if let Ok(ident) = catalog::table_ident(&self.config, name) {
+                let _ = self.committer.load(&ident).await;
+            }
+        });
+        futures::future::join_all(loads).await;
     }
 
     /// Whether the pipeline's source table (and every table it joins) exists (a poll may come
@@ -362,23 +434,44 @@ impl Processor {
     /// Processes everything the pipeline has not seen yet, committing output and checkpoint in
     /// one sink snapshot. Safe to call concurrently and repeatedly.
     pub async fn run(&self, name: &str, deadline: Instant) -> Result<RunReport> {
-        self.run_within(name, deadline, deadline).await
+        self.run_within(name, deadline, deadline, false).await
     }
 
     /// [`Self::run`], a latest run's rebuild (retract.rs) stopping at `rebuild_by`.
+    /// `scoped`: the run's meter counts its own requests only (runs side by side).
     async fn run_within(
         &self,
         name: &str,
         deadline: Instant,
         rebuild_by: Instant,
+        scoped: bool,
+    ) -> Result<RunReport> {
+        let meter = if scoped {
+            self.meter().scoped_carrying(Usage::default())
+        } else {
+            self.meter()
+        };
+        // Boxed: the run's future is large, and the scope would move it by value.
+        meter
+            .run(Box::pin(
+                self.run_metered(name, deadline, rebuild_by, &meter),
+            ))
+            .await
+    }
+
+    async fn run_metered(
+        &self,
+        name: &str,
+        deadline: Instant,
+        rebuild_by: Instant,
+        meter: &Meter,
     ) -> Result<RunReport> {
         let p = self.pipeline(name)?;
         let started = Instant::now();
         // The whole run, re-plans included: what its sink commit records.
-        let meter = self.meter();
         let mut replans = 0;
         loop {
-            match self.run_once(p, deadline, rebuild_by, &meter).await? {
+            match self.run_once(p, deadline, rebuild_by, meter).await? {
                 Some(mut report) => {
                     report.replans = replans;
                     report.seconds = started.elapsed().as_secs_f64();
@@ -491,11 +584,17 @@ impl Processor {
         rebuild_by: Instant,
         meter: &Meter,
     ) -> Result<Option<RunReport>> {
+        let t0 = Instant::now();
+        let ms = |t: Instant| t.elapsed().as_secs_f64() * 1e3;
         let pos = self.position(p).await?;
+        let position_ms = ms(t0);
         if let Some(r) = self.continue_refresh(p, &pos, deadline, meter).await? {
             return Ok(Some(r));
         }
+        let t1 = Instant::now();
         let merge = Box::pin(self.check_sql(p, &pos.source)).await?;
+        let check_ms = ms(t1);
+        let t1 = Instant::now();
         let after = self.start_point(p, &pos)?;
         // A latest sink follows row changes (their removed rows are retracted); `skip` opts out.
         let policy = match (p.on_row_change, p.mode) {
@@ -504,6 +603,8 @@ impl Processor {
             (RowChange::Fail, _) => RowChangePolicy::Fail,
         };
         let delta = plan::plan(&pos.source, after, policy, &p.name).await?;
+        let plan_ms = ms(t1);
+        let t1 = Instant::now();
         let mut report = RunReport {
             pipeline: p.name.clone(),
             from_snapshot: after,
@@ -606,8 +707,13 @@ impl Processor {
             change.planned_on = Some(pos.sink.metadata().current_snapshot_id());
         }
         change.properties.extend(joined.properties());
-        self.commit_with_checkpoint(p, &pos, to, change, report, deadline, meter)
-            .await
+        let work_ms = ms(t1);
+        let t1 = Instant::now();
+        let committed = self
+            .commit_with_checkpoint(p, &pos, to, change, report, deadline, meter)
+            .await;
+        tracing::debug!(pipeline = %p.name, position_ms, check_ms, plan_ms, work_ms, commit_ms = ms(t1), "pipeline run phases");
+        committed
     }
 
     /// Where this run starts: after the checkpoint (refusing output of another transform
@@ -1014,6 +1120,44 @@ async fn commit_latency(
     Some(s - src)
 }
 
+/// The pipelines of a batch (`None`: not in the config) in waves of indices: a pipeline whose
+/// source or joined table is the sink of another of them comes in a later wave than that one.
+/// (Config validation refuses cycles; were there one, its members would stop moving after n
+/// passes and still run.)
+fn waves(configs: &[Option<&PipelineConfig>]) -> Vec<Vec<usize>> {
+    let n = configs.len();
+    let mut level = vec![0usize; n];
+    // The longest chain within the batch: at most n passes settle it.
+    for _ in 0..n {
+        let mut moved = false;
+        for (i, p) in configs.iter().enumerate() {
+            let Some(p) = p else { continue };
+            let reads = |t: &String| *t == p.source || p.joins.contains(t);
+            let after = configs
+                .iter()
+                .enumerate()
+                .filter(|(j, u)| *j != i && u.is_some_and(|u| reads(&u.sink)))
+                .map(|(j, _)| level[j] + 1)
+                .max()
+                .unwrap_or(0)
+                .min(n);
+            if after > level[i] {
+                level[i] = after;
+                moved = true;
+            }
+        }
+        if !moved {
+            break;
+        }
+    }
+    let mut waves: Vec<Vec<usize>> = vec![Vec::new(); level.iter().max().map_or(0, |m| m + 1)];
+    for (i, l) in level.into_iter().enumerate() {
+        waves[l].push(i);
+    }
+    waves.retain(|w| !w.is_empty());
+    waves
+}
+
 /// The time a batch keeps for each pipeline after the running one.
 const RESERVE_PER_PIPELINE: Duration = Duration::from_secs(20);
 
@@ -1030,6 +1174,67 @@ fn rebuild_by(now: Instant, deadline: Instant, later: usize) -> Instant {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pipeline_reading_another_sink_runs_in_a_later_wave() {
+        let cfg = Config::parse(
+            r#"
+[catalog]
+kind = "sqlite"
+warehouse = "/tmp/w"
+[[tables]]
+name = "orders"
+columns = [{ name = "id", type = "string" }, { name = "t", type = "timestamptz" }]
+event_time = "t"
+[[tables]]
+name = "customers"
+columns = [{ name = "id", type = "string" }, { name = "t", type = "timestamptz" }]
+event_time = "t"
+[[pipelines]]
+name = "c"
+mode = "append"
+source = "b_out"
+sink = "c_out"
+sql = "SELECT * FROM source"
+[[pipelines]]
+name = "a"
+mode = "append"
+source = "orders"
+sink = "a_out"
+sql = "SELECT * FROM source"
+[[pipelines]]
+name = "b"
+mode = "append"
+source = "orders"
+sink = "b_out"
+joins = ["a_out"]
+sql = "SELECT * FROM source"
+[[pipelines]]
+name = "d"
+mode = "append"
+source = "customers"
+sink = "d_out"
+sql = "SELECT * FROM source"
+"#,
+            "f.toml",
+        )
+        .expect("config");
+        let of = |names: &[&str]| -> Vec<Vec<usize>> {
+            let ps: Vec<_> = names.iter().map(|n| cfg.pipeline(n)).collect();
+            waves(&ps)
+        };
+        // c reads b's sink, b joins a's: three waves; d reads neither, beside a.
+        assert_eq!(
+            of(&["c", "a", "b", "d"]),
+            vec![vec![1, 3], vec![2], vec![0]]
+        );
+        // Only what is in the batch orders it: without a, b and c come first.
+        assert_eq!(of(&["c", "b", "d"]), vec![vec![1, 2], vec![0]]);
+        // Unknown names run (and fail) in the first wave.
+        assert_eq!(of(&["x", "d"]), vec![vec![0, 1]]);
+        let ps = vec![cfg.pipeline("a"), None, cfg.pipeline("c")];
+        assert_eq!(waves(&ps), vec![vec![0, 1, 2]]);
+    }
 
     #[test]
     fn a_rebuild_leaves_time_for_the_pipelines_after_it() {
