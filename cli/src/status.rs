@@ -291,7 +291,9 @@ mod tests {
         let location = table.metadata_location().expect("metadata location");
         let path = location.strip_prefix("file://").unwrap_or(location);
         std::fs::remove_file(path).expect("delete metadata.json");
-        assert!(catalog.load_table(&ident).await.is_err());
+        // A fresh connection, as `collect` makes: this one keeps the file it read in memory.
+        let fresh = floe::catalog::connect(&cfg).await.expect("catalog");
+        assert!(fresh.load_table(&ident).await.is_err());
 
         let after = collect(&cfg)
             .await
