@@ -88,11 +88,6 @@ impl FileCache {
     where
         F: std::future::Future<Output = iceberg::Result<Bytes>>,
     {
-        if let Some(e) = self.files.get(path).await {
-            if e.whole {
-                return Ok(e.bytes);
-            }
-        }
         let mut fetch = Some(fetch);
         let e = self.fetch_once(path, true, &mut fetch).await?;
         if e.whole {
