@@ -54,13 +54,29 @@ pub(crate) struct Variant {
     /// The process function as before its rounds ran side by side: no file cache
     /// (`cache_mb = 0`) and one pipeline at a time (`concurrent_pipelines = 1`).
     pub(crate) sequential: bool,
+    /// No short snapshot history (the benchmark, which traces objects through the tables'
+    /// snapshots after the run).
+    pub(crate) full_history: bool,
 }
+
+/// The local stack's hot tables keep 16 minutes of snapshots, as infra/floe.toml's (README
+/// "Maintenance": at 10 objects/s each takes several commits a second, and every commit
+/// re-reads and re-writes a metadata.json that grows by a snapshot entry each).
+const SHORT_HISTORY: &str = "
+[maintain]
+history_minutes = { orders = 16, suspicious_orders = 16, revenue_per_region_minute = 16 }
+";
 
 fn config_text(endpoint: &str, dir: &str, variant: Variant) -> String {
     let (cache, process) = if variant.sequential {
         ("cache_mb = 0\n", "\n[process]\nconcurrent_pipelines = 1\n")
     } else {
         ("", "")
+    };
+    let history = if variant.full_history {
+        ""
+    } else {
+        SHORT_HISTORY
     };
     format!(
         r#"# floe local stack (written by `floe local`)
@@ -92,7 +108,7 @@ bucket = "{BUCKET}"
 prefix = "landing/orders-csv/"
 table = "orders"
 format = "csv"
-{process}{tables}{pipelines}"#,
+{process}{history}{tables}{pipelines}"#,
         tables = floe::sample::ORDERS_TABLE_TOML,
         pipelines = sample_pipelines(variant.recompute)
     )
@@ -417,11 +433,59 @@ impl Stack {
                 Ok(())
             });
         }
+        if let Some(every) = short_history_every(&self.config) {
+            // template.yaml's ExpireShortHistory schedule: expiration alone, of the hot tables
+            // alone. A failed pass is logged and the next one tries again, as the next
+            // scheduled invocation would.
+            let maintainer = Maintainer::new(self.config.clone()).await?;
+            let payload = json!({
+                "tables": self.config.maintain.history_minutes.keys().collect::<Vec<_>>(),
+                "operations": ["expire"],
+            });
+            let verbose = shape.verbose;
+            let stop = stop.clone();
+            tasks.spawn(async move {
+                let mut last = Instant::now();
+                while !*stop.borrow() {
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    if last.elapsed() < every {
+                        continue;
+                    }
+                    last = Instant::now();
+                    match maintainer
+                        .handle_payload(&payload, Instant::now() + Duration::from_secs(60))
+                        .await
+                    {
+                        Ok(reports) if verbose => crate::maintain_cmd::print_maintenance(&reports),
+                        Ok(_) => {}
+                        Err(e) => eprintln!(
+                            "short-history expiration failed (the next pass tries again): {e}"
+                        ),
+                    }
+                }
+                Ok(())
+            });
+        }
         while let Some(done) = tasks.join_next().await {
             done.context("a stack worker panicked")??;
         }
         Ok(())
     }
+}
+
+/// How often the stack expires its short-history tables: every minute, as template.yaml's
+/// schedule (EventBridge's shortest rate), or every half of the shortest history when that is
+/// under two minutes (a table holds at most its history plus this interval).
+fn short_history_every(config: &Config) -> Option<Duration> {
+    let shortest = config
+        .maintain
+        .history_minutes
+        .values()
+        .copied()
+        .fold(f64::INFINITY, f64::min);
+    shortest
+        .is_finite()
+        .then(|| Duration::from_secs_f64((shortest * 30.0).min(60.0)))
 }
 
 /// One ingest "container": long-polls the queue, fills a batch within the window, hands it to

@@ -221,6 +221,7 @@ fn blocks(config: &Config) -> Result<BTreeMap<&'static str, String>> {
     b.insert("ingest-data", ingest_data(&places));
     b.insert("process-data", process_data(&places));
     b.insert("maintain-data", maintain_data(&places));
+    b.insert("maintain-short-history", maintain_short_history(config));
     b.insert("alarms", alarms(config)?);
     b.insert("dashboard", dashboard(config));
     Ok(b)
@@ -372,6 +373,22 @@ fn process_data(p: &Places) -> String {
         &sinks.iter().map(|t| p.glue_table(t)).collect::<Vec<_>>(),
     );
     out
+}
+
+/// Maintain's second schedule: every minute, expiration alone of the tables `[maintain]
+/// history_minutes` keeps short (nothing when there are none).
+fn maintain_short_history(config: &Config) -> String {
+    let tables = &config.maintain.history_minutes;
+    if tables.is_empty() {
+        return String::new();
+    }
+    let payload = serde_json::json!({
+        "tables": tables.keys().collect::<Vec<_>>(),
+        "operations": ["expire"],
+    });
+    format!(
+        "ExpireShortHistory:\n  Type: ScheduleV2\n  Properties:\n    ScheduleExpression: rate(1 minute)\n    Input: '{payload}'\n"
+    )
 }
 
 /// Maintain: every table floe writes (ingest tables and sinks).

@@ -601,3 +601,131 @@ t.add_files([path])
         (50.into(), 50.into())
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// #14: hot tables keep a short snapshot history, expired on their own schedule
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_history_expires_a_hot_table_yet_keeps_consumers_and_duplicates_right() {
+    // `orders` and the append sink keep 16 minutes (the floor); the aggregate sink keeps the
+    // default history.
+    let env = TestEnv::with_pipelines(
+        "sqlite",
+        "[maintain]\nhistory_minutes = { orders = 16, suspicious_orders = 16 }\n",
+    )
+    .await;
+    let ingestor = env.ingestor().await;
+    let texts: Vec<String> = (0..6).map(|i| orders(40, 700 + i)).collect();
+    for (i, t) in texts.iter().enumerate() {
+        env.put(&format!("orders/h{i}.jsonl"), t.clone()).await;
+    }
+    let p = env.processor().await;
+    for i in 0..5 {
+        let r = env
+            .ingest(&ingestor, &format!("orders/h{i}.jsonl"))
+            .await
+            .unwrap();
+        assert_eq!(r.status, Status::Committed, "{r:?}");
+        for name in ["suspicious_orders", "revenue_per_region_minute"] {
+            p.run(name, Instant::now() + Duration::from_secs(120))
+                .await
+                .unwrap();
+        }
+    }
+    // A sixth commit the pipelines have not read yet: their checkpoints pin the 5th snapshot
+    // and everything after it.
+    let r = env.ingest(&ingestor, "orders/h5.jsonl").await.unwrap();
+    assert_eq!(r.status, Status::Committed, "{r:?}");
+    let before: Vec<i64> = {
+        let t = ingestor.catalog().load_table(&env.ident()).await.unwrap();
+        let mut v = Vec::new();
+        let mut cur = t.metadata().current_snapshot().cloned();
+        while let Some(s) = cur {
+            v.push(s.snapshot_id());
+            cur = s
+                .parent_snapshot_id()
+                .and_then(|p| t.metadata().snapshot_by_id(p).cloned());
+        }
+        v
+    };
+    assert_eq!(before.len(), 6);
+
+    // Only the expire operation runs when the payload names it: six small files, no compaction.
+    let m = env.maintainer().await;
+    let reports = m
+        .handle_payload(
+            &serde_json::json!({"tables": ["orders"], "operations": ["expire"]}),
+            Instant::now() + Duration::from_secs(120),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (reports[0].groups_compacted, reports[0].snapshots_expired),
+        (0, 0),
+        "expiration alone, and nothing is 16 minutes old yet: {:?}",
+        reports[0]
+    );
+    let bad = m
+        .handle_payload(
+            &serde_json::json!({"operations": ["expire", "vacuum"]}),
+            Instant::now() + Duration::from_secs(120),
+        )
+        .await
+        .unwrap_err();
+    assert!(bad.to_string().contains("operations"), "{bad}");
+
+    // Half an hour later: the 4-day dedup window and 5-day retention would keep everything;
+    // the short history expires what no consumer needs.
+    let later = Options {
+        now: chrono::Utc::now() + chrono::Duration::minutes(30),
+        ..Options::from_config(&env.config, Instant::now() + Duration::from_secs(120))
+    };
+    let later = Options {
+        compact: false,
+        orphans: false,
+        rewrite_manifests: false,
+        ..later
+    };
+    let r = m.run("orders", &later).await.unwrap();
+    assert_eq!(
+        r.snapshots_expired, 4,
+        "all but the pinned 5th and the 6th: {r:?}"
+    );
+    assert!(r.expired_files_deleted >= 4, "their manifest lists: {r:?}");
+    let t = ingestor.catalog().load_table(&env.ident()).await.unwrap();
+    let left: Vec<i64> = t.metadata().snapshots().map(|s| s.snapshot_id()).collect();
+    assert_eq!(left.len(), 2, "{left:?}");
+    assert!(left.contains(&before[0]) && left.contains(&before[1]));
+    // A sink with the default history keeps its five runs' snapshots; the short one keeps
+    // only its newest, which holds its position.
+    let sink_snapshots = |name: &'static str| {
+        let catalog = ingestor.catalog().clone();
+        let ident = floe::catalog::table_ident(&env.config, name).unwrap();
+        async move {
+            let t = catalog.load_table(&ident).await.unwrap();
+            t.metadata().snapshots().count()
+        }
+    };
+    assert_eq!(sink_snapshots("revenue_per_region_minute").await, 5);
+    let r = m.run("revenue_per_region_minute", &later).await.unwrap();
+    assert_eq!(r.snapshots_expired, 0, "{r:?}");
+    assert_eq!(sink_snapshots("suspicious_orders").await, 5);
+    let r = m.run("suspicious_orders", &later).await.unwrap();
+    assert_eq!(r.snapshots_expired, 4, "{r:?}");
+    assert_eq!(sink_snapshots("suspicious_orders").await, 1);
+
+    // A redelivery of an object whose commit expired is still a duplicate (from the rows);
+    // the pipelines read on from their kept checkpoint: all 240 rows, reconciled.
+    let r = env.ingest(&ingestor, "orders/h0.jsonl").await.unwrap();
+    assert_eq!(r.status, Status::Duplicate, "{r:?}");
+    assert_eq!(env.count_rows(ingestor.catalog().as_ref()).await, 240);
+    for name in ["suspicious_orders", "revenue_per_region_minute"] {
+        let run = p
+            .run(name, Instant::now() + Duration::from_secs(120))
+            .await
+            .unwrap();
+        assert_eq!(run.source_snapshots, 1, "{name}: the 6th commit");
+        let rec = p.reconcile(name).await.unwrap();
+        assert!(rec.matches(), "{name}: {rec:?}");
+    }
+}

@@ -408,6 +408,17 @@ pub struct MaintainConfig {
     /// several sorted runs (default 256).
     #[serde(default = "default_sort_memory_mb")]
     pub sort_memory_mb: usize,
+    /// Hot tables whose snapshot history is kept short: table → minutes (at least
+    /// [`MIN_HISTORY_MINUTES`]). Such a table keeps only the snapshots younger than this
+    /// (besides what consumers, refs and `retain_last` keep), whatever `expire_older_than_hours`
+    /// and `dedup_window_hours` say, and is expired every minute by its own schedule
+    /// (template.yaml's `ExpireShortHistory`; `floe local` likewise): every commit re-reads and
+    /// re-writes the table's metadata.json, which grows by a snapshot entry per commit. A
+    /// redelivered object older than the history is checked against the table's `_source` rows
+    /// instead of the snapshot summaries, so for a table routes ingest into the history must
+    /// also exceed `[ingest] dedup_skew_seconds` by a minute.
+    #[serde(default)]
+    pub history_minutes: BTreeMap<String, f64>,
 }
 
 impl Default for MaintainConfig {
@@ -421,9 +432,14 @@ impl Default for MaintainConfig {
             min_input_files: default_min_input_files(),
             manifest_threshold: default_manifest_threshold(),
             sort_memory_mb: default_sort_memory_mb(),
+            history_minutes: BTreeMap::new(),
         }
     }
 }
+
+/// The shortest `[maintain] history_minutes`: Lambda's 15-minute limit on any function holding
+/// a snapshot it read until it commits, plus a minute for the expiration schedule's cadence.
+pub const MIN_HISTORY_MINUTES: f64 = 16.0;
 
 fn default_dedup_window_hours() -> f64 {
     96.0
@@ -1133,6 +1149,42 @@ format = "csv"
         )
         .unwrap();
         assert_eq!(ok.maintain.dedup_window_hours, 96.0);
+    }
+
+    #[test]
+    fn a_short_history_names_a_table_and_outlasts_the_duplicate_checks_skew() {
+        let with = |ingest: &str, maintain: &str| {
+            Config::parse(
+                &format!("{GOOD}\n[ingest]\n{ingest}\n[maintain]\n{maintain}\n"),
+                "f.toml",
+            )
+        };
+        for (ingest, maintain, why) in [
+            ("", "history_minutes = { nope = 20 }", "no table"),
+            ("", "history_minutes = { orders = 0.5 }", "at least 16"),
+            ("", "history_minutes = { orders = 15.9 }", "15 minutes"),
+            ("", "history_minutes = { orders = inf }", "at least 16"),
+            // The skew outlasts the 16-minute floor: a minute more than it.
+            (
+                "dedup_skew_seconds = 1800",
+                "history_minutes = { orders = 20 }",
+                "dedup_skew_seconds",
+            ),
+        ] {
+            let e = with(ingest, maintain).unwrap_err().to_string();
+            assert!(
+                e.contains("maintain.history_minutes.") && e.contains(why),
+                "{maintain}: {e}"
+            );
+        }
+        let ok = with("", "history_minutes = { orders = 16 }").unwrap();
+        assert_eq!(ok.maintain.history_minutes["orders"], 16.0);
+        let ok = with(
+            "dedup_skew_seconds = 1800",
+            "history_minutes = { orders = 31 }",
+        )
+        .unwrap();
+        assert_eq!(ok.maintain.history_minutes["orders"], 31.0);
     }
 
     #[test]

@@ -85,6 +85,7 @@ impl Config {
                 return Err(Error::config(origin, key, why));
             }
         }
+        self.validate_history(origin)?;
         if self.ingest.chunk_records == 0 {
             return Err(Error::config(
                 origin,
@@ -104,6 +105,52 @@ impl Config {
     /// Pipelines read tables (their source and joins) and write their sink; following these
     /// edges from a sink must never lead back to it (a sink's commits would feed themselves).
     /// The first cycle found is named, table by table, with the pipelines on it.
+    /// `[maintain] history_minutes`: configured tables only, at least [`MIN_HISTORY_MINUTES`]
+    /// and, for a table routes ingest into, a minute more than the duplicate check's clock skew:
+    /// the summary walk proves an object absent only by reaching a snapshot older than the
+    /// object's landing time minus the skew, so a shorter history would send every object's
+    /// check to the table's rows.
+    fn validate_history(&self, origin: &str) -> Result<()> {
+        let tables = self.all_tables();
+        for (table, minutes) in &self.maintain.history_minutes {
+            let key = format!("maintain.history_minutes.{table}");
+            if !tables.contains(table) {
+                return Err(Error::config(
+                    origin,
+                    &key,
+                    format!("no table or pipeline sink named `{table}`"),
+                ));
+            }
+            if !(*minutes >= MIN_HISTORY_MINUTES && minutes.is_finite()) {
+                return Err(Error::config(
+                    origin,
+                    &key,
+                    format!(
+                        "must be at least {MIN_HISTORY_MINUTES} and finite: a function holds a \
+                         snapshot it read until it commits for up to Lambda's 15 minutes (a \
+                         compaction group, a slow object, a pipeline's first run, a lost commit \
+                         answer being settled), and expiring it meanwhile would fail or \
+                         misjudge that work"
+                    ),
+                ));
+            }
+            let floor = (self.ingest.dedup_skew_seconds + 60) as f64 / 60.0;
+            if self.routes.iter().any(|r| &r.table == table) && *minutes < floor {
+                return Err(Error::config(
+                    origin,
+                    &key,
+                    format!(
+                        "must be at least {floor} for a table routes ingest into: `[ingest] \
+                         dedup_skew_seconds` ({}) plus a minute, or every object's duplicate \
+                         check reads the table's rows (lower the skew to shorten the history)",
+                        self.ingest.dedup_skew_seconds
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
     fn validate_pipeline_graph(&self, origin: &str) -> Result<()> {
         // table → the pipelines reading it (by index).
         let mut readers: BTreeMap<&str, Vec<usize>> = BTreeMap::new();

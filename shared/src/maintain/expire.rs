@@ -83,8 +83,18 @@ impl Maintainer {
         Ok(out)
     }
 
-    /// Expires old snapshots, keeping what consumers and the dedup window need, then deletes
-    /// files reachable only from expired snapshots.
+    /// The short history `[maintain] history_minutes` gives the table, if any: it replaces both
+    /// the retention and the dedup window (validation keeps it past the duplicate check's skew).
+    pub(crate) fn history(&self, ident: &TableIdent) -> Option<Duration> {
+        self.config
+            .maintain
+            .history_minutes
+            .get(ident.name())
+            .map(|m| Duration::from_secs_f64(m * 60.0))
+    }
+
+    /// Expires old snapshots, keeping what consumers and the dedup window need (or only the
+    /// table's short history), then deletes files reachable only from expired snapshots.
     pub async fn expire(
         &self,
         ident: &TableIdent,
@@ -107,8 +117,11 @@ impl Maintainer {
             .or_else(|| prop(md, "history.expire.min-snapshots-to-keep"))
             .unwrap_or(1)
             .max(1);
-        let keep_after =
-            opts.now.timestamp_millis() - older_than.max(opts.dedup_window).as_millis() as i64;
+        let keep_after = opts.now.timestamp_millis()
+            - self
+                .history(ident)
+                .unwrap_or(older_than.max(opts.dedup_window))
+                .as_millis() as i64;
         let mut keep: HashSet<i64> = HashSet::new();
         let ancestry: Vec<i64> = {
             let mut v = Vec::new();

@@ -117,6 +117,40 @@ impl Options {
     }
 }
 
+/// The operations a maintain payload's `operations` may name.
+pub const OPERATIONS: [&str; 4] = ["compact", "rewrite_manifests", "expire", "orphans"];
+
+impl Options {
+    /// Runs only the operations `ops` names (a JSON array of [`OPERATIONS`]; the short-history
+    /// schedule sends `["expire"]`). An unknown name refuses the whole payload.
+    pub fn select(&mut self, ops: &serde_json::Value) -> Result<()> {
+        let bad = || {
+            Error::new(
+                ErrorKind::Event,
+                format!(
+                    "maintain: `operations` must be a list of {}, got {ops}",
+                    OPERATIONS.join(", ")
+                ),
+            )
+        };
+        let names: Vec<&str> = ops
+            .as_array()
+            .ok_or_else(bad)?
+            .iter()
+            .map(|v| {
+                v.as_str()
+                    .filter(|n| OPERATIONS.contains(n))
+                    .ok_or_else(bad)
+            })
+            .collect::<Result<_>>()?;
+        self.compact = names.contains(&"compact");
+        self.rewrite_manifests = names.contains(&"rewrite_manifests");
+        self.expire = names.contains(&"expire");
+        self.orphans = names.contains(&"orphans");
+        Ok(())
+    }
+}
+
 /// The smallest orphan age floe accepts: younger files may belong to a write still in flight.
 pub(crate) const MIN_ORPHAN_AGE: Duration = Duration::from_secs(3600);
 
@@ -342,7 +376,8 @@ async fn delete_paths(table: &Table, paths: impl Iterator<Item = String>) {
 
 impl Maintainer {
     /// The maintain function's entry: tables from `tables` in the payload (or `detail.tables` of
-    /// an EventBridge event), else every configured table; `dry_run` likewise. One EMF line per table.
+    /// an EventBridge event), else every configured table; `dry_run` and `operations` (a subset
+    /// of [`OPERATIONS`], default all) likewise. One EMF line per table.
     pub async fn handle_payload(
         &self,
         payload: &serde_json::Value,
@@ -360,10 +395,13 @@ impl Maintainer {
                 .collect(),
             None => self.config.all_tables(),
         };
-        let opts = Options {
+        let mut opts = Options {
             dry_run: pick("dry_run").and_then(|v| v.as_bool()).unwrap_or(false),
             ..Options::from_config(&self.config, deadline)
         };
+        if let Some(ops) = pick("operations") {
+            opts.select(ops)?;
+        }
         // The whole invocation's usage (each table's run is in its own line).
         let meter = Meter::start(
             FUNCTION_MAINTAIN,

@@ -135,42 +135,68 @@ pub(crate) async fn list_location(
     }
 }
 
+/// Manifest lists and manifests read at once by [`referenced_files`].
+const READS_AT_ONCE: usize = 16;
+
 /// Manifest lists, manifests and live data files referenced by the given snapshots.
 pub(super) async fn referenced_files(
     table: &Table,
     snapshot_ids: &[i64],
 ) -> Result<(HashSet<String>, HashSet<String>, HashSet<String>)> {
+    use futures::{StreamExt, TryStreamExt};
     let md = table.metadata();
-    let mut lists = HashSet::new();
+    let snapshots: Vec<_> = snapshot_ids
+        .iter()
+        .filter_map(|id| md.snapshot_by_id(*id).cloned())
+        .collect();
+    let lists: HashSet<String> = snapshots
+        .iter()
+        .map(|s| s.manifest_list().to_string())
+        .collect();
+    // A hot table keeps hundreds of snapshots: their lists (and then the manifests they share)
+    // are read several at a time, not one request after another.
+    // (Owned items and boxed futures: a closure over borrowed items keeps the caller's future
+    // from being `Send` for every lifetime, which a spawned maintainer needs.)
+    type Load<'a, T> = futures::future::BoxFuture<'a, Result<T>>;
+    let mut loaded = futures::stream::iter(snapshots.into_iter().map(
+        |s| -> Load<'_, iceberg::spec::ManifestList> {
+            Box::pin(async move {
+                table
+                    .manifest_list_reader(&s)
+                    .load()
+                    .await
+                    .map_err(|e| Error::iceberg("reading a manifest list", e))
+            })
+        },
+    ))
+    .buffer_unordered(READS_AT_ONCE);
     let mut manifests: HashMap<String, iceberg::spec::ManifestFile> = HashMap::new();
-    for id in snapshot_ids {
-        let Some(s) = md.snapshot_by_id(*id) else {
-            continue;
-        };
-        lists.insert(s.manifest_list().to_string());
-        let list = table
-            .manifest_list_reader(s)
-            .load()
-            .await
-            .map_err(|e| Error::iceberg("reading a manifest list", e))?;
+    while let Some(list) = loaded.try_next().await? {
         for mf in list.consume_entries() {
             manifests.entry(mf.manifest_path.clone()).or_insert(mf);
         }
     }
-    let mut data = HashSet::new();
-    for mf in manifests.values() {
-        let m = mf
-            .load_manifest(table.file_io())
-            .await
-            .map_err(|e| Error::iceberg("reading a manifest", e))?;
-        // Only live entries: a DELETED entry is a tombstone; the file is reachable only through
-        // a retained snapshot in which it is live.
-        data.extend(
-            m.entries()
+    let files: Vec<iceberg::spec::ManifestFile> = manifests.values().cloned().collect();
+    let mut live = futures::stream::iter(files.into_iter().map(|mf| -> Load<'_, Vec<String>> {
+        Box::pin(async move {
+            let m = mf
+                .load_manifest(table.file_io())
+                .await
+                .map_err(|e| Error::iceberg("reading a manifest", e))?;
+            // Only live entries: a DELETED entry is a tombstone; the file is reachable only
+            // through a retained snapshot in which it is live.
+            Ok(m.entries()
                 .iter()
                 .filter(|e| e.is_alive())
-                .map(|e| e.data_file().file_path().to_string()),
-        );
+                .map(|e| e.data_file().file_path().to_string())
+                .collect())
+        })
+    }))
+    .buffer_unordered(READS_AT_ONCE);
+    let mut data = HashSet::new();
+    while let Some(files) = live.try_next().await? {
+        data.extend(files);
     }
+    drop(live);
     Ok((lists, manifests.into_keys().collect(), data))
 }
