@@ -1170,6 +1170,12 @@ format = "csv"
                 "history_minutes = { orders = 20 }",
                 "dedup_skew_seconds",
             ),
+            // So may the commit loop's window.
+            (
+                "commit_timeout_seconds = 1200",
+                "history_minutes = { orders = 20 }",
+                "commit_timeout_seconds",
+            ),
         ] {
             let e = with(ingest, maintain).unwrap_err().to_string();
             assert!(

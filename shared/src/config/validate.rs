@@ -134,6 +134,22 @@ impl Config {
                     ),
                 ));
             }
+            // The commit loop settles an attempt whose answer was lost by finding its snapshot:
+            // for as long as the loop may run, that evidence must not be expired under it
+            // (outside Lambda too, where no 15-minute limit bounds the caller).
+            let window = (self.ingest.commit_timeout_seconds + 60) as f64 / 60.0;
+            if *minutes < window {
+                return Err(Error::config(
+                    origin,
+                    &key,
+                    format!(
+                        "must be at least {window}: `[ingest] commit_timeout_seconds` ({}) plus a \
+                         minute, or a commit whose answer was lost could have its snapshot expired \
+                         before the retry loop finds it",
+                        self.ingest.commit_timeout_seconds
+                    ),
+                ));
+            }
             let floor = (self.ingest.dedup_skew_seconds + 60) as f64 / 60.0;
             if self.routes.iter().any(|r| &r.table == table) && *minutes < floor {
                 return Err(Error::config(
