@@ -37,6 +37,7 @@ pub mod store;
 pub mod catalog;
 pub mod commit;
 pub(crate) mod file_cache;
+pub(crate) mod metadata_json;
 pub mod scan;
 pub mod snapshot;
 pub(crate) mod write;

@@ -1150,10 +1150,21 @@ pub async fn write_metadata(
         .with_next_version()
         .with_new_metadata(&metadata);
     if write {
-        metadata
-            .write_to(table.file_io(), &location)
-            .await
-            .map_err(ice("writing metadata"))?;
+        let path = location.to_string();
+        match crate::metadata_json::encode(&metadata, &previous, &changes, &path)? {
+            Some(bytes) => table
+                .file_io()
+                .new_output(&path)
+                .map_err(ice("writing metadata"))?
+                .write(bytes.into())
+                .await
+                .map_err(ice("writing metadata"))?,
+            // A compressed metadata.json: iceberg's writer.
+            None => metadata
+                .write_to(table.file_io(), &location)
+                .await
+                .map_err(ice("writing metadata"))?,
+        }
     }
     tracing::debug!(
         build_ms,

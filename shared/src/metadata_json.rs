@@ -1,0 +1,484 @@
+//! A version's metadata.json without re-serializing its history.
+//!
+//! iceberg 0.10.1 serializes table metadata by cloning all of it and then writing every snapshot
+//! entry again, so a commit's cost grew with the table's history: at 300 snapshots a quarter of
+//! a small object's CPU went to its metadata.json. A snapshot never changes once written, so the
+//! JSON of each entry is kept from the version this process wrote before, and a version staged
+//! on it serializes only what is new: its own snapshot and the small rest (schemas, specs, logs,
+//! refs, properties).
+//!
+//! Only the plain case takes this path: format v2, no metadata compression, and a version whose
+//! only updates are new snapshots and moved refs, staged on a version this process wrote (so its
+//! refs are known: iceberg 0.10.1 has no accessor for them). Anything else — a version loaded
+//! from the catalog, a schema change, an expiration — is written by iceberg's serializer, and the
+//! refs are read back from those bytes for the next commit. The fast path also requires the
+//! new version's metadata log to end at the remembered version and every remembered ref to
+//! still name what the new version says. Debug builds check every fast version against
+//! iceberg's own serialization of the same metadata.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+
+use iceberg::spec::{
+    FormatVersion, MetadataLog, PartitionSpec, PartitionStatisticsFile, Schema, Snapshot,
+    SnapshotLog, SnapshotReference, SortOrder, StatisticsFile, Summary, TableMetadata,
+};
+use iceberg::TableUpdate;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, ErrorKind, Result};
+
+/// Versions remembered (a process commits to a few tables; the newest of each is what counts).
+const REMEMBERED: usize = 16;
+
+/// What a written version leaves for the next one: its refs and its snapshots' JSON entries.
+struct Written {
+    location: String,
+    refs: BTreeMap<String, SnapshotReference>,
+    /// Entries by snapshot id (empty after a version iceberg serialized: filled on the next
+    /// fast write, once).
+    snapshots: HashMap<i64, Arc<str>>,
+}
+
+static WRITTEN: Mutex<VecDeque<Arc<Written>>> = Mutex::new(VecDeque::new());
+
+fn remembered(location: &str) -> Option<Arc<Written>> {
+    let written = WRITTEN.lock().unwrap_or_else(|p| p.into_inner());
+    written.iter().find(|w| w.location == location).cloned()
+}
+
+fn remember(w: Written) {
+    let mut written = WRITTEN.lock().unwrap_or_else(|p| p.into_inner());
+    written.retain(|x| x.location != w.location);
+    if written.len() >= REMEMBERED {
+        written.pop_front();
+    }
+    written.push_back(Arc::new(w));
+}
+
+/// The bytes of `metadata` — a version built on the one at `base` by `changes` — for
+/// `location`, or `None` when the table compresses its metadata (iceberg writes those).
+pub(crate) fn encode(
+    metadata: &TableMetadata,
+    base: &str,
+    changes: &[TableUpdate],
+    location: &str,
+) -> Result<Option<Vec<u8>>> {
+    let plain = matches!(
+        metadata.metadata_compression_codec(),
+        Ok(iceberg::compression::CompressionCodec::None)
+    );
+    if !plain {
+        return Ok(None);
+    }
+    let prior = remembered(base).filter(|prior| {
+        metadata.format_version() == FormatVersion::V2
+            && changes.iter().all(|c| {
+                matches!(
+                    c,
+                    TableUpdate::AddSnapshot { .. } | TableUpdate::SetSnapshotRef { .. }
+                )
+            })
+            // Built on exactly that version (a builder made from another version's metadata
+            // could hold refs the remembered one lacks)...
+            && metadata.metadata_log().last().map(|l| l.metadata_file.as_str()) == Some(base)
+            // ... and every remembered ref still names what the new version says it does.
+            && prior.refs.iter().all(|(name, r)| {
+                changes.iter().any(|c| {
+                    matches!(c, TableUpdate::SetSnapshotRef { ref_name, .. } if ref_name == name)
+                }) || metadata.snapshot_for_ref(name).map(|s| s.snapshot_id()) == Some(r.snapshot_id)
+            })
+    });
+    let Some(prior) = prior else {
+        // iceberg's serializer; the refs read back for the next version.
+        let bytes = serde_json::to_vec(metadata).map_err(json_error)?;
+        let refs = serde_json::from_slice::<RefsOnly>(&bytes)
+            .map_err(json_error)?
+            .refs;
+        remember(Written {
+            location: location.to_string(),
+            refs,
+            snapshots: HashMap::new(),
+        });
+        return Ok(Some(bytes));
+    };
+    let mut refs = prior.refs.clone();
+    for c in changes {
+        if let TableUpdate::SetSnapshotRef {
+            ref_name,
+            reference,
+        } = c
+        {
+            refs.insert(ref_name.clone(), reference.clone());
+        }
+    }
+    let mut snapshots = HashMap::with_capacity(metadata.snapshots().len());
+    for s in metadata.snapshots() {
+        let entry = match prior.snapshots.get(&s.snapshot_id()) {
+            Some(e) => e.clone(),
+            None => snapshot_entry(s)?,
+        };
+        snapshots.insert(s.snapshot_id(), entry);
+    }
+    let bytes = render(metadata, &refs, &snapshots)?;
+    #[cfg(debug_assertions)]
+    same_as_iceberg(metadata, &bytes)?;
+    remember(Written {
+        location: location.to_string(),
+        refs,
+        snapshots,
+    });
+    Ok(Some(bytes))
+}
+
+#[derive(Deserialize)]
+struct RefsOnly {
+    #[serde(default)]
+    refs: BTreeMap<String, SnapshotReference>,
+}
+
+/// A v2 snapshot entry, as iceberg writes it.
+#[derive(Serialize)]
+#[serde(rename_all = "kebab-case")]
+struct SnapshotEntry<'a> {
+    snapshot_id: i64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    parent_snapshot_id: Option<i64>,
+    sequence_number: i64,
+    timestamp_ms: i64,
+    manifest_list: &'a str,
+    summary: &'a Summary,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    schema_id: Option<i32>,
+}
+
+fn snapshot_entry(s: &Snapshot) -> Result<Arc<str>> {
+    let entry = SnapshotEntry {
+        snapshot_id: s.snapshot_id(),
+        parent_snapshot_id: s.parent_snapshot_id(),
+        sequence_number: s.sequence_number(),
+        timestamp_ms: s.timestamp_ms(),
+        manifest_list: s.manifest_list(),
+        summary: s.summary(),
+        schema_id: s.schema_id(),
+    };
+    Ok(serde_json::to_string(&entry).map_err(json_error)?.into())
+}
+
+/// Everything of a v2 metadata.json but its snapshots, as iceberg writes it.
+#[derive(Serialize)]
+#[serde(rename_all = "kebab-case")]
+struct Rest<'a> {
+    format_version: u8,
+    table_uuid: uuid::Uuid,
+    location: &'a str,
+    last_sequence_number: i64,
+    last_updated_ms: i64,
+    last_column_id: i32,
+    schemas: Vec<&'a Schema>,
+    current_schema_id: i32,
+    partition_specs: Vec<&'a PartitionSpec>,
+    default_spec_id: i32,
+    last_partition_id: i32,
+    #[serde(skip_serializing_if = "HashMap::is_empty")]
+    properties: &'a HashMap<String, String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    current_snapshot_id: Option<i64>,
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    snapshot_log: &'a [SnapshotLog],
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    metadata_log: &'a [MetadataLog],
+    sort_orders: Vec<&'a SortOrder>,
+    default_sort_order_id: i64,
+    refs: &'a BTreeMap<String, SnapshotReference>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    statistics: Vec<&'a StatisticsFile>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    partition_statistics: Vec<&'a PartitionStatisticsFile>,
+}
+
+fn render(
+    md: &TableMetadata,
+    refs: &BTreeMap<String, SnapshotReference>,
+    snapshots: &HashMap<i64, Arc<str>>,
+) -> Result<Vec<u8>> {
+    let rest = Rest {
+        format_version: 2,
+        table_uuid: md.uuid(),
+        location: md.location(),
+        last_sequence_number: md.last_sequence_number(),
+        last_updated_ms: md.last_updated_ms(),
+        last_column_id: md.last_column_id(),
+        schemas: md.schemas_iter().map(|s| s.as_ref()).collect(),
+        current_schema_id: md.current_schema_id(),
+        partition_specs: md.partition_specs_iter().map(|s| s.as_ref()).collect(),
+        default_spec_id: md.default_partition_spec_id(),
+        last_partition_id: md.last_partition_id(),
+        properties: md.properties(),
+        current_snapshot_id: md.current_snapshot_id(),
+        snapshot_log: md.history(),
+        metadata_log: md.metadata_log(),
+        sort_orders: md.sort_orders_iter().map(|s| s.as_ref()).collect(),
+        default_sort_order_id: md.default_sort_order_id(),
+        refs,
+        statistics: md.statistics_iter().collect(),
+        partition_statistics: md.partition_statistics_iter().collect(),
+    };
+    let mut out = serde_json::to_vec(&rest).map_err(json_error)?;
+    if snapshots.is_empty() {
+        return Ok(out);
+    }
+    // `{…}` becomes `{…,"snapshots":[…]}`.
+    out.pop();
+    out.extend_from_slice(b",\"snapshots\":[");
+    for (i, entry) in snapshots.values().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(entry.as_bytes());
+    }
+    out.extend_from_slice(b"]}");
+    Ok(out)
+}
+
+/// Debug builds: the fast bytes read back as exactly what iceberg's own bytes read back as.
+#[cfg(debug_assertions)]
+fn same_as_iceberg(md: &TableMetadata, bytes: &[u8]) -> Result<()> {
+    let ours: TableMetadata = serde_json::from_slice(bytes).map_err(json_error)?;
+    let theirs: TableMetadata =
+        serde_json::from_slice(&serde_json::to_vec(md).map_err(json_error)?).map_err(json_error)?;
+    if ours != theirs {
+        return Err(Error::new(
+            ErrorKind::Internal,
+            format!(
+                "metadata.json written without iceberg's serializer differs from it:\nours   {ours:?}\niceberg {theirs:?}"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn json_error(e: serde_json::Error) -> Error {
+    Error::new(ErrorKind::Internal, format!("table metadata JSON: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A v2 table with two schemas, a spec, a sort order, properties, a branch and a tag beside
+    /// main, statistics, both logs and three snapshots.
+    fn fixture() -> TableMetadata {
+        serde_json::from_value(serde_json::json!({
+            "format-version": 2,
+            "table-uuid": "9c12d441-03fe-4693-9a96-a0705ddf69c1",
+            "location": "s3://b/t",
+            "last-sequence-number": 3,
+            "last-updated-ms": 1_700_000_003_000i64,
+            "last-column-id": 3,
+            "current-schema-id": 1,
+            "schemas": [
+                {"type": "struct", "schema-id": 0, "fields": [
+                    {"id": 1, "name": "x", "required": true, "type": "long"}]},
+                {"type": "struct", "schema-id": 1, "identifier-field-ids": [1], "fields": [
+                    {"id": 1, "name": "x", "required": true, "type": "long"},
+                    {"id": 2, "name": "t", "required": false, "type": "timestamptz"},
+                    {"id": 3, "name": "s", "required": false, "type": "string", "doc": "a \"quoted\" doc"}]}
+            ],
+            "default-spec-id": 1,
+            "partition-specs": [
+                {"spec-id": 0, "fields": []},
+                {"spec-id": 1, "fields": [
+                    {"name": "t_day", "transform": "day", "source-id": 2, "field-id": 1000}]}
+            ],
+            "last-partition-id": 1000,
+            "default-sort-order-id": 1,
+            "sort-orders": [
+                {"order-id": 0, "fields": []},
+                {"order-id": 1, "fields": [
+                    {"transform": "identity", "source-id": 1, "direction": "asc", "null-order": "nulls-first"}]}
+            ],
+            "properties": {"write.format.default": "parquet", "owner": "data"},
+            "current-snapshot-id": 3,
+            "refs": {
+                "main": {"snapshot-id": 3, "type": "branch"},
+                "audit": {"snapshot-id": 2, "type": "branch", "min-snapshots-to-keep": 2, "max-snapshot-age-ms": 3600000},
+                "v1": {"snapshot-id": 1, "type": "tag", "max-ref-age-ms": 86400000}
+            },
+            "snapshots": [
+                {"snapshot-id": 1, "timestamp-ms": 1_700_000_001_000i64, "sequence-number": 1,
+                 "manifest-list": "s3://b/t/metadata/snap-1.avro", "schema-id": 0,
+                 "summary": {"operation": "append", "floe.source-objects": "[\"s3://l/a#1\"]"}},
+                {"snapshot-id": 2, "parent-snapshot-id": 1, "timestamp-ms": 1_700_000_002_000i64,
+                 "sequence-number": 2, "manifest-list": "s3://b/t/metadata/snap-2.avro",
+                 "schema-id": 1, "summary": {"operation": "overwrite", "a\\b": "é\n"}},
+                {"snapshot-id": 3, "parent-snapshot-id": 2, "timestamp-ms": 1_700_000_003_000i64,
+                 "sequence-number": 3, "manifest-list": "s3://b/t/metadata/snap-3.avro",
+                 "schema-id": 1, "summary": {"operation": "append"}}
+            ],
+            "snapshot-log": [
+                {"snapshot-id": 1, "timestamp-ms": 1_700_000_001_000i64},
+                {"snapshot-id": 2, "timestamp-ms": 1_700_000_002_000i64},
+                {"snapshot-id": 3, "timestamp-ms": 1_700_000_003_000i64}
+            ],
+            "metadata-log": [
+                {"metadata-file": "s3://b/t/metadata/00000-a.metadata.json", "timestamp-ms": 1_700_000_000_000i64}
+            ],
+            "statistics": [
+                {"snapshot-id": 3, "statistics-path": "s3://b/t/metadata/3.stats",
+                 "file-size-in-bytes": 10, "file-footer-size-in-bytes": 5, "blob-metadata": []}
+            ]
+        }))
+        .unwrap()
+    }
+
+    fn read(bytes: &[u8]) -> TableMetadata {
+        serde_json::from_slice(bytes).unwrap()
+    }
+
+    #[test]
+    fn a_version_on_a_written_one_reads_back_as_iceberg_writes_it_with_every_ref() {
+        let md = fixture();
+        // The first version (as loaded from a catalog) goes through iceberg and leaves its refs.
+        let first = encode(&md, "s3://b/t/metadata/00000-a.metadata.json", &[], "loc-1")
+            .unwrap()
+            .unwrap();
+        assert_eq!(read(&first), md);
+        // A version staged on it: a new snapshot, main moved.
+        let snapshot = Snapshot::builder()
+            .with_snapshot_id(4)
+            .with_parent_snapshot_id(Some(3))
+            .with_sequence_number(4)
+            .with_timestamp_ms(1_700_000_004_000)
+            .with_manifest_list("s3://b/t/metadata/snap-4.avro")
+            .with_schema_id(1)
+            .with_summary(Summary {
+                operation: iceberg::spec::Operation::Append,
+                additional_properties: HashMap::from([("k".into(), "v \"w\"".into())]),
+            })
+            .build();
+        let main = SnapshotReference::new(
+            4,
+            iceberg::spec::SnapshotRetention::branch(None, None, None),
+        );
+        let built = md
+            .clone()
+            .into_builder(Some("loc-1".into()))
+            .add_snapshot(snapshot.clone())
+            .unwrap()
+            .set_ref("main", main.clone())
+            .unwrap()
+            .build()
+            .unwrap();
+        let next = built.metadata;
+        let bytes = encode(&next, "loc-1", &built.changes, "loc-2")
+            .unwrap()
+            .unwrap();
+        let back = read(&bytes);
+        assert_eq!(back, next);
+        assert_eq!(back.snapshots().len(), 4);
+        assert_eq!(back.snapshot_for_ref("audit").unwrap().snapshot_id(), 2);
+        assert_eq!(back.snapshot_for_ref("v1").unwrap().snapshot_id(), 1);
+        assert_eq!(back.current_snapshot_id(), Some(4));
+        // It was the fast path: the entries are remembered by id for the version after.
+        let w = remembered("loc-2").unwrap();
+        assert_eq!(w.snapshots.len(), 4);
+        assert_eq!(w.refs["main"], main);
+        assert_eq!(w.refs.len(), 3);
+    }
+
+    #[test]
+    fn a_version_not_built_on_the_remembered_one_goes_through_iceberg() {
+        // Remembered "loc-a" (the fixture's refs); the new version is built on other metadata
+        // that has a tag more (another engine's commit in between), yet named as built on
+        // "loc-a": its tag must survive.
+        let md = fixture();
+        encode(&md, "base-a", &[], "loc-a").unwrap();
+        let other = md
+            .clone()
+            .into_builder(Some("loc-b".into()))
+            .set_ref(
+                "extra",
+                SnapshotReference::new(
+                    2,
+                    iceberg::spec::SnapshotRetention::Tag {
+                        max_ref_age_ms: None,
+                    },
+                ),
+            )
+            .unwrap()
+            .build()
+            .unwrap()
+            .metadata;
+        let snapshot = Snapshot::builder()
+            .with_snapshot_id(5)
+            .with_parent_snapshot_id(Some(3))
+            .with_sequence_number(4)
+            .with_timestamp_ms(chrono::Utc::now().timestamp_millis() + 1000)
+            .with_manifest_list("s3://b/t/metadata/snap-5.avro")
+            .with_schema_id(1)
+            .with_summary(Summary {
+                operation: iceberg::spec::Operation::Append,
+                additional_properties: HashMap::new(),
+            })
+            .build();
+        let built = other
+            .into_builder(Some("loc-c".into()))
+            .add_snapshot(snapshot)
+            .unwrap()
+            .set_ref(
+                "main",
+                SnapshotReference::new(
+                    5,
+                    iceberg::spec::SnapshotRetention::branch(None, None, None),
+                ),
+            )
+            .unwrap()
+            .build()
+            .unwrap();
+        let bytes = encode(&built.metadata, "loc-a", &built.changes, "loc-d")
+            .unwrap()
+            .unwrap();
+        let back = read(&bytes);
+        assert_eq!(back.snapshot_for_ref("extra").unwrap().snapshot_id(), 2);
+        assert_eq!(back, built.metadata);
+        assert!(
+            remembered("loc-d").unwrap().snapshots.is_empty(),
+            "iceberg's path"
+        );
+    }
+
+    #[test]
+    fn anything_but_new_snapshots_and_refs_goes_through_iceberg() {
+        let md = fixture();
+        encode(&md, "base-x", &[], "loc-x").unwrap();
+        let built = md
+            .clone()
+            .into_builder(Some("loc-x".into()))
+            .set_properties(HashMap::from([("a".into(), "b".into())]))
+            .unwrap()
+            .build()
+            .unwrap();
+        let bytes = encode(&built.metadata, "loc-x", &built.changes, "loc-y")
+            .unwrap()
+            .unwrap();
+        assert_eq!(read(&bytes), built.metadata);
+        // iceberg wrote it: no entries kept, the refs read back from its bytes.
+        let w = remembered("loc-y").unwrap();
+        assert!(w.snapshots.is_empty());
+        assert_eq!(w.refs.len(), 3);
+        // A compressed table's metadata is left to iceberg's writer.
+        let gz = md
+            .into_builder(Some("loc-y".into()))
+            .set_properties(HashMap::from([(
+                "write.metadata.compression-codec".into(),
+                "gzip".into(),
+            )]))
+            .unwrap()
+            .build()
+            .unwrap();
+        assert!(encode(&gz.metadata, "loc-y", &gz.changes, "loc-z")
+            .unwrap()
+            .is_none());
+    }
+}
