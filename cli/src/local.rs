@@ -414,57 +414,41 @@ impl Stack {
         tasks.spawn(worker.run(stop.clone()));
         if let Some(every) = shape.maintain_every {
             let maintainer = Maintainer::new(self.config.clone()).await?;
-            let stop = stop.clone();
-            tasks.spawn(async move {
-                let mut last = Instant::now();
-                while !*stop.borrow() {
-                    tokio::time::sleep(Duration::from_millis(500)).await;
-                    if last.elapsed() >= every {
-                        last = Instant::now();
-                        let reports = maintainer
-                            .handle_payload(
-                                &json!({"detail-type": "Scheduled Event"}),
-                                Instant::now() + Duration::from_secs(120),
-                            )
-                            .await?;
-                        crate::maintain_cmd::print_maintenance(&reports);
-                    }
-                }
-                Ok(())
-            });
+            tasks.spawn(on_schedule(
+                maintainer,
+                json!({"detail-type": "Scheduled Event"}),
+                every,
+                Duration::from_secs(120),
+                stop.clone(),
+                |reports| {
+                    crate::maintain_cmd::print_maintenance(&reports?);
+                    Ok(())
+                },
+            ));
         }
-        if let Some(every) = short_history_every(&self.config) {
-            // template.yaml's ExpireShortHistory schedule: expiration alone, of the hot tables
-            // alone. A failed pass is logged and the next one tries again, as the next
-            // scheduled invocation would.
+        if let Some(payload) = floe::maintain::short_history_payload(&self.config) {
+            // template.yaml's ExpireShortHistory schedule (every minute, EventBridge's shortest
+            // rate): expiration alone, of the hot tables alone. A failed pass is logged and the
+            // next one tries again, as the next scheduled invocation would.
             let maintainer = Maintainer::new(self.config.clone()).await?;
-            let payload = json!({
-                "tables": self.config.maintain.history_minutes.keys().collect::<Vec<_>>(),
-                "operations": ["expire"],
-            });
             let verbose = shape.verbose;
-            let stop = stop.clone();
-            tasks.spawn(async move {
-                let mut last = Instant::now();
-                while !*stop.borrow() {
-                    tokio::time::sleep(Duration::from_millis(500)).await;
-                    if last.elapsed() < every {
-                        continue;
-                    }
-                    last = Instant::now();
-                    match maintainer
-                        .handle_payload(&payload, Instant::now() + Duration::from_secs(60))
-                        .await
-                    {
+            tasks.spawn(on_schedule(
+                maintainer,
+                payload,
+                Duration::from_secs(60),
+                Duration::from_secs(60),
+                stop.clone(),
+                move |reports| {
+                    match reports {
                         Ok(reports) if verbose => crate::maintain_cmd::print_maintenance(&reports),
                         Ok(_) => {}
                         Err(e) => eprintln!(
                             "short-history expiration failed (the next pass tries again): {e}"
                         ),
                     }
-                }
-                Ok(())
-            });
+                    Ok(())
+                },
+            ));
         }
         while let Some(done) = tasks.join_next().await {
             done.context("a stack worker panicked")??;
@@ -473,19 +457,29 @@ impl Stack {
     }
 }
 
-/// How often the stack expires its short-history tables: every minute, as template.yaml's
-/// schedule (EventBridge's shortest rate), or every half of the shortest history when that is
-/// under two minutes (a table holds at most its history plus this interval).
-fn short_history_every(config: &Config) -> Option<Duration> {
-    let shortest = config
-        .maintain
-        .history_minutes
-        .values()
-        .copied()
-        .fold(f64::INFINITY, f64::min);
-    shortest
-        .is_finite()
-        .then(|| Duration::from_secs_f64((shortest * 30.0).min(60.0)))
+/// A maintain schedule: `payload` through `maintainer` every `every` (each invocation within
+/// `budget`) until `stop`; `settle` gets each invocation's reports, and its error stops the stack.
+async fn on_schedule(
+    maintainer: Maintainer,
+    payload: serde_json::Value,
+    every: Duration,
+    budget: Duration,
+    stop: watch::Receiver<bool>,
+    settle: impl Fn(floe::Result<Vec<floe::maintain::Report>>) -> Result<()>,
+) -> Result<()> {
+    let mut last = Instant::now();
+    while !*stop.borrow() {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        if last.elapsed() >= every {
+            last = Instant::now();
+            settle(
+                maintainer
+                    .handle_payload(&payload, Instant::now() + budget)
+                    .await,
+            )?;
+        }
+    }
+    Ok(())
 }
 
 /// One ingest "container": long-polls the queue, fills a batch within the window, hands it to

@@ -378,17 +378,11 @@ fn process_data(p: &Places) -> String {
 /// Maintain's second schedule: every minute, expiration alone of the tables `[maintain]
 /// history_minutes` keeps short (nothing when there are none).
 fn maintain_short_history(config: &Config) -> String {
-    let tables = &config.maintain.history_minutes;
-    if tables.is_empty() {
-        return String::new();
-    }
-    let payload = serde_json::json!({
-        "tables": tables.keys().collect::<Vec<_>>(),
-        "operations": ["expire"],
-    });
-    format!(
-        "ExpireShortHistory:\n  Type: ScheduleV2\n  Properties:\n    ScheduleExpression: rate(1 minute)\n    Input: '{payload}'\n"
-    )
+    floe::maintain::short_history_payload(config).map_or_else(String::new, |payload| {
+        format!(
+            "ExpireShortHistory:\n  Type: ScheduleV2\n  Properties:\n    ScheduleExpression: rate(1 minute)\n    Input: '{payload}'\n"
+        )
+    })
 }
 
 /// Maintain: every table floe writes (ingest tables and sinks).

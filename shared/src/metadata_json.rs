@@ -332,6 +332,43 @@ mod tests {
         .unwrap()
     }
 
+    /// main as a branch at `id`.
+    fn main_at(id: i64) -> SnapshotReference {
+        SnapshotReference::new(
+            id,
+            iceberg::spec::SnapshotRetention::branch(None, None, None),
+        )
+    }
+
+    /// `md` (whose file is at `at`) with snapshot `id` appended on the fixture's current one
+    /// and main moved to it.
+    fn appended(
+        md: TableMetadata,
+        at: &str,
+        id: i64,
+        summary: HashMap<String, String>,
+    ) -> iceberg::spec::TableMetadataBuildResult {
+        let snapshot = Snapshot::builder()
+            .with_snapshot_id(id)
+            .with_parent_snapshot_id(Some(3))
+            .with_sequence_number(4)
+            .with_timestamp_ms(chrono::Utc::now().timestamp_millis() + 1000)
+            .with_manifest_list(format!("s3://b/t/metadata/snap-{id}.avro"))
+            .with_schema_id(1)
+            .with_summary(Summary {
+                operation: iceberg::spec::Operation::Append,
+                additional_properties: summary,
+            })
+            .build();
+        md.into_builder(Some(at.into()))
+            .add_snapshot(snapshot)
+            .unwrap()
+            .set_ref("main", main_at(id))
+            .unwrap()
+            .build()
+            .unwrap()
+    }
+
     fn read(bytes: &[u8]) -> TableMetadata {
         serde_json::from_slice(bytes).unwrap()
     }
@@ -345,31 +382,12 @@ mod tests {
             .unwrap();
         assert_eq!(read(&first), md);
         // A version staged on it: a new snapshot, main moved.
-        let snapshot = Snapshot::builder()
-            .with_snapshot_id(4)
-            .with_parent_snapshot_id(Some(3))
-            .with_sequence_number(4)
-            .with_timestamp_ms(1_700_000_004_000)
-            .with_manifest_list("s3://b/t/metadata/snap-4.avro")
-            .with_schema_id(1)
-            .with_summary(Summary {
-                operation: iceberg::spec::Operation::Append,
-                additional_properties: HashMap::from([("k".into(), "v \"w\"".into())]),
-            })
-            .build();
-        let main = SnapshotReference::new(
+        let built = appended(
+            md,
+            "loc-1",
             4,
-            iceberg::spec::SnapshotRetention::branch(None, None, None),
+            HashMap::from([("k".into(), "v \"w\"".into())]),
         );
-        let built = md
-            .clone()
-            .into_builder(Some("loc-1".into()))
-            .add_snapshot(snapshot.clone())
-            .unwrap()
-            .set_ref("main", main.clone())
-            .unwrap()
-            .build()
-            .unwrap();
         let next = built.metadata;
         let bytes = encode(&next, "loc-1", &built.changes, "loc-2")
             .unwrap()
@@ -383,7 +401,7 @@ mod tests {
         // It was the fast path: the entries are remembered by id for the version after.
         let w = remembered("loc-2").unwrap();
         assert_eq!(w.snapshots.len(), 4);
-        assert_eq!(w.refs["main"], main);
+        assert_eq!(w.refs["main"], main_at(4));
         assert_eq!(w.refs.len(), 3);
     }
 
@@ -410,32 +428,7 @@ mod tests {
             .build()
             .unwrap()
             .metadata;
-        let snapshot = Snapshot::builder()
-            .with_snapshot_id(5)
-            .with_parent_snapshot_id(Some(3))
-            .with_sequence_number(4)
-            .with_timestamp_ms(chrono::Utc::now().timestamp_millis() + 1000)
-            .with_manifest_list("s3://b/t/metadata/snap-5.avro")
-            .with_schema_id(1)
-            .with_summary(Summary {
-                operation: iceberg::spec::Operation::Append,
-                additional_properties: HashMap::new(),
-            })
-            .build();
-        let built = other
-            .into_builder(Some("loc-c".into()))
-            .add_snapshot(snapshot)
-            .unwrap()
-            .set_ref(
-                "main",
-                SnapshotReference::new(
-                    5,
-                    iceberg::spec::SnapshotRetention::branch(None, None, None),
-                ),
-            )
-            .unwrap()
-            .build()
-            .unwrap();
+        let built = appended(other, "loc-c", 5, HashMap::new());
         let bytes = encode(&built.metadata, "loc-a", &built.changes, "loc-d")
             .unwrap()
             .unwrap();

@@ -102,16 +102,15 @@ impl Config {
         Ok(())
     }
 
-    /// Pipelines read tables (their source and joins) and write their sink; following these
-    /// edges from a sink must never lead back to it (a sink's commits would feed themselves).
-    /// The first cycle found is named, table by table, with the pipelines on it.
-    /// `[maintain] history_minutes`: configured tables only, at least [`MIN_HISTORY_MINUTES`]
-    /// and, for a table routes ingest into, a minute more than the duplicate check's clock skew:
-    /// the summary walk proves an object absent only by reaching a snapshot older than the
+    /// `[maintain] history_minutes`: configured tables only, and no shorter than any work that
+    /// holds one of the table's snapshots needs it: [`MIN_HISTORY_MINUTES`] (Lambda's limit),
+    /// the commit loop's window, and for a table routes ingest into the duplicate check's clock
+    /// skew (the summary walk proves an object absent only by reaching a snapshot older than the
     /// object's landing time minus the skew, so a shorter history would send every object's
-    /// check to the table's rows.
+    /// check to the table's rows).
     fn validate_history(&self, origin: &str) -> Result<()> {
         let tables = self.all_tables();
+        let plus_a_minute = |seconds: u64| (seconds + 60) as f64 / 60.0;
         for (table, minutes) in &self.maintain.history_minutes {
             let key = format!("maintain.history_minutes.{table}");
             if !tables.contains(table) {
@@ -121,52 +120,59 @@ impl Config {
                     format!("no table or pipeline sink named `{table}`"),
                 ));
             }
-            if !(*minutes >= MIN_HISTORY_MINUTES && minutes.is_finite()) {
+            let routed = self.routes.iter().any(|r| &r.table == table);
+            let (commit, skew) = (
+                self.ingest.commit_timeout_seconds,
+                self.ingest.dedup_skew_seconds,
+            );
+            let floors = [
+                (
+                    MIN_HISTORY_MINUTES,
+                    "a function holds a snapshot it read until it commits for up to Lambda's 15 \
+                     minutes (a compaction group, a slow object, a pipeline's first run, a lost \
+                     commit answer being settled), and expiring it meanwhile would fail or \
+                     misjudge that work"
+                        .to_string(),
+                ),
+                // The commit loop settles an attempt whose answer was lost by finding its
+                // snapshot: for as long as the loop may run, that evidence must not be expired
+                // under it (outside Lambda too, where no 15-minute limit bounds the caller).
+                (
+                    plus_a_minute(commit),
+                    format!(
+                        "`[ingest] commit_timeout_seconds` ({commit}) plus a minute, or a commit \
+                         whose answer was lost could have its snapshot expired before the retry \
+                         loop finds it"
+                    ),
+                ),
+                (
+                    if routed { plus_a_minute(skew) } else { 0.0 },
+                    format!(
+                        "for a table routes ingest into, `[ingest] dedup_skew_seconds` ({skew}) \
+                         plus a minute, or every object's duplicate check reads the table's rows \
+                         (lower the skew to shorten the history)"
+                    ),
+                ),
+            ];
+            // `!(x >= floor)` also refuses NaN; infinity is refused because a Duration cannot
+            // hold it.
+            if let Some((floor, why)) = floors
+                .iter()
+                .find(|(floor, _)| !(*minutes >= *floor && minutes.is_finite()))
+            {
                 return Err(Error::config(
                     origin,
                     &key,
-                    format!(
-                        "must be at least {MIN_HISTORY_MINUTES} and finite: a function holds a \
-                         snapshot it read until it commits for up to Lambda's 15 minutes (a \
-                         compaction group, a slow object, a pipeline's first run, a lost commit \
-                         answer being settled), and expiring it meanwhile would fail or \
-                         misjudge that work"
-                    ),
-                ));
-            }
-            // The commit loop settles an attempt whose answer was lost by finding its snapshot:
-            // for as long as the loop may run, that evidence must not be expired under it
-            // (outside Lambda too, where no 15-minute limit bounds the caller).
-            let window = (self.ingest.commit_timeout_seconds + 60) as f64 / 60.0;
-            if *minutes < window {
-                return Err(Error::config(
-                    origin,
-                    &key,
-                    format!(
-                        "must be at least {window}: `[ingest] commit_timeout_seconds` ({}) plus a \
-                         minute, or a commit whose answer was lost could have its snapshot expired \
-                         before the retry loop finds it",
-                        self.ingest.commit_timeout_seconds
-                    ),
-                ));
-            }
-            let floor = (self.ingest.dedup_skew_seconds + 60) as f64 / 60.0;
-            if self.routes.iter().any(|r| &r.table == table) && *minutes < floor {
-                return Err(Error::config(
-                    origin,
-                    &key,
-                    format!(
-                        "must be at least {floor} for a table routes ingest into: `[ingest] \
-                         dedup_skew_seconds` ({}) plus a minute, or every object's duplicate \
-                         check reads the table's rows (lower the skew to shorten the history)",
-                        self.ingest.dedup_skew_seconds
-                    ),
+                    format!("must be at least {floor} and finite: {why}"),
                 ));
             }
         }
         Ok(())
     }
 
+    /// Pipelines read tables (their source and joins) and write their sink; following these
+    /// edges from a sink must never lead back to it (a sink's commits would feed themselves).
+    /// The first cycle found is named, table by table, with the pipelines on it.
     fn validate_pipeline_graph(&self, origin: &str) -> Result<()> {
         // table → the pipelines reading it (by index).
         let mut readers: BTreeMap<&str, Vec<usize>> = BTreeMap::new();

@@ -85,7 +85,7 @@ impl Maintainer {
 
     /// The short history `[maintain] history_minutes` gives the table, if any: it replaces both
     /// the retention and the dedup window (validation keeps it past the duplicate check's skew).
-    pub(crate) fn history(&self, ident: &TableIdent) -> Option<Duration> {
+    fn history(&self, ident: &TableIdent) -> Option<Duration> {
         self.config
             .maintain
             .history_minutes

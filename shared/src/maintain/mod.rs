@@ -151,6 +151,19 @@ impl Options {
     }
 }
 
+/// The payload of the short-history schedule (template.yaml's `ExpireShortHistory`, `floe
+/// local`'s pass): expiration alone, of the tables `[maintain] history_minutes` names; `None`
+/// when it names none.
+pub fn short_history_payload(config: &Config) -> Option<serde_json::Value> {
+    let tables = &config.maintain.history_minutes;
+    (!tables.is_empty()).then(|| {
+        serde_json::json!({
+            "tables": tables.keys().collect::<Vec<_>>(),
+            "operations": ["expire"],
+        })
+    })
+}
+
 /// The smallest orphan age floe accepts: younger files may belong to a write still in flight.
 pub(crate) const MIN_ORPHAN_AGE: Duration = Duration::from_secs(3600);
 

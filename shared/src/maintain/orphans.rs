@@ -176,7 +176,8 @@ pub(super) async fn referenced_files(
             manifests.entry(mf.manifest_path.clone()).or_insert(mf);
         }
     }
-    let files: Vec<iceberg::spec::ManifestFile> = manifests.values().cloned().collect();
+    let (paths, files): (HashSet<String>, Vec<iceberg::spec::ManifestFile>) =
+        manifests.into_iter().unzip();
     let mut live = futures::stream::iter(files.into_iter().map(|mf| -> Load<'_, Vec<String>> {
         Box::pin(async move {
             let m = mf
@@ -197,6 +198,5 @@ pub(super) async fn referenced_files(
     while let Some(files) = live.try_next().await? {
         data.extend(files);
     }
-    drop(live);
-    Ok((lists, manifests.into_keys().collect(), data))
+    Ok((lists, paths, data))
 }
