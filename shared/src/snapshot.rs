@@ -62,9 +62,9 @@ pub struct Change {
     /// the default again, else this one is added. New files are then written with it; the live
     /// files keep theirs.
     pub partition_spec: Option<UnboundPartitionSpec>,
-    /// Meters the work this change commits: its usage when the snapshot is staged (manifests
-    /// and manifest list written, the metadata.json write counted ahead) goes into the
-    /// snapshot's summary ([`crate::summary::Usage`]).
+    /// Meters the work this change commits: its usage when the snapshot is staged (the PUTs
+    /// of the manifests, the manifest list and the metadata.json, written side by side after
+    /// it, counted ahead) goes into the snapshot's summary ([`crate::summary::Usage`]).
     pub meter: Option<Meter>,
 }
 
@@ -404,7 +404,19 @@ struct ManifestFiles<'a> {
     count: usize,
     snapshot_id: i64,
     schema: iceberg::spec::SchemaRef,
+    /// Where the manifests are encoded: in memory, then written to the table's store (see
+    /// [`ManifestFiles::finish`]).
+    staging: iceberg::io::FileIO,
+    /// Encoded manifests not written yet (path, bytes): written side by side with the manifest
+    /// list and the metadata.json, within [`DEFERRED_MANIFEST_BYTES`].
+    deferred: Vec<(String, bytes::Bytes, &'static str)>,
+    deferred_bytes: usize,
 }
+
+/// How many bytes of encoded manifests a stage keeps in memory to write them side by side with
+/// the manifest list and metadata.json; a manifest beyond is written at once (a manifest
+/// rewrite of a large table).
+const DEFERRED_MANIFEST_BYTES: usize = 8 << 20;
 
 impl ManifestFiles<'_> {
     fn open(&mut self, spec: PartitionSpec) -> Result<(String, ManifestWriter)> {
@@ -424,8 +436,7 @@ impl ManifestFiles<'_> {
         let path = format!("{}/{}-m{}.avro", self.dir, self.uuid, self.count);
         self.count += 1;
         let out = self
-            .table
-            .file_io()
+            .staging
             .new_output(&path)
             .map_err(ice("manifest output"))?;
         let b = ManifestWriterBuilder::new(out, Some(self.snapshot_id), self.schema.clone(), spec);
@@ -435,6 +446,61 @@ impl ManifestFiles<'_> {
         };
         Ok((path, w))
     }
+
+    /// Encodes the manifest `w` opened at `path`, and writes it to the table's store at once
+    /// only if the deferred ones would exceed [`DEFERRED_MANIFEST_BYTES`]: the others go out
+    /// with the manifest list and metadata.json ([`put_all`]). Nothing reads a new manifest
+    /// before the swap, and an attempt's window (its load to its swap, in which another
+    /// writer's commit makes it lose) is one write shorter.
+    async fn finish(
+        &mut self,
+        path: &str,
+        w: ManifestWriter,
+        writing: &'static str,
+    ) -> Result<ManifestFile> {
+        let file = w.write_manifest_file().await.map_err(ice(writing))?;
+        let bytes = self
+            .staging
+            .new_input(path)
+            .map_err(ice(writing))?
+            .read()
+            .await
+            .map_err(ice(writing))?;
+        let _ = self.staging.delete(path).await;
+        if self.deferred_bytes + bytes.len() <= DEFERRED_MANIFEST_BYTES {
+            self.deferred_bytes += bytes.len();
+            self.deferred.push((path.to_string(), bytes, writing));
+        } else {
+            put(self.table, path.to_string(), bytes, writing).await?;
+        }
+        Ok(file)
+    }
+}
+
+/// Writes `bytes` at `path` in the table's store.
+async fn put(
+    table: &Table,
+    path: String,
+    bytes: bytes::Bytes,
+    writing: &'static str,
+) -> Result<()> {
+    table
+        .file_io()
+        .new_output(&path)
+        .map_err(ice(writing))?
+        .write(bytes)
+        .await
+        .map_err(ice(writing))
+}
+
+/// Writes the deferred manifests, side by side (a few: they fit [`DEFERRED_MANIFEST_BYTES`]).
+async fn put_all(table: &Table, deferred: Vec<(String, bytes::Bytes, &'static str)>) -> Result<()> {
+    let mut puts = Vec::with_capacity(deferred.len());
+    for (path, bytes, writing) in deferred {
+        puts.push(put(table, path, bytes, writing));
+    }
+    futures::future::try_join_all(puts).await?;
+    Ok(())
 }
 
 /// Writes manifests, manifest list, snapshot and metadata.json for `change` on top of `table`.
@@ -472,6 +538,9 @@ pub(crate) async fn stage(table: &Table, change: &Change, write: bool) -> Result
             count: 0,
             snapshot_id,
             schema: schema.clone(),
+            staging: iceberg::io::FileIO::new_with_memory(),
+            deferred: Vec::new(),
+            deferred_bytes: 0,
         },
         schema,
         manifests: Vec::new(),
@@ -493,12 +562,13 @@ pub(crate) async fn stage(table: &Table, change: &Change, write: bool) -> Result
         new_schema.is_none(),
         m.dropped_deletes,
     );
+    let deferred = std::mem::take(&mut m.files.deferred);
     if let Some(meter) = &change.meter {
         let mut usage = meter.usage();
         if let Some(s3) = usage.s3.as_mut() {
-            // The manifest list and (unless a REST catalog writes it) the metadata.json,
-            // written next.
-            s3.put += if write { 2 } else { 1 };
+            // The deferred manifests, the manifest list and (unless a REST catalog writes it)
+            // the metadata.json, written next.
+            s3.put += deferred.len() as u64 + if write { 2 } else { 1 };
         }
         props.extend(usage.properties());
     }
@@ -532,20 +602,21 @@ pub(crate) async fn stage(table: &Table, change: &Change, write: bool) -> Result
             SnapshotReference::new(snapshot_id, SnapshotRetention::branch(None, None, None)),
         )
         .map_err(ice("moving main"))?;
-    // The manifest list and the metadata.json naming it are written side by side: nothing
-    // reads either before the swap, which waits for both (a shorter window between this
-    // attempt's load and its swap is a race lost less often).
+    // The new manifests, the manifest list and the metadata.json naming them are written side
+    // by side: nothing reads any of them before the swap, which waits for all (a shorter window
+    // between this attempt's load and its swap is a race lost less often).
     let t1 = std::time::Instant::now();
-    let (list, metadata) = tokio::join!(
+    let (manifests, list, metadata) = tokio::join!(
+        put_all(table, deferred),
         m.write_list(parent.map(|s| s.snapshot_id()), seq, &list_path),
         write_metadata(table, builder, write)
     );
-    let mut staged = match (list, metadata) {
+    let mut staged = match (manifests.and(list), metadata) {
         (Ok(()), Ok(staged)) => staged,
         (Err(e), Ok(staged)) => {
             // No swap was sent: nothing references this metadata.json, and it names a
-            // manifest list that is not there (a reader guessing the newest version by file
-            // name must not find it).
+            // manifest list or manifest that may not be there (a reader guessing the newest
+            // version by file name must not find it).
             for path in &staged.written {
                 let _ = table.file_io().delete(path).await;
             }
@@ -556,7 +627,8 @@ pub(crate) async fn stage(table: &Table, change: &Change, write: bool) -> Result
     tracing::debug!(
         carry_ms,
         add_ms,
-        list_and_metadata_ms = t1.elapsed().as_secs_f64() * 1e3,
+        // The deferred manifests, the manifest list and the metadata.json, side by side.
+        writes_ms = t1.elapsed().as_secs_f64() * 1e3,
         "staged"
     );
     staged.snapshot_id = Some(snapshot_id);
@@ -807,11 +879,8 @@ impl Manifests<'_> {
                 any = true;
             }
             if any {
-                self.manifests.push(
-                    w.write_manifest_file()
-                        .await
-                        .map_err(ice("writing a manifest"))?,
-                );
+                let file = self.files.finish(&path, w, "writing a manifest").await?;
+                self.manifests.push(file);
                 self.written.push(path);
             }
         }
@@ -850,11 +919,8 @@ impl Manifests<'_> {
                 )
                 .map_err(ice("manifest entry"))?;
             }
-            self.manifests.push(
-                w.write_manifest_file()
-                    .await
-                    .map_err(ice("writing a manifest"))?,
-            );
+            let file = self.files.finish(&path, w, "writing a manifest").await?;
+            self.manifests.push(file);
             self.written.push(path);
         }
         Ok(())
@@ -928,9 +994,9 @@ impl Manifests<'_> {
         }
         for (path, w) in writers {
             out.push(
-                w.write_manifest_file()
-                    .await
-                    .map_err(ice("writing a delete manifest"))?,
+                self.files
+                    .finish(&path, w, "writing a delete manifest")
+                    .await?,
             );
             self.written.push(path);
         }
@@ -991,8 +1057,8 @@ impl Manifests<'_> {
                 .add_file(df, self.schema.clone(), spec.clone());
             w.add_file(df.clone(), seq).map_err(ice("manifest entry"))?;
         }
-        self.manifests
-            .push(w.write_manifest_file().await.map_err(ice(writing))?);
+        let file = self.files.finish(&path, w, writing).await?;
+        self.manifests.push(file);
         self.written.push(path);
         Ok(())
     }
