@@ -252,6 +252,94 @@ async fn concurrent_runs_and_a_crash_before_commit_neither_duplicate_nor_lose() 
     assert_eq!(again.source_snapshots, 0);
 }
 
+/// Wraps the sink swaps of one processor: before each, the source gets a commit, another
+/// processor runs the pipeline (its checkpoint then covers everything so far), and the source
+/// gets one more commit — two invocations side by side on a source committing all the time.
+struct Overtaken {
+    inner: std::sync::Arc<dyn floe::catalog::PointerSwap>,
+    sink: String,
+    env: std::sync::Arc<TestEnv>,
+    round: std::sync::atomic::AtomicU32,
+}
+
+impl std::fmt::Debug for Overtaken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Overtaken")
+            .field("sink", &self.sink)
+            .finish()
+    }
+}
+
+#[async_trait::async_trait]
+impl floe::catalog::PointerSwap for Overtaken {
+    async fn current(&self, ident: &iceberg::TableIdent) -> floe::Result<Option<String>> {
+        self.inner.current(ident).await
+    }
+
+    fn writes_metadata(&self) -> bool {
+        self.inner.writes_metadata()
+    }
+
+    async fn swap(
+        &self,
+        ident: &iceberg::TableIdent,
+        staged: &floe::snapshot::Staged,
+    ) -> floe::Result<()> {
+        if ident.name() == self.sink {
+            let n = self.round.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let ingestor = self.env.ingestor().await;
+            for side in ["a", "b"] {
+                let key = format!("orders/overtaken-{n}{side}.jsonl");
+                put_orders(&self.env, &key, 20, 500 + u64::from(n)).await;
+                self.env.ingest(&ingestor, &key).await?;
+                if side == "a" {
+                    let other = self.env.processor().await;
+                    other.run(APPEND, soon()).await?;
+                }
+            }
+        }
+        self.inner.swap(ident, staged).await
+    }
+}
+
+/// Two runs of one pipeline side by side while the source keeps committing (what two process
+/// invocations on one queue meet at 10 commits/s): the run that loses to the other's commit is
+/// done once that commit covers what it had planned, instead of re-planning onto each newer
+/// delta and losing again until it gave up (`DeadlineExceeded`, its messages redelivered).
+#[tokio::test]
+async fn a_run_overtaken_by_another_that_covers_its_plan_is_done() {
+    let env = std::sync::Arc::new(TestEnv::with_pipelines("sqlite", "").await);
+    let ingestor = env.ingestor().await;
+    put_orders(&env, "orders/first.jsonl", 50, 7).await;
+    env.ingest(&ingestor, "orders/first.jsonl").await.unwrap();
+    let sink = floe::catalog::table_ident(&env.config, APPEND)
+        .unwrap()
+        .name()
+        .to_string();
+    let (e, s) = (env.clone(), sink.clone());
+    let overtaken = env
+        .processor_with(move |inner| {
+            std::sync::Arc::new(Overtaken {
+                inner,
+                sink: s,
+                env: e,
+                round: Default::default(),
+            })
+        })
+        .await;
+    let r = overtaken
+        .run(APPEND, soon())
+        .await
+        .expect("the overtaken run ends well");
+    assert!(r.covered, "{r:?}");
+    assert_eq!((r.sink_snapshot, r.replans), (None, 1), "{r:?}");
+    // The source committed once more after the other run: the next run takes it.
+    let p = env.processor().await;
+    let next = p.run(APPEND, soon()).await.unwrap();
+    assert_eq!(next.source_snapshots, 1, "{next:?}");
+    assert_reconciled(&p, APPEND).await;
+}
+
 #[tokio::test]
 async fn replace_overwrite_expired_checkpoint_and_changed_transform() {
     let env = TestEnv::with_pipelines("sqlite", "").await;

@@ -33,6 +33,15 @@ use crate::summary::{self, Checkpoint, Usage, FUNCTION_PROCESS};
 /// Runs that lost the race to another run re-plan at most this often.
 pub(super) const MAX_ROUNDS: u32 = 8;
 
+/// One plan-and-commit of a run.
+enum Attempt {
+    /// Committed, or nothing to do.
+    Done(Box<RunReport>),
+    /// Another writer committed to the sink first; this attempt had planned up to `planned_to`
+    /// (a source snapshot).
+    Lost { planned_to: i64 },
+}
+
 /// What one pipeline run did.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct RunReport {
@@ -103,6 +112,10 @@ pub struct RunReport {
     pub sink_snapshot: Option<i64>,
     /// Times the run lost to a concurrent run and re-planned.
     pub replans: u32,
+    /// The run lost to a concurrent run whose commit covers everything this run had planned
+    /// (the source snapshot it set out to reach): nothing was left for it to do.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub covered: bool,
     /// Source commit → sink commit, for the newest source snapshot processed (ms).
     pub latency_ms: Option<i64>,
     /// Processor lag before the run: now − the oldest unprocessed source commit (s).
@@ -470,27 +483,75 @@ impl Processor {
         let started = Instant::now();
         // The whole run, re-plans included: what its sink commit records.
         let mut replans = 0;
+        // The source snapshot the first plan set out to reach: what the run was started for.
+        let mut target = None;
         loop {
-            match self.run_once(p, deadline, rebuild_by, meter).await? {
-                Some(mut report) => {
+            let planned_to = match self.run_once(p, deadline, rebuild_by, meter).await? {
+                Attempt::Done(report) => {
+                    let mut report = *report;
                     report.replans = replans;
                     report.seconds = started.elapsed().as_secs_f64();
                     report.usage = Some(meter.usage());
                     self.announce(p, &report).await;
                     return Ok(report);
                 }
-                None if replans + 1 < MAX_ROUNDS && Instant::now() < deadline => replans += 1,
-                None => {
-                    return Err(Error::new(
-                        ErrorKind::DeadlineExceeded,
-                        format!(
+                Attempt::Lost { planned_to } => planned_to,
+            };
+            // Runs side by side (two invocations on one queue, a poll beside an event) on a
+            // source that keeps committing: each commit of one makes the other re-plan onto a
+            // new delta, and lose again to the next. Once another run's checkpoint covers what
+            // this one set out to reach, the work it was started for is done.
+            let target = *target.get_or_insert(planned_to);
+            if let Some(reached) = self.covered(p, target).await? {
+                tracing::info!(pipeline = %p.name, target, reached, "another run's commit covers this run's plan; done");
+                return Ok(RunReport {
+                    pipeline: p.name.clone(),
+                    to_snapshot: Some(reached),
+                    replans: replans + 1,
+                    covered: true,
+                    seconds: started.elapsed().as_secs_f64(),
+                    usage: Some(meter.usage()),
+                    ..Default::default()
+                });
+            }
+            if replans + 1 >= MAX_ROUNDS || Instant::now() >= deadline {
+                return Err(Error::new(
+                    ErrorKind::DeadlineExceeded,
+                    format!(
                         "pipeline `{name}`: other runs kept committing first; {replans} re-plans"
                     ),
-                    )
-                    .with_retryable(true))
-                }
+                )
+                .with_retryable(true));
             }
+            replans += 1;
         }
+    }
+
+    /// The sink's checkpoint, if it covers `target` (a snapshot of the source: the checkpoint is
+    /// `target` or a descendant of it, written by this transform version).
+    async fn covered(&self, p: &PipelineConfig, target: i64) -> Result<Option<i64>> {
+        let pos = self.position(p).await?;
+        let Some(cp) = &pos.checkpoint else {
+            return Ok(None);
+        };
+        if cp.transform.as_deref() != Some(pos.hash.as_str()) {
+            return Ok(None);
+        }
+        let md = pos.source.metadata();
+        let Some(wanted) = md.snapshot_by_id(target) else {
+            return Ok(None);
+        };
+        let mut at = md.snapshot_by_id(cp.snapshot_id);
+        while let Some(s) = at {
+            if s.snapshot_id() == target {
+                return Ok(Some(cp.snapshot_id));
+            }
+            if s.sequence_number() <= wanted.sequence_number() {
+                break;
+            }
+            at = s.parent_snapshot_id().and_then(|id| md.snapshot_by_id(id));
+        }
+        Ok(None)
     }
 
     pub(super) async fn position(&self, p: &PipelineConfig) -> Result<Position> {
@@ -583,13 +644,13 @@ impl Processor {
         deadline: Instant,
         rebuild_by: Instant,
         meter: &Meter,
-    ) -> Result<Option<RunReport>> {
+    ) -> Result<Attempt> {
         let t0 = Instant::now();
         let ms = |t: Instant| t.elapsed().as_secs_f64() * 1e3;
         let pos = self.position(p).await?;
         let position_ms = ms(t0);
         if let Some(r) = self.continue_refresh(p, &pos, deadline, meter).await? {
-            return Ok(Some(r));
+            return Ok(Attempt::Done(Box::new(r)));
         }
         let t1 = Instant::now();
         let merge = Box::pin(self.check_sql(p, &pos.source)).await?;
@@ -620,7 +681,7 @@ impl Processor {
         // snapshot): it commits its starting position, or every later run would start over.
         let to = match delta.to {
             Some(to) if delta.to != after || pos.checkpoint.is_none() => to,
-            _ => return Ok(Some(report)),
+            _ => return Ok(Attempt::Done(Box::new(report))),
         };
         let files: Vec<LiveFile> = delta
             .files
@@ -690,7 +751,7 @@ impl Processor {
                         added_deletes = f.added_deletes;
                         (f.added, f.removed, f.schema)
                     }
-                    None => return Ok(None),
+                    None => return Ok(Attempt::Lost { planned_to: to }),
                 }
             }
         };
@@ -713,7 +774,10 @@ impl Processor {
             .commit_with_checkpoint(p, &pos, to, change, report, deadline, meter)
             .await;
         tracing::debug!(pipeline = %p.name, position_ms, check_ms, plan_ms, work_ms, commit_ms = ms(t1), "pipeline run phases");
-        committed
+        Ok(match committed? {
+            Some(report) => Attempt::Done(Box::new(report)),
+            None => Attempt::Lost { planned_to: to },
+        })
     }
 
     /// Where this run starts: after the checkpoint (refusing output of another transform
