@@ -252,14 +252,50 @@ async fn concurrent_runs_and_a_crash_before_commit_neither_duplicate_nor_lose() 
     assert_eq!(again.source_snapshots, 0);
 }
 
-/// Wraps the sink swaps of one processor: before each, the source gets a commit, another
-/// processor runs the pipeline (its checkpoint then covers everything so far), and the source
-/// gets one more commit — two invocations side by side on a source committing all the time.
+/// Wraps the sink swaps of one processor. Covering: before each, the source gets a commit,
+/// another processor runs the pipeline (its checkpoint then covers everything so far), and the
+/// source gets one more commit — two invocations side by side on a source committing all the
+/// time. Behind (the first swap only): another writer moves the sink's checkpoint to the
+/// parent of the source's current snapshot, short of what this run planned.
 struct Overtaken {
     inner: std::sync::Arc<dyn floe::catalog::PointerSwap>,
     sink: String,
     env: std::sync::Arc<TestEnv>,
     round: std::sync::atomic::AtomicU32,
+    behind: bool,
+}
+
+impl Overtaken {
+    /// Commits a sink snapshot whose checkpoint is the parent of the source's current snapshot.
+    async fn checkpoint_behind(&self, sink: &iceberg::TableIdent) -> floe::Result<()> {
+        let committer = self.env.maintainer().await.committer().clone();
+        let source = committer.load(&self.env.ident()).await?;
+        let uuid = source.metadata().uuid().to_string();
+        let parent = source
+            .metadata()
+            .current_snapshot()
+            .and_then(|s| s.parent_snapshot_id())
+            .expect("the source has two snapshots");
+        let sink_table = committer.load(sink).await?;
+        let transform = floe::summary::read_checkpoint(sink_table.metadata(), &uuid)
+            .and_then(|c| c.transform)
+            .expect("the sink has a checkpoint");
+        let props = floe::summary::checkpoint_properties(&uuid, parent, &transform)
+            .into_iter()
+            .collect();
+        let change = Change::append(Vec::new(), props);
+        let limits = floe::commit::CommitLimits {
+            max_attempts: 5,
+            deadline: soon(),
+            skew: Duration::ZERO,
+        };
+        committer
+            .commit(sink, &limits, move |_t| {
+                Ok(floe::commit::Plan::Apply(change.clone()))
+            })
+            .await?;
+        Ok(())
+    }
 }
 
 impl std::fmt::Debug for Overtaken {
@@ -285,8 +321,12 @@ impl floe::catalog::PointerSwap for Overtaken {
         ident: &iceberg::TableIdent,
         staged: &floe::snapshot::Staged,
     ) -> floe::Result<()> {
-        if ident.name() == self.sink {
-            let n = self.round.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let n = self.round.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        if ident.name() == self.sink && self.behind {
+            if n == 0 {
+                self.checkpoint_behind(ident).await?;
+            }
+        } else if ident.name() == self.sink {
             let ingestor = self.env.ingestor().await;
             for side in ["a", "b"] {
                 let key = format!("orders/overtaken-{n}{side}.jsonl");
@@ -324,6 +364,7 @@ async fn a_run_overtaken_by_another_that_covers_its_plan_is_done() {
                 sink: s,
                 env: e,
                 round: Default::default(),
+                behind: false,
             })
         })
         .await;
@@ -332,12 +373,48 @@ async fn a_run_overtaken_by_another_that_covers_its_plan_is_done() {
         .await
         .expect("the overtaken run ends well");
     assert!(r.covered, "{r:?}");
-    assert_eq!((r.sink_snapshot, r.replans), (None, 1), "{r:?}");
+    assert_eq!((r.sink_snapshot, r.replans), (None, 0), "{r:?}");
     // The source committed once more after the other run: the next run takes it.
     let p = env.processor().await;
     let next = p.run(APPEND, soon()).await.unwrap();
     assert_eq!(next.source_snapshots, 1, "{next:?}");
     assert_reconciled(&p, APPEND).await;
+}
+
+/// The other way round: another commit moves the sink's checkpoint, but short of what the run
+/// planned (the parent of its target): the run is not covered, it re-plans the rest and commits.
+#[tokio::test]
+async fn a_run_overtaken_by_a_checkpoint_short_of_its_plan_replans() {
+    let env = std::sync::Arc::new(TestEnv::with_pipelines("sqlite", "").await);
+    let ingestor = env.ingestor().await;
+    put_orders(&env, "orders/first.jsonl", 50, 8).await;
+    env.ingest(&ingestor, "orders/first.jsonl").await.unwrap();
+    env.processor().await.run(APPEND, soon()).await.unwrap();
+    for i in 0..2 {
+        let key = format!("orders/later{i}.jsonl");
+        put_orders(&env, &key, 20, 80 + i).await;
+        env.ingest(&ingestor, &key).await.unwrap();
+    }
+    let sink = floe::catalog::table_ident(&env.config, APPEND)
+        .unwrap()
+        .name()
+        .to_string();
+    let e = env.clone();
+    let overtaken = env
+        .processor_with(move |inner| {
+            std::sync::Arc::new(Overtaken {
+                inner,
+                sink,
+                env: e,
+                round: Default::default(),
+                behind: true,
+            })
+        })
+        .await;
+    let r = overtaken.run(APPEND, soon()).await.unwrap();
+    assert!(!r.covered, "{r:?}");
+    assert!(r.sink_snapshot.is_some(), "{r:?}");
+    assert_eq!((r.replans, r.source_snapshots), (1, 1), "{r:?}");
 }
 
 #[tokio::test]

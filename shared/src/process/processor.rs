@@ -39,7 +39,12 @@ enum Attempt {
     Done(Box<RunReport>),
     /// Another writer committed to the sink first; this attempt had planned up to `planned_to`
     /// (a source snapshot).
-    Lost { planned_to: i64 },
+    Lost {
+        planned_to: i64,
+        /// Where the attempt started (its checkpoint) and the lag it found.
+        from: Option<i64>,
+        lag_seconds: f64,
+    },
 }
 
 /// What one pipeline run did.
@@ -485,6 +490,8 @@ impl Processor {
         let mut replans = 0;
         // The source snapshot the first plan set out to reach: what the run was started for.
         let mut target = None;
+        // The first attempt's start and lag: what a covered run reports.
+        let mut first: Option<(Option<i64>, f64)> = None;
         loop {
             let planned_to = match self.run_once(p, deadline, rebuild_by, meter).await? {
                 Attempt::Done(report) => {
@@ -495,7 +502,14 @@ impl Processor {
                     self.announce(p, &report).await;
                     return Ok(report);
                 }
-                Attempt::Lost { planned_to } => planned_to,
+                Attempt::Lost {
+                    planned_to,
+                    from,
+                    lag_seconds,
+                } => {
+                    first.get_or_insert((from, lag_seconds));
+                    planned_to
+                }
             };
             // Runs side by side (two invocations on one queue, a poll beside an event) on a
             // source that keeps committing: each commit of one makes the other re-plan onto a
@@ -504,10 +518,13 @@ impl Processor {
             let target = *target.get_or_insert(planned_to);
             if let Some(reached) = self.covered(p, target).await? {
                 tracing::info!(pipeline = %p.name, target, reached, "another run's commit covers this run's plan; done");
+                let (from_snapshot, lag_seconds) = first.unwrap_or_default();
                 return Ok(RunReport {
                     pipeline: p.name.clone(),
+                    from_snapshot,
                     to_snapshot: Some(reached),
-                    replans: replans + 1,
+                    lag_seconds,
+                    replans,
                     covered: true,
                     seconds: started.elapsed().as_secs_f64(),
                     usage: Some(meter.usage()),
@@ -527,24 +544,32 @@ impl Processor {
         }
     }
 
-    /// The sink's checkpoint, if it covers `target` (a snapshot of the source: the checkpoint is
-    /// `target` or a descendant of it, written by this transform version).
+    /// The sink's checkpoint, if it covers `target` (a snapshot of the source): written by this
+    /// transform version, no refresh of the sink in progress (its chunks carry the old
+    /// checkpoint while they replace the output: the run continues it instead), and on the
+    /// source's main history at or after `target` (a rolled-back source makes the next plan
+    /// fail as `Stale`, as before).
     async fn covered(&self, p: &PipelineConfig, target: i64) -> Result<Option<i64>> {
         let pos = self.position(p).await?;
         let Some(cp) = &pos.checkpoint else {
             return Ok(None);
         };
-        if cp.transform.as_deref() != Some(pos.hash.as_str()) {
+        if cp.transform.as_deref() != Some(pos.hash.as_str())
+            || super::refresh::read_position(p, &pos)?.is_some()
+        {
             return Ok(None);
         }
         let md = pos.source.metadata();
         let Some(wanted) = md.snapshot_by_id(target) else {
             return Ok(None);
         };
-        let mut at = md.snapshot_by_id(cp.snapshot_id);
+        // Main's history back to `target`: the checkpoint must be met on the way (or be it).
+        let mut met = false;
+        let mut at = md.current_snapshot();
         while let Some(s) = at {
+            met |= s.snapshot_id() == cp.snapshot_id;
             if s.snapshot_id() == target {
-                return Ok(Some(cp.snapshot_id));
+                return Ok(met.then_some(cp.snapshot_id));
             }
             if s.sequence_number() <= wanted.sequence_number() {
                 break;
@@ -751,7 +776,13 @@ impl Processor {
                         added_deletes = f.added_deletes;
                         (f.added, f.removed, f.schema)
                     }
-                    None => return Ok(Attempt::Lost { planned_to: to }),
+                    None => {
+                        return Ok(Attempt::Lost {
+                            planned_to: to,
+                            from: after,
+                            lag_seconds: report.lag_seconds,
+                        })
+                    }
                 }
             }
         };
@@ -770,13 +801,18 @@ impl Processor {
         change.properties.extend(joined.properties());
         let work_ms = ms(t1);
         let t1 = Instant::now();
+        let lag_seconds = report.lag_seconds;
         let committed = self
             .commit_with_checkpoint(p, &pos, to, change, report, deadline, meter)
             .await;
         tracing::debug!(pipeline = %p.name, position_ms, check_ms, plan_ms, work_ms, commit_ms = ms(t1), "pipeline run phases");
         Ok(match committed? {
             Some(report) => Attempt::Done(Box::new(report)),
-            None => Attempt::Lost { planned_to: to },
+            None => Attempt::Lost {
+                planned_to: to,
+                from: after,
+                lag_seconds,
+            },
         })
     }
 
