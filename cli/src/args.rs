@@ -659,6 +659,10 @@ pub struct BenchArgs {
     /// Ingest workers (concurrent invocations; --freshness) [default: the deployed shape's].
     #[arg(long, value_name = "N", requires = "freshness")]
     pub ingest_concurrency: Option<NonZeroUsize>,
+    /// Process workers (concurrent invocations on the commit-event queue; --freshness)
+    /// [default: the local stack's].
+    #[arg(long, value_name = "N", requires = "freshness")]
+    pub process_concurrency: Option<NonZeroUsize>,
     /// Ingest batching window in ms (--freshness) [default: the deployed shape's].
     #[arg(long, value_name = "MS", requires = "freshness")]
     pub batch_window_ms: Option<u64>,

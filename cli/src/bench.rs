@@ -347,6 +347,9 @@ pub async fn run(args: BenchArgs) -> Result<()> {
             ingest_concurrency: args
                 .ingest_concurrency
                 .map_or(defaults.ingest_concurrency, |n| n.get()),
+            process_concurrency: args
+                .process_concurrency
+                .map_or(defaults.process_concurrency, |n| n.get()),
             batch_window: args
                 .batch_window_ms
                 .map_or(defaults.batch_window, Duration::from_millis),

@@ -424,10 +424,11 @@ fn print(runs: &[RateRun], opts: &Options) {
         if opts.sequential { ", process uncached and one pipeline at a time (--sequential)" } else { "" }
     );
     println!(
-        "ingest: {} worker(s), batches of up to {} within {} ms; process: one worker taking the commit events waiting (up to 10), each pipeline they name once per round; legs in seconds\n",
+        "ingest: {} worker(s), batches of up to {} within {} ms; process: {} worker(s) taking the commit events waiting (up to 10), each pipeline they name once per round; legs in seconds\n",
         s.ingest_concurrency,
         s.batch_size,
-        s.batch_window.as_millis()
+        s.batch_window.as_millis(),
+        s.process_concurrency
     );
     let heads: String = runs
         .iter()

@@ -130,6 +130,9 @@ impl Drop for Moto {
 pub(crate) struct Shape {
     /// Ingest invocations at once (each worker is one container with its own `Ingestor`).
     pub(crate) ingest_concurrency: usize,
+    /// Process invocations at once on the commit-event queue (each worker one container with
+    /// its own `Processor`; the first also runs the poll).
+    pub(crate) process_concurrency: usize,
     /// Most messages per ingest invocation (the SQS event source's `BatchSize`, ≤ 10 here).
     pub(crate) batch_size: i32,
     /// How long a batch may wait to fill once its first message is in
@@ -148,6 +151,7 @@ impl Default for Shape {
     fn default() -> Self {
         Self {
             ingest_concurrency: 2,
+            process_concurrency: 1,
             batch_size: 10,
             batch_window: Duration::ZERO,
             poll_every: Duration::from_secs(60),
@@ -404,14 +408,17 @@ impl Stack {
             };
             tasks.spawn(worker.run(stop.clone()));
         }
-        let worker = ProcessWorker {
-            sqs: self.sqs.clone(),
-            queue_url: self.process_queue_url.clone(),
-            processor: Processor::new(self.config.clone()).await?,
-            shape: shape.clone(),
-            rec: rec.clone(),
-        };
-        tasks.spawn(worker.run(stop.clone()));
+        for n in 0..shape.process_concurrency.max(1) {
+            let worker = ProcessWorker {
+                sqs: self.sqs.clone(),
+                queue_url: self.process_queue_url.clone(),
+                processor: Processor::new(self.config.clone()).await?,
+                shape: shape.clone(),
+                rec: rec.clone(),
+                polls: n == 0,
+            };
+            tasks.spawn(worker.run(stop.clone()));
+        }
         if let Some(every) = shape.maintain_every {
             let maintainer = Maintainer::new(self.config.clone()).await?;
             tasks.spawn(on_schedule(
@@ -602,6 +609,8 @@ struct ProcessWorker {
     processor: Processor,
     shape: Shape,
     rec: Option<Recorder>,
+    /// Whether this worker also runs the poll (the schedule's invocations: one stream of them).
+    polls: bool,
 }
 
 impl ProcessWorker {
@@ -609,7 +618,7 @@ impl ProcessWorker {
         let mut last_poll = Instant::now();
         while !*stop.borrow() {
             // The poll: an invocation of its own, as the deployed schedule's.
-            if last_poll.elapsed() >= self.shape.poll_every {
+            if self.polls && last_poll.elapsed() >= self.shape.poll_every {
                 last_poll = Instant::now();
                 self.invoke(&json!({"detail-type": "Scheduled Event"}))
                     .await;
