@@ -407,10 +407,9 @@ struct ManifestFiles<'a> {
     /// Where the manifests are encoded: in memory, then written to the table's store (see
     /// [`ManifestFiles::finish`]).
     staging: iceberg::io::FileIO,
-    /// Encoded manifests not written yet (path, bytes): written side by side with the manifest
-    /// list and the metadata.json, within [`DEFERRED_MANIFEST_BYTES`].
+    /// Encoded manifests not written yet (path, bytes, what a failed write says): written side
+    /// by side with the manifest list and the metadata.json, within [`DEFERRED_MANIFEST_BYTES`].
     deferred: Vec<(String, bytes::Bytes, &'static str)>,
-    deferred_bytes: usize,
 }
 
 /// How many bytes of encoded manifests a stage keeps in memory to write them side by side with
@@ -467,8 +466,8 @@ impl ManifestFiles<'_> {
             .await
             .map_err(ice(writing))?;
         let _ = self.staging.delete(path).await;
-        if self.deferred_bytes + bytes.len() <= DEFERRED_MANIFEST_BYTES {
-            self.deferred_bytes += bytes.len();
+        let deferred: usize = self.deferred.iter().map(|(_, b, _)| b.len()).sum();
+        if deferred + bytes.len() <= DEFERRED_MANIFEST_BYTES {
             self.deferred.push((path.to_string(), bytes, writing));
         } else {
             put(self.table, path.to_string(), bytes, writing).await?;
@@ -540,7 +539,6 @@ pub(crate) async fn stage(table: &Table, change: &Change, write: bool) -> Result
             schema: schema.clone(),
             staging: iceberg::io::FileIO::new_with_memory(),
             deferred: Vec::new(),
-            deferred_bytes: 0,
         },
         schema,
         manifests: Vec::new(),

@@ -266,6 +266,25 @@ struct Overtaken {
 }
 
 impl Overtaken {
+    /// A processor of `env` whose sink swaps are overtaken (covering, or `behind`).
+    async fn processor(env: &std::sync::Arc<TestEnv>, behind: bool) -> Processor {
+        let sink = floe::catalog::table_ident(&env.config, APPEND)
+            .unwrap()
+            .name()
+            .to_string();
+        let env2 = env.clone();
+        env.processor_with(move |inner| {
+            std::sync::Arc::new(Overtaken {
+                inner,
+                sink,
+                env: env2,
+                round: Default::default(),
+                behind,
+            })
+        })
+        .await
+    }
+
     /// Commits a sink snapshot whose checkpoint is the parent of the source's current snapshot.
     async fn checkpoint_behind(&self, sink: &iceberg::TableIdent) -> floe::Result<()> {
         let committer = self.env.maintainer().await.committer().clone();
@@ -352,22 +371,7 @@ async fn a_run_overtaken_by_another_that_covers_its_plan_is_done() {
     let ingestor = env.ingestor().await;
     put_orders(&env, "orders/first.jsonl", 50, 7).await;
     env.ingest(&ingestor, "orders/first.jsonl").await.unwrap();
-    let sink = floe::catalog::table_ident(&env.config, APPEND)
-        .unwrap()
-        .name()
-        .to_string();
-    let (e, s) = (env.clone(), sink.clone());
-    let overtaken = env
-        .processor_with(move |inner| {
-            std::sync::Arc::new(Overtaken {
-                inner,
-                sink: s,
-                env: e,
-                round: Default::default(),
-                behind: false,
-            })
-        })
-        .await;
+    let overtaken = Overtaken::processor(&env, false).await;
     let r = overtaken
         .run(APPEND, soon())
         .await
@@ -395,22 +399,7 @@ async fn a_run_overtaken_by_a_checkpoint_short_of_its_plan_replans() {
         put_orders(&env, &key, 20, 80 + i).await;
         env.ingest(&ingestor, &key).await.unwrap();
     }
-    let sink = floe::catalog::table_ident(&env.config, APPEND)
-        .unwrap()
-        .name()
-        .to_string();
-    let e = env.clone();
-    let overtaken = env
-        .processor_with(move |inner| {
-            std::sync::Arc::new(Overtaken {
-                inner,
-                sink,
-                env: e,
-                round: Default::default(),
-                behind: true,
-            })
-        })
-        .await;
+    let overtaken = Overtaken::processor(&env, true).await;
     let r = overtaken.run(APPEND, soon()).await.unwrap();
     assert!(!r.covered, "{r:?}");
     assert!(r.sink_snapshot.is_some(), "{r:?}");

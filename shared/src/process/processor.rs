@@ -488,12 +488,11 @@ impl Processor {
         let started = Instant::now();
         // The whole run, re-plans included: what its sink commit records.
         let mut replans = 0;
-        // The source snapshot the first plan set out to reach: what the run was started for.
-        let mut target = None;
-        // The first attempt's start and lag: what a covered run reports.
-        let mut first: Option<(Option<i64>, f64)> = None;
+        // The first lost attempt's plan: the source snapshot it set out to reach (what the run
+        // was started for), its start and the lag it found (what a covered run reports).
+        let mut first: Option<(i64, Option<i64>, f64)> = None;
         loop {
-            let planned_to = match self.run_once(p, deadline, rebuild_by, meter).await? {
+            let lost = match self.run_once(p, deadline, rebuild_by, meter).await? {
                 Attempt::Done(report) => {
                     let mut report = *report;
                     report.replans = replans;
@@ -506,19 +505,15 @@ impl Processor {
                     planned_to,
                     from,
                     lag_seconds,
-                } => {
-                    first.get_or_insert((from, lag_seconds));
-                    planned_to
-                }
+                } => (planned_to, from, lag_seconds),
             };
             // Runs side by side (two invocations on one queue, a poll beside an event) on a
             // source that keeps committing: each commit of one makes the other re-plan onto a
             // new delta, and lose again to the next. Once another run's checkpoint covers what
             // this one set out to reach, the work it was started for is done.
-            let target = *target.get_or_insert(planned_to);
+            let (target, from_snapshot, lag_seconds) = *first.get_or_insert(lost);
             if let Some(reached) = self.covered(p, target).await? {
                 tracing::info!(pipeline = %p.name, target, reached, "another run's commit covers this run's plan; done");
-                let (from_snapshot, lag_seconds) = first.unwrap_or_default();
                 return Ok(RunReport {
                     pipeline: p.name.clone(),
                     from_snapshot,
@@ -563,18 +558,19 @@ impl Processor {
         let Some(wanted) = md.snapshot_by_id(target) else {
             return Ok(None);
         };
+        let Some(current) = md.current_snapshot_id() else {
+            return Ok(None);
+        };
         // Main's history back to `target`: the checkpoint must be met on the way (or be it).
         let mut met = false;
-        let mut at = md.current_snapshot();
-        while let Some(s) = at {
+        let source = pos.source.metadata_ref();
+        let main = iceberg::util::snapshot::ancestors_of(&source, current)
+            .take_while(|s| s.sequence_number() >= wanted.sequence_number());
+        for s in main {
             met |= s.snapshot_id() == cp.snapshot_id;
             if s.snapshot_id() == target {
                 return Ok(met.then_some(cp.snapshot_id));
             }
-            if s.sequence_number() <= wanted.sequence_number() {
-                break;
-            }
-            at = s.parent_snapshot_id().and_then(|id| md.snapshot_by_id(id));
         }
         Ok(None)
     }
