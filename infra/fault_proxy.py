@@ -14,6 +14,8 @@ listing, or `glue:<Operation>` from the `X-Amz-Target` header, e.g. `glue:Update
   reset_body    forward, send the headers and half the body, then reset the connection
   lost_answer   forward (the request TAKES EFFECT upstream), then drop the connection (mode
                 `drop`), answer 500 (mode `500`), or either at random (mode `mixed`, default)
+  stall         forward (the request TAKES EFFECT upstream), then send nothing for `seconds`
+                (default 300) before resetting: a server that took the request and went silent
 
 Kinds are shell patterns (`s3:*`, `glue:*Table`). A fault applies `rate` to the kinds matching
 `kinds`; `rates` ({pattern: rate}, first match wins) overrides the rate per kind; `max` caps how
@@ -27,7 +29,7 @@ many times the fault is injected. Config (JSON, `POST /__faults`; omitted keys k
 
 The proxy starts disabled (everything forwarded, requests still counted) unless --config says
 otherwise. Faults are decided in this order, at most one per request: refuse, throttle, error500,
-reset_body, lost_answer.
+reset_body, lost_answer, stall.
 
 `GET /__faults` answers the config and the counts: requests by kind, faults by fault and kind,
 and `effective`: lost answers whose request succeeded upstream (the commit landed, the answer did
@@ -53,7 +55,7 @@ import urllib.parse
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-FAULTS = ("refuse", "throttle", "error500", "reset_body", "lost_answer")
+FAULTS = ("refuse", "throttle", "error500", "reset_body", "lost_answer", "stall")
 HOP_BY_HOP = {
     "connection",
     "keep-alive",
@@ -78,6 +80,7 @@ class State:
         self.rng = random.Random(0)
         self.faults = {f: {"rate": 0.0, "kinds": ["*"]} for f in FAULTS}
         self.faults["lost_answer"]["mode"] = "mixed"
+        self.faults["stall"]["seconds"] = 300.0
         self.reset_counts()
 
     def reset_counts(self):
@@ -114,6 +117,11 @@ class State:
                     cur["rates"] = rates
                 if "max" in f:
                     cur["max"] = None if f["max"] is None else int(f["max"])
+                if "seconds" in f:
+                    seconds = float(f["seconds"])
+                    if seconds < 0:
+                        raise ValueError(f"{name}.seconds must not be negative")
+                    cur["seconds"] = seconds
                 if "mode" in f:
                     if f["mode"] not in ("drop", "500", "mixed"):
                         raise ValueError("lost_answer.mode is drop, 500 or mixed")
@@ -161,6 +169,8 @@ class State:
                         mode = f.get("mode", "mixed")
                         if mode == "mixed":
                             mode = self.rng.choice(("drop", "500"))
+                    elif name == "stall":
+                        mode = f.get("seconds", 300.0)
                     return name, mode
             return None, None
 
@@ -332,6 +342,14 @@ class Handler(BaseHTTPRequestHandler):
             with STATE.lock:
                 STATE.upstream_errors += 1
             print(f"fault_proxy: upstream failed for {kind}: {e}", file=sys.stderr, flush=True)
+            return self.reset()
+        if fault == "stall":
+            if 200 <= status < 300:
+                STATE.count_effective(kind)
+            # Silence: the client gives up (its timeout) or the stall ends in a reset.
+            deadline = time.monotonic() + mode
+            while time.monotonic() < deadline:
+                time.sleep(0.2)
             return self.reset()
         if fault == "lost_answer":
             if 200 <= status < 300:

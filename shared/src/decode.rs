@@ -1598,26 +1598,58 @@ fn scan_keys(
 ) {
     let Ok(serde_json::Value::Object(map)) = serde_json::from_slice::<serde_json::Value>(line)
     else {
+        // serde refuses what arrow takes (a raw tab in a string, a trailing comma): the keys as
+        // the decoder finds them, each value read alone. Skipping the line dropped its new
+        // fields' values without a word.
+        for k in TopKeys::new(line) {
+            let Some(name) = k.decoded(line) else {
+                continue;
+            };
+            let rest = &line[k.value..];
+            let value = serde_json::Deserializer::from_slice(rest)
+                .into_iter::<serde_json::Value>()
+                .next()
+                .and_then(|v| v.ok())
+                .or_else(|| {
+                    // A string serde refuses is still a string.
+                    (rest.trim_ascii_start().first() == Some(&b'"'))
+                        .then(|| serde_json::Value::String(String::new()))
+                });
+            if let Some(v) = value {
+                scan_key(name, v, known, unknown, widen);
+            }
+        }
         return;
     };
     for (k, v) in map {
-        match known.get(&k) {
-            Some(DataType::Int32) => {
-                // Any integral spelling counts, as it would land in a long (`3e9`, `"3000000000"`).
-                let text = match &v {
-                    serde_json::Value::Number(n) => n.to_string(),
-                    serde_json::Value::String(s) => s.clone(),
-                    _ => continue,
-                };
-                if let Integer::Exact(n) = exact_integer(&text) {
-                    if i32::try_from(n).is_err() && i64::try_from(n).is_ok() {
-                        widen.insert(k, PrimitiveType::Long);
-                    }
+        scan_key(k, v, known, unknown, widen);
+    }
+}
+
+/// [`scan_keys`] of one key and its value.
+fn scan_key(
+    k: String,
+    v: serde_json::Value,
+    known: &BTreeMap<String, DataType>,
+    unknown: &mut BTreeMap<String, Option<PrimitiveType>>,
+    widen: &mut BTreeMap<String, PrimitiveType>,
+) {
+    match known.get(&k) {
+        Some(DataType::Int32) => {
+            // Any integral spelling counts, as it would land in a long (`3e9`, `"3000000000"`).
+            let text = match &v {
+                serde_json::Value::Number(n) => n.to_string(),
+                serde_json::Value::String(s) => s.clone(),
+                _ => return,
+            };
+            if let Integer::Exact(n) = exact_integer(&text) {
+                if i32::try_from(n).is_err() && i64::try_from(n).is_ok() {
+                    widen.insert(k, PrimitiveType::Long);
                 }
             }
-            Some(_) => {}
-            None => merge_unknown(unknown, k, json_type(&v)),
         }
+        Some(_) => {}
+        None => merge_unknown(unknown, k, json_type(&v)),
     }
 }
 
@@ -1686,12 +1718,73 @@ enum LineRead {
     TooLong { len: u64 },
 }
 
+/// Distinct field names an object may bring that its table lacks: each is tracked (reported,
+/// perhaps a new column), so an object of ever-new keys would otherwise grow memory and the
+/// snapshot summary without bound.
+pub(crate) const MAX_UNKNOWN_FIELDS: usize = 10_000;
+
+/// How the lines of JSON text end: found on its first line ([`LineEnds::find`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LineEnds {
+    /// Not known yet.
+    Unknown,
+    /// `\n` (a CRLF line keeps its `\r`: whitespace to JSON).
+    Newline,
+    /// A lone `\r` (classic Mac line endings).
+    Return,
+}
+
+impl LineEnds {
+    /// The end of the line in `avail` (the line so far is `line`): `(bytes to take, whether
+    /// they end the line)`. While unknown, the first `\n` settles it as [`LineEnds::Newline`];
+    /// a `\r` right after an object's closing brace and not before a `\n`, as
+    /// [`LineEnds::Return`]; any other `\r` is whitespace inside the line (a raw one cannot be
+    /// inside a valid JSON string).
+    fn find(&mut self, line: &[u8], avail: &[u8]) -> (usize, bool) {
+        let sep = match self {
+            LineEnds::Newline => b'\n',
+            LineEnds::Return => b'\r',
+            LineEnds::Unknown => {
+                let mut from = 0;
+                while let Some(i) = memchr::memchr2(b'\n', b'\r', &avail[from..]) {
+                    let i = from + i;
+                    if avail[i] == b'\n' {
+                        *self = LineEnds::Newline;
+                        return (i + 1, true);
+                    }
+                    let closes = avail[..i]
+                        .iter()
+                        .rev()
+                        .chain(line.iter().rev())
+                        .find(|b| !matches!(b, b' ' | b'\t'))
+                        == Some(&b'}');
+                    match avail.get(i + 1) {
+                        Some(&next) if next != b'\n' && closes => {
+                            *self = LineEnds::Return;
+                            return (i + 1, true);
+                        }
+                        _ => from = i + 1,
+                    }
+                }
+                return (avail.len(), false);
+            }
+        };
+        match memchr::memchr(sep, avail) {
+            Some(i) => (i + 1, true),
+            None => (avail.len(), false),
+        }
+    }
+}
+
 /// Appends the next line of `input` to `buf`, holding at most `max` bytes of it: a longer line
-/// is read through to its newline without being buffered.
+/// is read through to its newline without being buffered. Lines end as `ends` says (found on the
+/// first line); the end is appended as `\n`, so what reads the lines sees newline-ended lines
+/// either way.
 fn read_line_bounded(
     input: &mut impl BufRead,
     buf: &mut Vec<u8>,
     max: usize,
+    ends: &mut LineEnds,
 ) -> std::io::Result<LineRead> {
     let start = buf.len();
     let mut len = 0u64;
@@ -1707,10 +1800,7 @@ fn read_line_bounded(
             break;
         }
         any = true;
-        let (take, done) = match memchr::memchr(b'\n', avail) {
-            Some(i) => (i + 1, true),
-            None => (avail.len(), false),
-        };
+        let (take, done) = ends.find(&buf[start..], avail);
         let content = take - usize::from(done);
         len += content as u64;
         if over {
@@ -1723,6 +1813,11 @@ fn read_line_bounded(
             }
         } else {
             buf.extend_from_slice(&avail[..take]);
+            if done {
+                if let Some(last) = buf.last_mut() {
+                    *last = b'\n';
+                }
+            }
         }
         input.consume(take);
         if done {
@@ -1795,9 +1890,11 @@ fn decode_jsonl(reader: Box<dyn Read + '_>, ctx: &mut Ctx<'_>) -> Result<(), Dec
     let mut strict = StrictDecoder::new(schema.clone());
     let max_line = usize_limit(ctx.limits.max_line_bytes);
     let max_depth = ctx.limits.max_nesting_depth;
+    let mut ends = LineEnds::Unknown;
     loop {
         let start = chunk.buf.len();
-        let read = read_line_bounded(&mut reader, &mut chunk.buf, max_line).map_err(io_failure)?;
+        let read = read_line_bounded(&mut reader, &mut chunk.buf, max_line, &mut ends)
+            .map_err(io_failure)?;
         let eof = read == LineRead::Eof;
         if !eof {
             line_no += 1;
@@ -1880,6 +1977,14 @@ fn decode_jsonl(reader: Box<dyn Read + '_>, ctx: &mut Ctx<'_>) -> Result<(), Dec
                         if reported.get(&k) != before.as_ref() {
                             new.insert(k.clone(), reported[&k].clone());
                         }
+                    }
+                    if reported.len() > MAX_UNKNOWN_FIELDS {
+                        return Err(DecodeFailure::Limit(format!(
+                            "more than {MAX_UNKNOWN_FIELDS} distinct fields the table does not \
+                             have (by line {line_no}): keys that keep changing (an id or a map \
+                             spelled as field names?) are no table's columns; nest them in one \
+                             field"
+                        )));
                     }
                     if !new.is_empty() {
                         ctx.send(Piece::UnknownFields(new))?;
@@ -3096,6 +3201,11 @@ fn parquet_column(
     let mismatch = match (from, to) {
         (DataType::Boolean, t) if t.is_numeric() => Some(format!("a boolean, not a number ({t})")),
         (f, DataType::Boolean) if f.is_numeric() => Some(format!("a number ({f}), not a boolean")),
+        // arrow casts a date to its day number and a timestamp to its count of units: never
+        // reinterpreted (two files in other units would write other magnitudes).
+        (f, t) if f.is_temporal() && t.is_numeric() => {
+            Some(format!("{}, not a number ({t})", plain_kind(f)))
+        }
         // A list, map or struct is no value of a plain column: arrow would write it as text
         // (['a','b'] and ['a, b'] both "[a, b]"). JSON lines quarantines an array there too.
         (f, t) if f.is_nested() && !t.is_nested() => {
@@ -3121,6 +3231,9 @@ fn parquet_column(
     );
     if to == &DataType::Boolean && is_text(from) {
         return parquet_booleans(field, src, reasons);
+    }
+    if to == &DataType::Date32 && is_text(from) {
+        return parquet_dates(field, src, reasons);
     }
     let as_text = match to {
         t if is_exact(t) => text || from.is_floating() || from.is_numeric() && !from.is_integer(),
@@ -3165,6 +3278,28 @@ fn parquet_column(
                     }
                 }
                 cast = arrow::compute::nullif(&cast, &overflow)?;
+            }
+        }
+    }
+    if to.is_floating() && is_text(from) {
+        // Text that reads as NaN or an infinity (`1e400` too): refused, as JSON lines and CSV
+        // refuse it (a float column's NaN or infinity stored as a float stays).
+        let wide = cast_with_options(&cast, &DataType::Float64, &opts)?;
+        if let Some(wide) = wide.as_any().downcast_ref::<arrow::array::Float64Array>() {
+            let infinite: BooleanArray = (0..src.len())
+                .map(|row| Some(wide.is_valid(row) && !wide.value(row).is_finite()))
+                .collect();
+            if infinite.true_count() > 0 {
+                for (row, slot) in reasons.iter_mut().enumerate() {
+                    if slot.is_none() && infinite.value(row) {
+                        *slot = Some(format!(
+                            "field `{}`: {} is not a finite number",
+                            field.name(),
+                            value(row)
+                        ));
+                    }
+                }
+                cast = arrow::compute::nullif(&cast, &infinite)?;
             }
         }
     }
@@ -3267,6 +3402,35 @@ fn parquet_booleans(
         })
         .collect();
     Ok(Arc::new(values))
+}
+
+/// [`parquet_column`] of text into a date column, read as JSON lines and CSV read theirs
+/// ([`date_value`]: a date, or a timestamp at midnight; a time of day is refused, never moved to
+/// a day, as arrow's cast did, to the UTC date). Any other value is null, with a reason in
+/// `reasons` where its row has none yet.
+fn parquet_dates(
+    field: &Field,
+    src: &ArrayRef,
+    reasons: &mut [Option<String>],
+) -> Result<ArrayRef, ArrowError> {
+    use arrow::array::{Date32Array, StringArray};
+    let text = cast_with_options(src, &DataType::Utf8, &CastOptions::default())?;
+    let text = text
+        .as_any()
+        .downcast_ref::<StringArray>()
+        .ok_or_else(|| ArrowError::CastError(format!("`{}` is not text", field.name())))?;
+    let days: Date32Array = text
+        .iter()
+        .zip(reasons.iter_mut())
+        .map(|(v, slot)| match date_value(v?, false) {
+            Ok(d) => Some(d),
+            Err(why) => {
+                slot.get_or_insert_with(|| format!("field `{}`: {why}", field.name()));
+                None
+            }
+        })
+        .collect();
+    Ok(Arc::new(days))
 }
 
 /// What a nested type holds, for a reason: `list`, `map`, `struct`...
@@ -4984,6 +5148,77 @@ not json\n\
     }
 
     #[test]
+    fn messy_parquet_text_in_a_date_column_is_read_as_json_lines_reads_it() {
+        // Before: arrow's cast moved 01:00+05:00 to its UTC day (2025-12-31) and dropped the
+        // 13:45 of a local time, both committed.
+        use arrow::array::StringArray;
+        use arrow::datatypes::Date32Type;
+        let s = spec_with(Format::Parquet, Field::new("d", DataType::Date32, true));
+        let text = StringArray::from(vec![
+            Some("2026-01-01"),
+            Some("2026-01-01T00:00:00Z"),
+            Some("2026-01-01T01:00:00+05:00"),
+            Some("2026-01-01T13:45:00"),
+            Some("soon"),
+            None,
+        ]);
+        let bytes = parquet_with("d", Arc::new(text));
+        let (seen, values, rejected) = column_values::<Date32Type>(&bytes, &s, "d");
+        assert_eq!(seen, 6);
+        assert_eq!(values, [Some(20_454), Some(20_454), None], "{rejected:?}");
+        assert_eq!(rejected.len(), 3, "{rejected:?}");
+        assert!(
+            rejected[0].reason.contains("has a time of day"),
+            "{rejected:?}"
+        );
+    }
+
+    #[test]
+    fn messy_parquet_text_reading_as_nan_or_infinity_in_a_double_column_is_quarantined() {
+        // Before: `1e400` landed as infinity and `NaN` as NaN; JSON lines and CSV refuse both.
+        use arrow::array::StringArray;
+        use arrow::datatypes::Float64Type;
+        let s = spec_with(Format::Parquet, Field::new("x", DataType::Float64, true));
+        let text = StringArray::from(vec![Some("1.5"), Some("1e400"), Some("NaN"), Some("-inf")]);
+        let bytes = parquet_with("x", Arc::new(text));
+        let (seen, values, rejected) = column_values::<Float64Type>(&bytes, &s, "x");
+        assert_eq!(seen, 4);
+        assert_eq!(values, [Some(1.5)], "{rejected:?}");
+        assert_eq!(rejected.len(), 3, "{rejected:?}");
+        assert!(
+            rejected[0].reason.contains("1e400") && rejected[0].reason.contains("finite"),
+            "{rejected:?}"
+        );
+    }
+
+    #[test]
+    fn messy_parquet_timestamps_and_dates_in_a_number_column_are_not_reinterpreted() {
+        // Before: arrow's cast wrote a millisecond timestamp's count of milliseconds into a
+        // `long` column and a date's day number into an `int` one.
+        use arrow::array::{Date32Array, TimestampMillisecondArray};
+        use arrow::datatypes::{Int32Type, Int64Type};
+        let s = spec_with(Format::Parquet, Field::new("n", DataType::Int64, true));
+        let ts = TimestampMillisecondArray::from(vec![Some(1_767_225_600_000i64), None]);
+        let (seen, values, rejected) =
+            column_values::<Int64Type>(&parquet_with("n", Arc::new(ts)), &s, "n");
+        assert_eq!((seen, values), (2, vec![None]), "{rejected:?}");
+        assert_eq!(rejected.len(), 1, "{rejected:?}");
+        assert!(
+            rejected[0].reason.contains("a timestamp, not a number"),
+            "{rejected:?}"
+        );
+        let s = spec_with(Format::Parquet, Field::new("n", DataType::Int32, true));
+        let days = Date32Array::from(vec![Some(20_454), None]);
+        let (seen, values, rejected) =
+            column_values::<Int32Type>(&parquet_with("n", Arc::new(days)), &s, "n");
+        assert_eq!((seen, values), (2, vec![None]), "{rejected:?}");
+        assert!(
+            rejected[0].reason.contains("a date, not a number"),
+            "{rejected:?}"
+        );
+    }
+
+    #[test]
     fn messy_parquet_timestamp_with_a_time_of_day_in_a_date_column_is_quarantined() {
         // Before: 2026-01-01 13:00 landed as 2026-01-01, its time dropped.
         use arrow::array::TimestampMicrosecondArray;
@@ -5128,6 +5363,73 @@ not json\n\
                 "{rejected:?}"
             );
         }
+    }
+
+    #[test]
+    fn messy_jsonl_a_new_field_on_a_line_serde_refuses_is_still_found() {
+        // A raw tab in a string and a trailing comma: arrow's decoder takes the line, serde
+        // does not. The key scan read lines with serde only, so `coupon` (and `note`) went
+        // unreported and their values were dropped from a committed row.
+        let input = "{\"id\":\"a\",\"n\":1,\"t\":\"2026-11-30T10:00:00Z\",\"note\":\"x\ty\",\"coupon\":\"S\",\"k\":3,}\n";
+        let (seen, rows, rejected, unknown) = run(input.as_bytes(), &spec(Format::Jsonl));
+        assert_eq!((seen, rows), (1, 1), "{rejected:?}");
+        assert_eq!(
+            unknown.get("coupon"),
+            Some(&Some(PrimitiveType::String)),
+            "{unknown:?}"
+        );
+        assert_eq!(
+            unknown.get("note"),
+            Some(&Some(PrimitiveType::String)),
+            "{unknown:?}"
+        );
+        assert_eq!(
+            unknown.get("k"),
+            Some(&Some(PrimitiveType::Long)),
+            "{unknown:?}"
+        );
+    }
+
+    #[test]
+    fn messy_jsonl_of_ever_new_keys_stops_at_a_named_limit() {
+        // Before: every distinct name was kept (reported, then listed in the snapshot summary,
+        // which every later metadata.json carries), however many.
+        let input: String = (0..=MAX_UNKNOWN_FIELDS)
+            .map(|i| format!("{{\"id\":\"a\",\"k{i}\":1}}\n"))
+            .collect();
+        let got = decode(input.as_bytes(), &spec(Format::Jsonl), &mut |_| true);
+        match got {
+            Err(DecodeFailure::Limit(m)) => assert!(m.contains("distinct fields"), "{m}"),
+            other => panic!("expected the limit, got {other:?}"),
+        }
+        // Up to the limit, each is reported.
+        let input: String = (0..100)
+            .map(|i| format!("{{\"id\":\"a\",\"k{i}\":1}}\n"))
+            .collect();
+        let (_, _, _, unknown) = run(input.as_bytes(), &spec(Format::Jsonl));
+        assert_eq!(unknown.len(), 100);
+    }
+
+    #[test]
+    fn messy_jsonl_lines_ending_in_a_lone_carriage_return_are_a_record_each() {
+        // Before: lines split on `\n` only, so a classic-Mac file was one line of several
+        // values, quarantined whole ("a line holds more than one JSON value").
+        let line = |id: &str, n: &str| {
+            format!("{{\"id\":\"{id}\",\"n\":{n},\"t\":\"2026-11-30T10:00:00Z\"}}\r")
+        };
+        let input = [line("a", "1"), line("b", "x"), line("c", "3")].concat();
+        let (seen, rows, rejected, _) = run(input.as_bytes(), &spec(Format::Jsonl));
+        assert_eq!((seen, rows, rejected.len()), (3, 2, 1), "{rejected:?}");
+        assert_eq!(rejected[0].record, 2, "{rejected:?}");
+        assert!(rejected[0].raw.starts_with("{\"id\":\"b\""), "{rejected:?}");
+        // CRLF and LF files are read as before; a carriage return inside a line is whitespace
+        // there, not a line end (in a file with newlines, or one of a single line).
+        let crlf = "{\"id\":\"a\",\r\"n\":1,\"t\":\"2026-11-30T10:00:00Z\"}\r\n{\"id\":\"b\",\"n\":2,\"t\":\"2026-11-30T10:00:00Z\"}\r\n";
+        let (seen, rows, rejected, _) = run(crlf.as_bytes(), &spec(Format::Jsonl));
+        assert_eq!((seen, rows), (2, 2), "{rejected:?}");
+        let one = "{\"id\":\"a\",\r\"n\":1,\"t\":\"2026-11-30T10:00:00Z\"}";
+        let (seen, rows, rejected, _) = run(one.as_bytes(), &spec(Format::Jsonl));
+        assert_eq!((seen, rows), (1, 1), "{rejected:?}");
     }
 
     #[test]

@@ -101,21 +101,65 @@ impl Error {
         Self::new(ErrorKind::Config, format!("{file}: `{key}`: {reason}"))
     }
 
-    /// Wraps an iceberg error, keeping its retryable flag.
+    /// Wraps an iceberg error, keeping its retryable flag; an object-store failure iceberg
+    /// reports as permanent but that was transient where it happened (see [`transient_io`]) is
+    /// retryable.
     pub fn iceberg(context: impl Into<String>, err: iceberg::Error) -> Self {
         let kind = match err.kind() {
             iceberg::ErrorKind::CatalogCommitConflicts => ErrorKind::CommitConflict,
             _ => ErrorKind::Catalog,
         };
-        let retryable = err.retryable() || kind == ErrorKind::CommitConflict;
+        let retryable = err.retryable() || kind == ErrorKind::CommitConflict || transient_io(&err);
         Self::new(kind, context)
             .with_retryable(retryable)
             .with_source(err)
     }
 }
 
+/// Whether `err` wraps an object-store error that was transient at its origin. iceberg's
+/// file layer turns every opendal error into a non-retryable `Unexpected`, dropping opendal's
+/// status: *temporary* (a 5xx, a reset, a timeout) or *persistent* (temporary, and opendal's
+/// own retries ran out), both worth a later retry, unlike *permanent* (not found, denied).
+fn transient_io(err: &iceberg::Error) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(err);
+    while let Some(e) = cause {
+        if let Some(o) = e.downcast_ref::<opendal::Error>() {
+            return o.is_temporary() || o.is_persistent();
+        }
+        cause = e.source();
+    }
+    false
+}
+
 impl From<iceberg::Error> for Error {
     fn from(err: iceberg::Error) -> Self {
         Error::iceberg("iceberg", err)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An opendal error as iceberg's file layer hands it on (`from_opendal_error`).
+    fn through_iceberg(e: opendal::Error) -> iceberg::Error {
+        iceberg::Error::new(
+            iceberg::ErrorKind::Unexpected,
+            "Failure in doing io operation",
+        )
+        .with_source(e)
+    }
+
+    #[test]
+    fn an_object_store_failure_transient_where_it_happened_is_retryable_through_iceberg() {
+        let failed = || opendal::Error::new(opendal::ErrorKind::Unexpected, "500 InternalError");
+        assert!(Error::iceberg("put", through_iceberg(failed().set_temporary())).is_retryable());
+        // opendal's retries ran out: still a transient cause.
+        let exhausted = failed().set_temporary().set_persistent();
+        assert!(Error::iceberg("put", through_iceberg(exhausted)).is_retryable());
+        // Not found, denied: permanent.
+        let missing = opendal::Error::new(opendal::ErrorKind::NotFound, "404");
+        assert!(!Error::iceberg("get", through_iceberg(missing)).is_retryable());
+        assert!(!Error::iceberg("get", through_iceberg(failed())).is_retryable());
     }
 }

@@ -169,7 +169,17 @@ pub async fn from_config_counted(
 /// AWS SDK settings from the config: region and static keys, plus an endpoint override
 /// (emulators) for the service the client is built for.
 pub async fn sdk_config(cfg: &StorageConfig, endpoint: Option<&str>) -> aws_config::SdkConfig {
-    let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest());
+    // A request whose answer never starts (a server that took it and went silent) must not
+    // hold the function until Lambda's own timeout: the SDK fails it as a timeout, which it
+    // retries (and floe treats as an unknown outcome where it may have taken effect). The
+    // default configuration sets only a connect timeout. A stalled body is the SDK's stalled
+    // stream protection's (on by default).
+    let timeouts = aws_config::timeout::TimeoutConfig::builder()
+        .connect_timeout(std::time::Duration::from_millis(3100))
+        .read_timeout(cfg.request_timeout())
+        .build();
+    let mut loader =
+        aws_config::defaults(aws_config::BehaviorVersion::latest()).timeout_config(timeouts);
     if let Some(region) = &cfg.region {
         loader = loader.region(aws_config::Region::new(region.clone()));
     }

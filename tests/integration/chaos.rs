@@ -808,3 +808,64 @@ async fn chaos(kind: &'static str) {
         );
     }
 }
+
+/// A server that takes a request and then goes silent: Glue's `GetTable` (a read, through
+/// iceberg's own Glue client) and `UpdateTable` (the commit, which takes effect) each get no
+/// answer for ten minutes. floe gives up on each after `request_timeout_seconds` (the catalog
+/// read after four times that), reads back what landed, and the object is in the table once;
+/// before, the ingest waited for the silence to end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_catalog_times_out_and_the_commit_is_read_back() {
+    let env = TestEnv::new("glue").await;
+    let proxy = FaultProxy::start(moto(), &env.dir);
+    let mut config = env.config.clone();
+    config.catalog.uri = Some(proxy.url.clone());
+    config.storage.endpoint = Some(proxy.url.clone());
+    config.storage.request_timeout_seconds = Some(2);
+    let key = "orders/silent.jsonl";
+    env.put(key, orders(20, 77)).await;
+    let ingestor = Ingestor::new(config).await.unwrap();
+    proxy.configure(json!({
+        "enabled": true,
+        "reset_counts": true,
+        "faults": {"stall": {"rates": {"glue:GetTable": 1.0, "glue:UpdateTable": 1.0},
+                             "max": 2, "seconds": 600}}
+    }));
+    let started = Instant::now();
+    // Each delivery bounded: a hang is the failure this test is about. A delivery failing
+    // retryably (the silent read) is received again, as SQS would.
+    let mut outcome = None;
+    for _ in 0..3 {
+        let delivery = tokio::time::timeout(
+            Duration::from_secs(120),
+            ingestor.ingest(&env.object(key), Instant::now() + Duration::from_secs(90)),
+        )
+        .await
+        .expect("an ingest still waiting on a silent server after 120 s");
+        match delivery {
+            Ok(r) => {
+                outcome = Some(r);
+                break;
+            }
+            Err(e) => assert!(e.is_retryable(), "a silent server is transient: {e}"),
+        }
+    }
+    let r = outcome.expect("committed within three deliveries");
+    assert!(
+        matches!(r.status, Status::Committed | Status::Duplicate),
+        "{r:?}"
+    );
+    let counts = proxy.counts();
+    assert_eq!(
+        counts["injected_totals"]["stall"], 2,
+        "both silences happened: {counts}"
+    );
+    proxy.set_enabled(false);
+    let catalog = floe::catalog::connect(&env.config).await.unwrap();
+    let (rows, _, distinct) = env.checksum(catalog.as_ref()).await;
+    assert_eq!((rows, distinct), (20, 20), "once, whole");
+    eprintln!(
+        "silent catalog: settled in {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+}

@@ -80,6 +80,7 @@ pub fn storage() -> floe::config::StorageConfig {
         secret_access_key: Some("test".into()),
         local_root: None,
         cache_mb: None,
+        request_timeout_seconds: None,
     }
 }
 

@@ -58,10 +58,11 @@ pub(crate) async fn connect(
             .await
             .map_err(err)?,
     );
-    Ok(Arc::new(Hooked::new(
-        glue,
-        GlueHook::new(cfg, warehouse).await,
-    )))
+    // iceberg's Glue client has no timeout of its own (floe's has: `store::sdk_config`).
+    Ok(Arc::new(
+        Hooked::new(glue, GlueHook::new(cfg, warehouse).await)
+            .with_timeout(super::call_timeout(cfg)),
+    ))
 }
 
 /// The hook giving a Glue catalog floe's create and commit.

@@ -13,6 +13,7 @@ mod sqlite;
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use iceberg::io::StorageFactory;
@@ -114,6 +115,12 @@ pub async fn connect_counted(
         CatalogKind::Glue => glue::connect(cfg, props, factory, warehouse).await,
         CatalogKind::Rest => rest::connect(cfg, props, factory).await,
     }
+}
+
+/// The longest a catalog call may take (a load makes several requests: the catalog's, then the
+/// metadata.json's through FileIO): four times `[storage] request_timeout_seconds`.
+fn call_timeout(cfg: &Config) -> Duration {
+    cfg.storage.request_timeout().saturating_mul(4)
 }
 
 /// The error for a failed catalog connection.
@@ -270,18 +277,58 @@ pub trait UpdateHook: std::fmt::Debug + Send + Sync {
     }
 }
 
-/// A catalog whose `update_table` goes through a hook.
+/// A catalog whose `update_table` goes through a hook, each call bounded in time if asked.
 #[derive(Debug)]
 pub struct Hooked<H> {
     inner: Arc<dyn Catalog>,
     /// The hook.
     pub hook: H,
+    timeout: Option<Duration>,
 }
+
+/// The hook that changes nothing (a catalog wrapped for [`Hooked::with_timeout`] only).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoHook;
+
+impl UpdateHook for NoHook {}
 
 impl<H: UpdateHook> Hooked<H> {
     /// Wraps `inner`.
     pub fn new(inner: Arc<dyn Catalog>, hook: H) -> Self {
-        Self { inner, hook }
+        Self {
+            inner,
+            hook,
+            timeout: None,
+        }
+    }
+
+    /// Fails a call that has no answer within `limit` (a catalog server that took a request and
+    /// went silent would otherwise hold the function until Lambda's timeout) with a retryable
+    /// error: whoever retries a call that may have taken effect reads back what landed first.
+    pub fn with_timeout(mut self, limit: Duration) -> Self {
+        self.timeout = Some(limit);
+        self
+    }
+
+    async fn timed<T>(
+        &self,
+        call: &str,
+        fut: impl std::future::Future<Output = iceberg::Result<T>> + Send,
+    ) -> iceberg::Result<T> {
+        let Some(limit) = self.timeout else {
+            return fut.await;
+        };
+        match tokio::time::timeout(limit, fut).await {
+            Ok(r) => r,
+            Err(_) => Err(iceberg::Error::new(
+                iceberg::ErrorKind::Unexpected,
+                format!(
+                    "catalog {call}: no answer within {} s (its outcome is unknown)",
+                    limit.as_secs_f64()
+                ),
+            )
+            .with_retryable(true)),
+        }
     }
 }
 
@@ -291,62 +338,77 @@ impl<H: UpdateHook> Catalog for Hooked<H> {
         &self,
         parent: Option<&NamespaceIdent>,
     ) -> iceberg::Result<Vec<NamespaceIdent>> {
-        self.inner.list_namespaces(parent).await
+        self.timed("list_namespaces", self.inner.list_namespaces(parent))
+            .await
     }
     async fn create_namespace(
         &self,
         ns: &NamespaceIdent,
         props: HashMap<String, String>,
     ) -> iceberg::Result<Namespace> {
-        self.inner.create_namespace(ns, props).await
+        self.timed("create_namespace", self.inner.create_namespace(ns, props))
+            .await
     }
     async fn get_namespace(&self, ns: &NamespaceIdent) -> iceberg::Result<Namespace> {
-        self.inner.get_namespace(ns).await
+        self.timed("get_namespace", self.inner.get_namespace(ns))
+            .await
     }
     async fn namespace_exists(&self, ns: &NamespaceIdent) -> iceberg::Result<bool> {
-        self.inner.namespace_exists(ns).await
+        self.timed("namespace_exists", self.inner.namespace_exists(ns))
+            .await
     }
     async fn update_namespace(
         &self,
         ns: &NamespaceIdent,
         props: HashMap<String, String>,
     ) -> iceberg::Result<()> {
-        self.inner.update_namespace(ns, props).await
+        self.timed("update_namespace", self.inner.update_namespace(ns, props))
+            .await
     }
     async fn drop_namespace(&self, ns: &NamespaceIdent) -> iceberg::Result<()> {
-        self.inner.drop_namespace(ns).await
+        self.timed("drop_namespace", self.inner.drop_namespace(ns))
+            .await
     }
     async fn list_tables(&self, ns: &NamespaceIdent) -> iceberg::Result<Vec<TableIdent>> {
-        self.inner.list_tables(ns).await
+        self.timed("list_tables", self.inner.list_tables(ns)).await
     }
     async fn create_table(
         &self,
         ns: &NamespaceIdent,
         creation: TableCreation,
     ) -> iceberg::Result<Table> {
-        self.hook
-            .create_table(self.inner.as_ref(), ns, creation)
-            .await
+        self.timed(
+            "create_table",
+            self.hook.create_table(self.inner.as_ref(), ns, creation),
+        )
+        .await
     }
     async fn load_table(&self, t: &TableIdent) -> iceberg::Result<Table> {
-        self.hook.load_table(self.inner.as_ref(), t).await
+        self.timed("load_table", self.hook.load_table(self.inner.as_ref(), t))
+            .await
     }
     async fn drop_table(&self, t: &TableIdent) -> iceberg::Result<()> {
-        self.inner.drop_table(t).await
+        self.timed("drop_table", self.inner.drop_table(t)).await
     }
     async fn purge_table(&self, t: &TableIdent) -> iceberg::Result<()> {
-        self.inner.purge_table(t).await
+        self.timed("purge_table", self.inner.purge_table(t)).await
     }
     async fn table_exists(&self, t: &TableIdent) -> iceberg::Result<bool> {
-        self.inner.table_exists(t).await
+        self.timed("table_exists", self.inner.table_exists(t)).await
     }
     async fn rename_table(&self, src: &TableIdent, dest: &TableIdent) -> iceberg::Result<()> {
-        self.inner.rename_table(src, dest).await
+        self.timed("rename_table", self.inner.rename_table(src, dest))
+            .await
     }
     async fn register_table(&self, t: &TableIdent, loc: String) -> iceberg::Result<Table> {
-        self.inner.register_table(t, loc).await
+        self.timed("register_table", self.inner.register_table(t, loc))
+            .await
     }
     async fn update_table(&self, commit: TableCommit) -> iceberg::Result<Table> {
-        self.hook.update_table(self.inner.as_ref(), commit).await
+        self.timed(
+            "update_table",
+            self.hook.update_table(self.inner.as_ref(), commit),
+        )
+        .await
     }
 }

@@ -22,12 +22,16 @@ pub(crate) async fn connect(
     let c = &cfg.catalog;
     let err = connect_error(CatalogKind::Rest);
     props.insert("uri".into(), c.uri.clone().unwrap_or_default());
-    Ok(Arc::new(
+    let rest: Arc<dyn Catalog> = Arc::new(
         RestCatalogBuilder::default()
             .with_storage_factory(factory)
             .load(&c.name, props)
             .await
             .map_err(err)?,
+    );
+    // iceberg's REST client sets no timeout: a silent server would hold a load forever.
+    Ok(Arc::new(
+        super::Hooked::new(rest, super::NoHook).with_timeout(super::call_timeout(cfg)),
     ))
 }
 

@@ -257,12 +257,29 @@ pub struct StorageConfig {
     /// ([`crate::file_cache`]).
     #[serde(default)]
     pub cache_mb: Option<u64>,
+    /// Longest wait, in seconds, for the first byte of an answer from S3 (landing objects,
+    /// quarantine), Glue, EventBridge and the REST catalog, counted from the request's start:
+    /// default 30. A request answered later (a server that took it and went silent) is failed
+    /// as transient and retried, and where it may have taken effect (a commit) what landed is
+    /// read back first. Table files go through iceberg's FileIO, which has its own timeouts.
+    #[serde(default)]
+    pub request_timeout_seconds: Option<u64>,
 }
 
 impl StorageConfig {
     /// Bytes of table files kept in memory ([`StorageConfig::cache_mb`]).
     pub fn cache_bytes(&self) -> u64 {
         cache_bytes_for(self.cache_mb, lambda_memory_mb())
+    }
+
+    /// [`StorageConfig::request_timeout_seconds`] (at least one second).
+    pub fn request_timeout(&self) -> std::time::Duration {
+        const DEFAULT_SECONDS: u64 = 30;
+        std::time::Duration::from_secs(
+            self.request_timeout_seconds
+                .unwrap_or(DEFAULT_SECONDS)
+                .max(1),
+        )
     }
 }
 

@@ -115,6 +115,25 @@ pub struct ObjectReport {
     pub(crate) compute_ms: u64,
 }
 
+/// Unknown field names a snapshot summary lists: every later metadata.json carries the summary
+/// until the snapshot expires, so it holds the first names and a count of the rest (the
+/// object's report and its log line name them all).
+const UNKNOWN_FIELDS_LISTED: usize = 100;
+
+/// `names` joined by commas, at most `most` of them, then `…+N more`.
+fn listed(names: &[String], most: usize) -> String {
+    let mut text = names
+        .iter()
+        .take(most)
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .join(",");
+    if names.len() > most {
+        text.push_str(&format!(",…+{} more", names.len() - most));
+    }
+    text
+}
+
 impl ObjectReport {
     pub(super) fn new(object: String, table: &str, status: Status) -> Self {
         Self {
@@ -286,7 +305,10 @@ pub(super) fn commit_summary(
         props.insert(summary::EVENT_TIME_MAX.into(), hi.clone());
     }
     if !r.unknown_fields.is_empty() {
-        props.insert(summary::UNKNOWN_FIELDS.into(), r.unknown_fields.join(","));
+        props.insert(
+            summary::UNKNOWN_FIELDS.into(),
+            listed(&r.unknown_fields, UNKNOWN_FIELDS_LISTED),
+        );
     }
     if let Some(q) = &r.quarantine {
         props.insert(summary::QUARANTINE.into(), q.clone());
@@ -400,6 +422,19 @@ pub(super) fn commit_detail(reports: &[&ObjectReport]) -> serde_json::Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_summary_lists_the_first_unknown_fields_and_counts_the_rest() {
+        let names: Vec<String> = (0..3).map(|i| format!("f{i}")).collect();
+        assert_eq!(listed(&names, 5), "f0,f1,f2");
+        assert_eq!(listed(&names, 2), "f0,f1,…+1 more");
+        let mut r = ObjectReport::new("s3://b/k".into(), "t", Status::Committed);
+        r.unknown_fields = (0..250).map(|i| format!("f{i}")).collect();
+        let props = commit_summary(&r, None, "s3://b/k");
+        let text = &props[summary::UNKNOWN_FIELDS];
+        assert!(text.ends_with(",…+150 more"), "{text}");
+        assert_eq!(text.split(',').count(), 101);
+    }
 
     fn report(
         n: u64,
