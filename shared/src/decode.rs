@@ -1601,7 +1601,14 @@ fn scan_keys(
         // serde refuses what arrow takes (a raw tab in a string, a trailing comma): the keys as
         // the decoder finds them, each value read alone. Skipping the line dropped its new
         // fields' values without a word.
-        for k in TopKeys::new(line) {
+        let mut keys = TopKeys::new(line);
+        let found: Vec<TopKey> = keys.by_ref().collect();
+        // Only a line whose object closes: a cut one (`{"id":"b","zzz":"x`) is the decoder's
+        // to reject, and its keys must not become columns.
+        if keys.malformed || keys.depth != 0 || !line.trim_ascii_start().starts_with(b"{") {
+            return;
+        }
+        for k in found {
             let Some(name) = k.decoded(line) else {
                 continue;
             };
@@ -1677,7 +1684,12 @@ pub(crate) fn merge_unknown(
 fn json_type(v: &serde_json::Value) -> Option<PrimitiveType> {
     match v {
         serde_json::Value::Bool(_) => Some(PrimitiveType::Boolean),
-        serde_json::Value::Number(n) if n.is_i64() || n.is_u64() => Some(PrimitiveType::Long),
+        serde_json::Value::Number(n) if n.is_i64() => Some(PrimitiveType::Long),
+        // Beyond a long, within 64 unsigned bits: a long column would quarantine it.
+        serde_json::Value::Number(n) if n.is_u64() => Some(PrimitiveType::Decimal {
+            precision: 20,
+            scale: 0,
+        }),
         serde_json::Value::Number(_) => Some(PrimitiveType::Double),
         serde_json::Value::String(_) => Some(PrimitiveType::String),
         _ => None,
@@ -1721,70 +1733,54 @@ enum LineRead {
 /// Distinct field names an object may bring that its table lacks: each is tracked (reported,
 /// perhaps a new column), so an object of ever-new keys would otherwise grow memory and the
 /// snapshot summary without bound.
-pub(crate) const MAX_UNKNOWN_FIELDS: usize = 10_000;
+pub(crate) const MAX_UNKNOWN_FIELDS: usize = 100_000;
 
-/// How the lines of JSON text end: found on its first line ([`LineEnds::find`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum LineEnds {
-    /// Not known yet.
-    Unknown,
-    /// `\n` (a CRLF line keeps its `\r`: whitespace to JSON).
-    Newline,
-    /// A lone `\r` (classic Mac line endings).
-    Return,
-}
-
-impl LineEnds {
-    /// The end of the line in `avail` (the line so far is `line`): `(bytes to take, whether
-    /// they end the line)`. While unknown, the first `\n` settles it as [`LineEnds::Newline`];
-    /// a `\r` right after an object's closing brace and not before a `\n`, as
-    /// [`LineEnds::Return`]; any other `\r` is whitespace inside the line (a raw one cannot be
-    /// inside a valid JSON string).
-    fn find(&mut self, line: &[u8], avail: &[u8]) -> (usize, bool) {
-        let sep = match self {
-            LineEnds::Newline => b'\n',
-            LineEnds::Return => b'\r',
-            LineEnds::Unknown => {
-                let mut from = 0;
-                while let Some(i) = memchr::memchr2(b'\n', b'\r', &avail[from..]) {
-                    let i = from + i;
-                    if avail[i] == b'\n' {
-                        *self = LineEnds::Newline;
-                        return (i + 1, true);
-                    }
-                    let closes = avail[..i]
-                        .iter()
-                        .rev()
-                        .chain(line.iter().rev())
-                        .find(|b| !matches!(b, b' ' | b'\t'))
-                        == Some(&b'}');
-                    match avail.get(i + 1) {
-                        Some(&next) if next != b'\n' && closes => {
-                            *self = LineEnds::Return;
-                            return (i + 1, true);
-                        }
-                        _ => from = i + 1,
-                    }
-                }
-                return (avail.len(), false);
-            }
-        };
-        match memchr::memchr(sep, avail) {
-            Some(i) => (i + 1, true),
-            None => (avail.len(), false),
-        }
+/// The byte that ends the lines of JSON text whose start is `head`: `\r` for classic Mac line
+/// endings, else `\n` (a CRLF line keeps its `\r`, whitespace to JSON). Before any newline, a
+/// piece of text between carriage returns that is a whole JSON value (serde's strict reading,
+/// which refuses a raw control character inside a string) shows the returns end records; a
+/// return inside a value (whitespace, or raw in a string, which arrow takes) leaves no such
+/// piece. Decided once per object on its start, so the same object always splits the same way.
+fn line_separator(head: &[u8]) -> u8 {
+    let head = head.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(head);
+    let before_newline = match memchr::memchr(b'\n', head) {
+        // The return of a CRLF is the newline's.
+        Some(n) => head[..n].strip_suffix(b"\r").unwrap_or(&head[..n]),
+        None => head,
+    };
+    let mut pieces = before_newline.split(|&b| b == b'\r');
+    let Some(first) = pieces.next() else {
+        return b'\n';
+    };
+    // With no return before the newline there is a single piece: newline-ended lines.
+    if first.len() == before_newline.len() {
+        return b'\n';
+    }
+    let whole = |p: &[u8]| {
+        !p.trim_ascii().is_empty() && serde_json::from_slice::<serde::de::IgnoredAny>(p).is_ok()
+    };
+    // The last piece may be cut by the end of `head` (or be a newline-ended line's start).
+    let mut pieces: Vec<&[u8]> = std::iter::once(first).chain(pieces).collect();
+    pieces.pop();
+    if pieces.iter().take(16).any(|p| whole(p)) {
+        b'\r'
+    } else {
+        b'\n'
     }
 }
 
+/// How much of an object's start [`line_separator`] reads.
+const LINE_END_HEAD: u64 = 64 << 10;
+
 /// Appends the next line of `input` to `buf`, holding at most `max` bytes of it: a longer line
-/// is read through to its newline without being buffered. Lines end as `ends` says (found on the
-/// first line); the end is appended as `\n`, so what reads the lines sees newline-ended lines
-/// either way.
+/// is read through to its newline without being buffered. Lines end at `sep` (`\n`, or `\r`:
+/// [`line_separator`]), appended as `\n`: what reads the lines sees newline-ended lines either
+/// way.
 fn read_line_bounded(
     input: &mut impl BufRead,
     buf: &mut Vec<u8>,
     max: usize,
-    ends: &mut LineEnds,
+    sep: u8,
 ) -> std::io::Result<LineRead> {
     let start = buf.len();
     let mut len = 0u64;
@@ -1800,7 +1796,10 @@ fn read_line_bounded(
             break;
         }
         any = true;
-        let (take, done) = ends.find(&buf[start..], avail);
+        let (take, done) = match memchr::memchr(sep, avail) {
+            Some(i) => (i + 1, true),
+            None => (avail.len(), false),
+        };
         let content = take - usize::from(done);
         len += content as u64;
         if over {
@@ -1872,8 +1871,14 @@ fn one_object_shaped(line: &[u8]) -> bool {
     text.first() == Some(&b'{') && text.last() == Some(&b'}')
 }
 
-fn decode_jsonl(reader: Box<dyn Read + '_>, ctx: &mut Ctx<'_>) -> Result<(), DecodeFailure> {
-    let mut reader = BufReader::with_capacity(1 << 20, reader);
+fn decode_jsonl(mut reader: Box<dyn Read + '_>, ctx: &mut Ctx<'_>) -> Result<(), DecodeFailure> {
+    let mut head = Vec::new();
+    (&mut reader)
+        .take(LINE_END_HEAD)
+        .read_to_end(&mut head)
+        .map_err(io_failure)?;
+    let sep = line_separator(&head);
+    let mut reader = BufReader::with_capacity(1 << 20, std::io::Cursor::new(head).chain(reader));
     let schema = ctx.spec.schema.clone();
     let known: BTreeMap<String, DataType> = schema
         .fields()
@@ -1890,11 +1895,10 @@ fn decode_jsonl(reader: Box<dyn Read + '_>, ctx: &mut Ctx<'_>) -> Result<(), Dec
     let mut strict = StrictDecoder::new(schema.clone());
     let max_line = usize_limit(ctx.limits.max_line_bytes);
     let max_depth = ctx.limits.max_nesting_depth;
-    let mut ends = LineEnds::Unknown;
     loop {
         let start = chunk.buf.len();
-        let read = read_line_bounded(&mut reader, &mut chunk.buf, max_line, &mut ends)
-            .map_err(io_failure)?;
+        let read =
+            read_line_bounded(&mut reader, &mut chunk.buf, max_line, sep).map_err(io_failure)?;
         let eof = read == LineRead::Eof;
         if !eof {
             line_no += 1;
@@ -5391,18 +5395,49 @@ not json\n\
     }
 
     #[test]
+    fn messy_jsonl_a_new_field_beyond_a_long_is_not_made_a_long_column() {
+        // Before: 9223372036854775808 (i64::MAX + 1) made `ext` a long column, and the record
+        // bringing it was then quarantined as out of range.
+        let line = |v: &str| {
+            format!("{{\"id\":\"a\",\"n\":1,\"t\":\"2026-11-30T10:00:00Z\",\"ext\":{v}}}\n")
+        };
+        let (_, _, _, unknown) = run(line("9223372036854775808").as_bytes(), &spec(Format::Jsonl));
+        assert_eq!(
+            unknown.get("ext"),
+            Some(&Some(PrimitiveType::Decimal {
+                precision: 20,
+                scale: 0
+            })),
+            "{unknown:?}"
+        );
+        // With a long beside it: text, which holds both exactly (a double would not).
+        let both = [line("9007199254740993"), line("18446744073709551615")].concat();
+        let (_, _, _, unknown) = run(both.as_bytes(), &spec(Format::Jsonl));
+        assert_eq!(
+            unknown.get("ext"),
+            Some(&Some(PrimitiveType::String)),
+            "{unknown:?}"
+        );
+    }
+
+    #[test]
     fn messy_jsonl_of_ever_new_keys_stops_at_a_named_limit() {
         // Before: every distinct name was kept (reported, then listed in the snapshot summary,
         // which every later metadata.json carries), however many.
-        let input: String = (0..=MAX_UNKNOWN_FIELDS)
-            .map(|i| format!("{{\"id\":\"a\",\"k{i}\":1}}\n"))
+        let per_line = 501;
+        let lines = MAX_UNKNOWN_FIELDS / per_line + 1;
+        let input: String = (0..lines)
+            .map(|l| {
+                let keys: Vec<String> = (0..per_line).map(|k| format!("\"k{l}_{k}\":1")).collect();
+                format!("{{\"id\":\"a\",{}}}\n", keys.join(","))
+            })
             .collect();
         let got = decode(input.as_bytes(), &spec(Format::Jsonl), &mut |_| true);
         match got {
             Err(DecodeFailure::Limit(m)) => assert!(m.contains("distinct fields"), "{m}"),
             other => panic!("expected the limit, got {other:?}"),
         }
-        // Up to the limit, each is reported.
+        // Below the limit, each is reported.
         let input: String = (0..100)
             .map(|i| format!("{{\"id\":\"a\",\"k{i}\":1}}\n"))
             .collect();
@@ -5430,6 +5465,62 @@ not json\n\
         let one = "{\"id\":\"a\",\r\"n\":1,\"t\":\"2026-11-30T10:00:00Z\"}";
         let (seen, rows, rejected, _) = run(one.as_bytes(), &spec(Format::Jsonl));
         assert_eq!((seen, rows), (1, 1), "{rejected:?}");
+    }
+
+    /// A reader handing out `n` bytes at a time (S3 and gzip streams cut anywhere).
+    struct Trickle<'a>(&'a [u8], usize);
+
+    impl std::io::Read for Trickle<'_> {
+        fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+            let n = self.1.min(out.len()).min(self.0.len());
+            out[..n].copy_from_slice(&self.0[..n]);
+            self.0 = &self.0[n..];
+            Ok(n)
+        }
+    }
+
+    #[test]
+    fn messy_jsonl_line_ends_are_decided_on_the_object_s_start_not_on_a_read() {
+        // Review helper-30: a CR at the end of the first read was never reconsidered, and a
+        // `}` + CR inside the first line's string switched an LF file to CR lines.
+        let t = "\"t\":\"2026-11-30T10:00:00Z\"";
+        let mac: String = (0..3)
+            .map(|i| format!("{{\"id\":\"r{i}\",\"n\":{i},{t}}}\r"))
+            .collect();
+        for n in [1, 7, 44, 45, 46, 1 << 20] {
+            let mut rows = 0;
+            let seen = decode(Trickle(mac.as_bytes(), n), &spec(Format::Jsonl), &mut |p| {
+                if let Piece::Batch(b) = p {
+                    rows += b.num_rows();
+                }
+                true
+            })
+            .unwrap();
+            assert_eq!((seen, rows), (3, 3), "reads of {n} bytes");
+        }
+        let mut lf = format!("{{\"id\":\"a\",\"n\":1,{t},\"note\":\"{{}}\rx\"}}\n");
+        for i in 0..3 {
+            lf.push_str(&format!("{{\"id\":\"b{i}\",\"n\":{i},{t}}}\n"));
+        }
+        let (seen, rows, rejected, _) = run(lf.as_bytes(), &spec(Format::Jsonl));
+        assert_eq!((seen, rows), (4, 4), "{rejected:?}");
+        let crlf = mac.replace('\r', "\r\n");
+        let (seen, rows, rejected, _) = run(crlf.as_bytes(), &spec(Format::Jsonl));
+        assert_eq!((seen, rows), (3, 3), "{rejected:?}");
+        assert_eq!(line_separator(crlf.as_bytes()), b'\n');
+        assert_eq!(line_separator(mac.as_bytes()), b'\r');
+    }
+
+    #[test]
+    fn messy_jsonl_a_cut_line_s_keys_are_not_reported() {
+        // Review helper-30: the lenient key scan took `zzz` from a line the decoder rejects,
+        // and under the additive policy it would have become a column.
+        let t = "\"t\":\"2026-11-30T10:00:00Z\"";
+        let input =
+            format!("{{\"id\":\"a\",\"n\":1,{t}}}\n{{\"id\":\"b\",\"n\":2,{t},\"zzz\":\"x\n");
+        let (seen, rows, rejected, unknown) = run(input.as_bytes(), &spec(Format::Jsonl));
+        assert_eq!((seen, rows, rejected.len()), (2, 1, 1), "{rejected:?}");
+        assert!(!unknown.contains_key("zzz"), "{unknown:?}");
     }
 
     #[test]

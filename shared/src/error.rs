@@ -118,13 +118,20 @@ impl Error {
 
 /// Whether `err` wraps an object-store error that was transient at its origin. iceberg's
 /// file layer turns every opendal error into a non-retryable `Unexpected`, dropping opendal's
-/// status: *temporary* (a 5xx, a reset, a timeout) or *persistent* (temporary, and opendal's
-/// own retries ran out), both worth a later retry, unlike *permanent* (not found, denied).
-fn transient_io(err: &iceberg::Error) -> bool {
+/// status. A *temporary* one (a 5xx, a reset, a timeout) is worth a later retry. opendal's
+/// retry layer marks every error leaving it *persistent*, retried or not, so a persistent one
+/// counts only by its kind: `Unexpected` (what opendal makes of 5xx and transport failures) or
+/// `RateLimited` — not `NotFound`, `PermissionDenied`, a bad config and the like.
+pub(crate) fn transient_io(err: &iceberg::Error) -> bool {
     let mut cause: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(err);
     while let Some(e) = cause {
         if let Some(o) = e.downcast_ref::<opendal::Error>() {
-            return o.is_temporary() || o.is_persistent();
+            return o.is_temporary()
+                || (o.is_persistent()
+                    && matches!(
+                        o.kind(),
+                        opendal::ErrorKind::Unexpected | opendal::ErrorKind::RateLimited
+                    ));
         }
         cause = e.source();
     }
@@ -157,9 +164,14 @@ mod tests {
         // opendal's retries ran out: still a transient cause.
         let exhausted = failed().set_temporary().set_persistent();
         assert!(Error::iceberg("put", through_iceberg(exhausted)).is_retryable());
-        // Not found, denied: permanent.
-        let missing = opendal::Error::new(opendal::ErrorKind::NotFound, "404");
-        assert!(!Error::iceberg("get", through_iceberg(missing)).is_retryable());
+        // Not found, denied: permanent, also as opendal's retry layer hands them on (it marks
+        // every error persistent, retried or not: review helper-30).
+        let missing = || opendal::Error::new(opendal::ErrorKind::NotFound, "404");
+        assert!(!Error::iceberg("get", through_iceberg(missing())).is_retryable());
+        let passed_retries = missing().set_persistent();
+        assert!(!Error::iceberg("get", through_iceberg(passed_retries)).is_retryable());
+        let denied = opendal::Error::new(opendal::ErrorKind::PermissionDenied, "403");
+        assert!(!Error::iceberg("put", through_iceberg(denied.set_persistent())).is_retryable());
         assert!(!Error::iceberg("get", through_iceberg(failed())).is_retryable());
     }
 }

@@ -213,9 +213,11 @@ fn internal(path: &str, what: &str) -> iceberg::Error {
 }
 
 /// An error shared by the waiters of one fetch, given to each of them.
+/// The copy keeps whether a retry can help, which its source (an opendal error, not copied)
+/// told ([`crate::error::transient_io`]).
 fn copy_error(e: &iceberg::Error) -> iceberg::Error {
     iceberg::Error::new(e.kind(), e.message().to_string())
-        .with_retryable(e.retryable())
+        .with_retryable(e.retryable() || crate::error::transient_io(e))
         .with_source(std::io::Error::other(format!("{e:#}")))
 }
 
@@ -452,6 +454,18 @@ impl FileWrite for CachingWrite {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_failed_fetch_handed_to_its_waiters_stays_retryable_when_its_cause_was_transient() {
+        // Before: the copy dropped the opendal source, so a 5xx on a cached read (metadata,
+        // manifests) was never retried (review helper-30).
+        let cause = opendal::Error::new(opendal::ErrorKind::Unexpected, "503").set_temporary();
+        let e = iceberg::Error::new(iceberg::ErrorKind::Unexpected, "io").with_source(cause);
+        assert!(copy_error(&e).retryable());
+        let gone = opendal::Error::new(opendal::ErrorKind::NotFound, "404").set_persistent();
+        let e = iceberg::Error::new(iceberg::ErrorKind::Unexpected, "io").with_source(gone);
+        assert!(!copy_error(&e).retryable());
+    }
     use crate::requests::{CountingStorageFactory, Requests};
     use crate::summary::S3Requests;
 
@@ -477,6 +491,20 @@ mod tests {
     /// Writes `bytes` at `path` behind the cache's back (another writer's file).
     fn write_beside(path: &str, bytes: &[u8]) {
         std::fs::write(path.trim_start_matches("file://"), bytes).expect("write");
+    }
+
+    #[tokio::test]
+    async fn a_missing_file_read_through_opendal_is_a_permanent_error() {
+        // opendal's retry layer marks every error persistent; a missing file must still not be
+        // retried as if transient (review helper-30).
+        let (io, _, dir) = io(16);
+        let e = io
+            .new_input(format!("{dir}/missing.bin"))
+            .unwrap()
+            .read()
+            .await
+            .unwrap_err();
+        assert!(!crate::error::Error::iceberg("read", e).is_retryable());
     }
 
     #[tokio::test]

@@ -1124,6 +1124,21 @@ fn snapshot_summary(
     }
     let counts = collector.build();
     props.extend(counts.clone());
+    // A running total as Java keeps it: from 0 on a table's first snapshot, left out when the
+    // parent has none (a writer that keeps no totals: a guess would be wrong, and Spark takes
+    // `total-records` as the table's row estimate) or when it would be negative.
+    let parent_total = |key: &str| -> Option<i64> {
+        match parent {
+            None => Some(0),
+            Some(p) => p.additional_properties.get(key)?.parse().ok(),
+        }
+    };
+    let set_total = |props: &mut HashMap<String, String>, key: &str, v: Option<i64>| {
+        match v.filter(|v| *v >= 0) {
+            Some(v) => props.insert(key.into(), v.to_string()),
+            None => props.remove(key),
+        };
+    };
     for (total_key, added_key, deleted_key) in [
         ("total-records", "added-records", "deleted-records"),
         ("total-data-files", "added-data-files", "deleted-data-files"),
@@ -1135,8 +1150,8 @@ fn snapshot_summary(
                 .and_then(|v| v.parse::<i64>().ok())
                 .unwrap_or(0)
         };
-        let value = summary::value(parent, total_key) + get(added_key) - get(deleted_key);
-        props.insert(total_key.into(), value.max(0).to_string());
+        let value = parent_total(total_key).map(|t| t + get(added_key) - get(deleted_key));
+        set_total(&mut props, total_key, value);
     }
     // Delete files and rows, as Java counts them: the base's (none when they were left out)
     // plus this change's added minus its removed.
@@ -1164,12 +1179,12 @@ fn snapshot_summary(
                 .unwrap_or(0)
         };
         let carried = if dropped_deletes {
-            0
+            Some(0)
         } else {
-            summary::value(parent, total_key)
+            parent_total(total_key)
         };
-        let value = carried + get(added_key) - get(removed_key);
-        props.insert(total_key.into(), value.max(0).to_string());
+        let value = carried.map(|t| t + get(added_key) - get(removed_key));
+        set_total(&mut props, total_key, value);
     }
     props
 }
@@ -1250,4 +1265,42 @@ pub async fn write_metadata(
         changes,
         requirements,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn summary(props: &[(&str, &str)]) -> Summary {
+        Summary {
+            operation: Operation::Append,
+            additional_properties: props
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn running_totals_start_at_zero_and_are_left_out_after_a_parent_without_them() {
+        // Before: a parent without totals (another writer keeps none) restarted them from 0,
+        // so `total-records` claimed the table held only this commit's rows.
+        let change = Change::append(Vec::new(), HashMap::new());
+        let collector = SnapshotSummaryCollector::default();
+        let first = snapshot_summary(&change, None, &collector, false, false);
+        assert_eq!(first["total-records"], "0");
+        assert_eq!(first["total-delete-files"], "0");
+        let with = summary(&[("total-records", "10"), ("total-position-deletes", "4")]);
+        let next = snapshot_summary(&change, Some(&with), &collector, false, false);
+        assert_eq!(next["total-records"], "10");
+        assert_eq!(next["total-position-deletes"], "4");
+        assert!(!next.contains_key("total-data-files"), "{next:?}");
+        let bare = summary(&[]);
+        let next = snapshot_summary(&change, Some(&bare), &collector, false, false);
+        assert!(!next.contains_key("total-records"), "{next:?}");
+        assert!(!next.contains_key("total-delete-files"), "{next:?}");
+        // Delete files all left out (dropped): their totals are 0 again.
+        let next = snapshot_summary(&change, Some(&bare), &collector, false, true);
+        assert_eq!(next["total-delete-files"], "0");
+    }
 }

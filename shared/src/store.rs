@@ -220,7 +220,32 @@ pub struct S3Store {
     requests: Option<Requests>,
 }
 
+/// The slowest upload a PutObject is given time for: the read timeout counts from the request's
+/// start to the answer's first byte, so the body's upload is inside it.
+const UPLOAD_FLOOR_BYTES_PER_SECOND: u64 = 1 << 20;
+
 impl S3Store {
+    /// The client's read timeout plus the time to upload `bytes` at
+    /// [`UPLOAD_FLOOR_BYTES_PER_SECOND`] (a 1 GiB quarantine spool: 17 minutes more, beyond any
+    /// Lambda's run): a big body slower than the timeout alone is not cut and re-sent forever.
+    fn upload_allowance(&self, bytes: u64) -> aws_sdk_s3::config::Builder {
+        let base = self
+            .client
+            .config()
+            .timeout_config()
+            .and_then(|t| t.read_timeout());
+        let mut b = aws_sdk_s3::config::Builder::default();
+        if let Some(base) = base {
+            let upload = std::time::Duration::from_secs(bytes / UPLOAD_FLOOR_BYTES_PER_SECOND);
+            b = b.timeout_config(
+                aws_config::timeout::TimeoutConfig::builder()
+                    .read_timeout(base.saturating_add(upload))
+                    .build(),
+            );
+        }
+        b
+    }
+
     /// Wraps a client.
     pub fn new(client: aws_sdk_s3::Client) -> Self {
         Self {
@@ -302,11 +327,14 @@ impl ObjectStore for S3Store {
 
     async fn put(&self, bucket: &str, key: &str, body: Vec<u8>) -> Result<()> {
         count(&self.requests, RequestKind::Put);
+        let allowed = self.upload_allowance(body.len() as u64);
         self.client
             .put_object()
             .bucket(bucket)
             .key(key)
             .body(ByteStream::from(body))
+            .customize()
+            .config_override(allowed)
             .send()
             .await
             .map_err(|e| s3_error(format!("PutObject s3://{bucket}/{key}"), e))?;
@@ -318,11 +346,14 @@ impl ObjectStore for S3Store {
             Error::new(ErrorKind::Storage, format!("reading {}", path.display())).with_source(e)
         })?;
         count(&self.requests, RequestKind::Put);
+        let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(u64::MAX);
         self.client
             .put_object()
             .bucket(bucket)
             .key(key)
             .body(body)
+            .customize()
+            .config_override(self.upload_allowance(size))
             .send()
             .await
             .map_err(|e| s3_error(format!("PutObject s3://{bucket}/{key}"), e))?;
@@ -546,5 +577,37 @@ impl ObjectStore for LocalStore {
             r.count(RequestKind::List, (out.len() as u64).div_ceil(1000).max(1));
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_upload_is_given_its_body_s_time_beyond_the_read_timeout() {
+        // The read timeout runs until the answer's first byte, the upload included: a 1 GiB
+        // quarantine spool at 35 MB/s would have timed out on every attempt (review helper-30).
+        let conf = aws_sdk_s3::Config::builder()
+            .behavior_version(aws_config::BehaviorVersion::latest())
+            .timeout_config(
+                aws_config::timeout::TimeoutConfig::builder()
+                    .read_timeout(std::time::Duration::from_secs(30))
+                    .build(),
+            )
+            .build();
+        let store = S3Store::new(aws_sdk_s3::Client::from_conf(conf));
+        let timeout = |bytes: u64| {
+            store
+                .upload_allowance(bytes)
+                .build()
+                .timeout_config()
+                .and_then(|t| t.read_timeout())
+        };
+        assert_eq!(timeout(1000), Some(std::time::Duration::from_secs(30)));
+        assert_eq!(
+            timeout(100 << 20),
+            Some(std::time::Duration::from_secs(130))
+        );
     }
 }

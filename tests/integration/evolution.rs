@@ -209,6 +209,55 @@ async fn a_csv_value_beyond_int_widens_the_column_as_in_json_lines() {
     );
 }
 
+/// A new field whose integers pass a long: a `decimal(20, 0)` column holding them exactly
+/// (helper-29). Before, 9223372036854775808 made `ext` a long column and the record bringing
+/// it was quarantined as out of range.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_field_beyond_a_long_becomes_an_exact_decimal_column() {
+    let env = TestEnv::new("sqlite").await;
+    let ingestor = env.ingestor().await;
+    env.put(
+        "orders/big.jsonl",
+        with_field(&orders(3, 5), "ext", "9223372036854775808"),
+    )
+    .await;
+    let r = env.ingest(&ingestor, "orders/big.jsonl").await.unwrap();
+    assert_eq!(
+        (r.records_committed, r.records_quarantined),
+        (3, 0),
+        "{r:?}"
+    );
+    let table = ingestor.catalog().load_table(&env.ident()).await.unwrap();
+    let ext = table
+        .metadata()
+        .current_schema()
+        .field_by_name("ext")
+        .expect("ext column")
+        .clone();
+    assert_eq!(
+        *ext.field_type,
+        Type::Primitive(PrimitiveType::Decimal {
+            precision: 20,
+            scale: 0
+        })
+    );
+    let batches = env.scan_all(ingestor.catalog().as_ref()).await;
+    let values: Vec<i128> = batches
+        .iter()
+        .flat_map(|b| {
+            b.column_by_name("ext")
+                .unwrap()
+                .as_any()
+                .downcast_ref::<arrow::array::Decimal128Array>()
+                .expect("read as decimal")
+                .iter()
+                .flatten()
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert_eq!(values, vec![9_223_372_036_854_775_808i128; 3]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn strict_quarantines_unknown_fields_ignore_drops_them_and_breaking_values_are_quarantined() {
     // strict
