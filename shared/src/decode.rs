@@ -3364,6 +3364,15 @@ fn is_text(t: &DataType) -> bool {
     }
 }
 
+/// `src` (text, plain or dictionary-encoded) as plain text, to be read value by value.
+fn text_of(field: &Field, src: &ArrayRef) -> Result<arrow::array::StringArray, ArrowError> {
+    let text = cast_with_options(src, &DataType::Utf8, &CastOptions::default())?;
+    text.as_any()
+        .downcast_ref::<arrow::array::StringArray>()
+        .cloned()
+        .ok_or_else(|| ArrowError::CastError(format!("`{}` is not text", field.name())))
+}
+
 /// [`parquet_column`] of text into a boolean column, read as CSV reads it: `true` or `false` in
 /// any case, nothing else (arrow's cast took `1`, `yes`, `on`, `t`, ` true` for true). Any other
 /// value is null, with a reason in `reasons` where its row has none yet.
@@ -3372,12 +3381,7 @@ fn parquet_booleans(
     src: &ArrayRef,
     reasons: &mut [Option<String>],
 ) -> Result<ArrayRef, ArrowError> {
-    use arrow::array::StringArray;
-    let text = cast_with_options(src, &DataType::Utf8, &CastOptions::default())?;
-    let text = text
-        .as_any()
-        .downcast_ref::<StringArray>()
-        .ok_or_else(|| ArrowError::CastError(format!("`{}` is not text", field.name())))?;
+    let text = text_of(field, src)?;
     let values: BooleanArray = text
         .iter()
         .zip(reasons.iter_mut())
@@ -3417,12 +3421,8 @@ fn parquet_dates(
     src: &ArrayRef,
     reasons: &mut [Option<String>],
 ) -> Result<ArrayRef, ArrowError> {
-    use arrow::array::{Date32Array, StringArray};
-    let text = cast_with_options(src, &DataType::Utf8, &CastOptions::default())?;
-    let text = text
-        .as_any()
-        .downcast_ref::<StringArray>()
-        .ok_or_else(|| ArrowError::CastError(format!("`{}` is not text", field.name())))?;
+    use arrow::array::Date32Array;
+    let text = text_of(field, src)?;
     let days: Date32Array = text
         .iter()
         .zip(reasons.iter_mut())
@@ -3478,12 +3478,8 @@ fn parquet_text_column(
     reasons: &mut [Option<String>],
 ) -> Result<ArrayRef, ArrowError> {
     use arrow::array::timezone::Tz;
-    use arrow::array::{StringArray, TimestampMicrosecondArray};
-    let text = cast_with_options(src, &DataType::Utf8, &CastOptions::default())?;
-    let text = text
-        .as_any()
-        .downcast_ref::<StringArray>()
-        .ok_or_else(|| ArrowError::CastError(format!("`{}` is not text", field.name())))?;
+    use arrow::array::TimestampMicrosecondArray;
+    let text = text_of(field, src)?;
     let zone: Option<Tz> = match field.data_type() {
         DataType::Timestamp(_, tz) => Some(tz.as_deref().unwrap_or("+00:00").parse()?),
         _ => None,
