@@ -3271,18 +3271,13 @@ fn parquet_column(
                     )
                 })
                 .collect();
-            if overflow.true_count() > 0 {
-                for (row, slot) in reasons.iter_mut().enumerate() {
-                    if slot.is_none() && overflow.value(row) {
-                        *slot = Some(format!(
-                            "field `{}`: {} is beyond the range of {to}",
-                            field.name(),
-                            value(row)
-                        ));
-                    }
-                }
-                cast = arrow::compute::nullif(&cast, &overflow)?;
-            }
+            cast = refuse_rows(&cast, &overflow, reasons, |row| {
+                format!(
+                    "field `{}`: {} is beyond the range of {to}",
+                    field.name(),
+                    value(row)
+                )
+            })?;
         }
     }
     if to.is_floating() && is_text(from) {
@@ -3293,18 +3288,13 @@ fn parquet_column(
             let infinite: BooleanArray = (0..src.len())
                 .map(|row| Some(wide.is_valid(row) && !wide.value(row).is_finite()))
                 .collect();
-            if infinite.true_count() > 0 {
-                for (row, slot) in reasons.iter_mut().enumerate() {
-                    if slot.is_none() && infinite.value(row) {
-                        *slot = Some(format!(
-                            "field `{}`: {} is not a finite number",
-                            field.name(),
-                            value(row)
-                        ));
-                    }
-                }
-                cast = arrow::compute::nullif(&cast, &infinite)?;
-            }
+            cast = refuse_rows(&cast, &infinite, reasons, |row| {
+                format!(
+                    "field `{}`: {} is not a finite number",
+                    field.name(),
+                    value(row)
+                )
+            })?;
         }
     }
     if matches!(from, DataType::Timestamp(_, _)) && to == &DataType::Date32 {
@@ -3328,18 +3318,13 @@ fn parquet_column(
         let timed: BooleanArray = (0..src.len())
             .map(|row| Some(parts.iter().any(|p| p.is_valid(row) && p.value(row) != 0)))
             .collect();
-        if timed.true_count() > 0 {
-            for (row, slot) in reasons.iter_mut().enumerate() {
-                if slot.is_none() && timed.value(row) {
-                    *slot = Some(format!(
-                        "field `{}`: {} has a time of day; the column is a date",
-                        field.name(),
-                        value(row)
-                    ));
-                }
-            }
-            cast = arrow::compute::nullif(&cast, &timed)?;
-        }
+        cast = refuse_rows(&cast, &timed, reasons, |row| {
+            format!(
+                "field `{}`: {} has a time of day; the column is a date",
+                field.name(),
+                value(row)
+            )
+        })?;
     }
     if cast.null_count() > src.null_count() {
         for (row, slot) in reasons.iter_mut().enumerate() {
@@ -3362,6 +3347,25 @@ fn is_text(t: &DataType) -> bool {
         DataType::Dictionary(_, v) => is_text(v),
         _ => false,
     }
+}
+
+/// `column` with the rows `flagged` null, each given `why(row)` as its reason in `reasons` unless
+/// it has one already.
+fn refuse_rows(
+    column: &ArrayRef,
+    flagged: &BooleanArray,
+    reasons: &mut [Option<String>],
+    why: impl Fn(usize) -> String,
+) -> Result<ArrayRef, ArrowError> {
+    if flagged.true_count() == 0 {
+        return Ok(column.clone());
+    }
+    for (row, slot) in reasons.iter_mut().enumerate() {
+        if slot.is_none() && flagged.value(row) {
+            *slot = Some(why(row));
+        }
+    }
+    arrow::compute::nullif(column, flagged)
 }
 
 /// `src` (text, plain or dictionary-encoded) as plain text, to be read value by value.

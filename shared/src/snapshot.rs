@@ -519,6 +519,7 @@ pub(crate) async fn stage(table: &Table, change: &Change, write: bool) -> Result
         check_planned_on(table, planned_on)?;
     }
     let md = table.metadata();
+    writes_v2_manifests(table)?;
     let builder = base_builder(table)?;
     let snapshot_id = new_snapshot_id(md);
     let seq = md.next_sequence_number();
@@ -633,6 +634,29 @@ pub(crate) async fn stage(table: &Table, change: &Change, write: bool) -> Result
     m.written.append(&mut staged.written);
     staged.written = m.written;
     Ok(staged)
+}
+
+/// floe writes format-v2 manifests and manifest lists (review helper-28): a v1 table's readers
+/// expect v1 ones, and a v3 snapshot needs row lineage (`first-row-id`), which floe does not
+/// assign. Refused before anything is written, naming the table's version.
+fn writes_v2_manifests(table: &Table) -> Result<()> {
+    let version = table.metadata().format_version();
+    if version == iceberg::spec::FormatVersion::V2 {
+        return Ok(());
+    }
+    let how = match version {
+        iceberg::spec::FormatVersion::V1 => {
+            "upgrade it (another engine: table property format-version = 2), then commit again"
+        }
+        _ => "floe cannot write a table of a later format version",
+    };
+    Err(Error::new(
+        ErrorKind::Config,
+        format!(
+            "{} is an Iceberg format {version} table; floe commits to format 2 tables only: {how}",
+            table.identifier()
+        ),
+    ))
 }
 
 /// An expiration: the same metadata without the expired snapshots (no new snapshot).

@@ -413,3 +413,48 @@ async fn sensitive_fields_are_hashed_with_a_key_from_ssm_or_dropped() {
     }
     assert_eq!(seen, 50);
 }
+
+/// A table another engine created in Iceberg format 1 (review helper-28): floe writes format-2
+/// manifests and manifest lists, so its commit is refused before anything is written, naming
+/// the version, and the table stays as it was. Before, an ingest committed v2 manifests into
+/// the v1 table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_format_1_table_is_refused_not_written_with_format_2_manifests() {
+    let env = TestEnv::new("sqlite").await;
+    let catalog = floe::catalog::connect(&env.config).await.unwrap();
+    let table = env.config.table("orders").unwrap();
+    let creation = iceberg::TableCreation::builder()
+        .name("orders".to_string())
+        .schema(floe::schema::table_schema(table).unwrap())
+        .format_version(iceberg::spec::FormatVersion::V1)
+        .build();
+    catalog
+        .create_namespace(env.ident().namespace(), Default::default())
+        .await
+        .unwrap();
+    catalog
+        .create_table(env.ident().namespace(), creation)
+        .await
+        .unwrap();
+    let created = catalog.load_table(&env.ident()).await.unwrap();
+    assert_eq!(
+        created.metadata().format_version(),
+        iceberg::spec::FormatVersion::V1
+    );
+    let ingestor = env.ingestor().await;
+    env.put("orders/v1.jsonl", orders(5, 3)).await;
+    let e = env
+        .ingest(&ingestor, "orders/v1.jsonl")
+        .await
+        .expect_err("a format 1 table must be refused");
+    assert!(!e.is_retryable(), "{e}");
+    assert!(
+        e.to_string().contains("format 1") || e.to_string().contains("format v1"),
+        "{e}"
+    );
+    let t = catalog.load_table(&env.ident()).await.unwrap();
+    assert!(
+        t.metadata().current_snapshot().is_none(),
+        "nothing committed"
+    );
+}
