@@ -1733,7 +1733,7 @@ enum LineRead {
 /// Distinct field names an object may bring that its table lacks: each is tracked (reported,
 /// perhaps a new column), so an object of ever-new keys would otherwise grow memory and the
 /// snapshot summary without bound.
-pub(crate) const MAX_UNKNOWN_FIELDS: usize = 100_000;
+const MAX_UNKNOWN_FIELDS: usize = 100_000;
 
 /// The byte that ends the lines of JSON text whose start is `head`: `\r` for classic Mac line
 /// endings, else `\n` (a CRLF line keeps its `\r`, whitespace to JSON). Before any newline, a
@@ -1748,20 +1748,13 @@ fn line_separator(head: &[u8]) -> u8 {
         Some(n) => head[..n].strip_suffix(b"\r").unwrap_or(&head[..n]),
         None => head,
     };
-    let mut pieces = before_newline.split(|&b| b == b'\r');
-    let Some(first) = pieces.next() else {
-        return b'\n';
-    };
-    // With no return before the newline there is a single piece: newline-ended lines.
-    if first.len() == before_newline.len() {
-        return b'\n';
-    }
+    let mut pieces: Vec<&[u8]> = before_newline.split(|&b| b == b'\r').collect();
+    // The last piece may be cut by the end of `head` (or be a newline-ended line's start); with
+    // no return before the newline it is the only one: newline-ended lines.
+    pieces.pop();
     let whole = |p: &[u8]| {
         !p.trim_ascii().is_empty() && serde_json::from_slice::<serde::de::IgnoredAny>(p).is_ok()
     };
-    // The last piece may be cut by the end of `head` (or be a newline-ended line's start).
-    let mut pieces: Vec<&[u8]> = std::iter::once(first).chain(pieces).collect();
-    pieces.pop();
     if pieces.iter().take(16).any(|p| whole(p)) {
         b'\r'
     } else {

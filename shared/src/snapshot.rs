@@ -1157,58 +1157,55 @@ fn snapshot_summary(
             Some(p) => p.additional_properties.get(key)?.parse().ok(),
         }
     };
-    let set_total = |props: &mut HashMap<String, String>, key: &str, v: Option<i64>| {
-        match v.filter(|v| *v >= 0) {
-            Some(v) => props.insert(key.into(), v.to_string()),
-            None => props.remove(key),
-        };
+    let get = |k: &str| {
+        counts
+            .get(k)
+            .and_then(|v| v.parse::<i64>().ok())
+            .unwrap_or(0)
     };
-    for (total_key, added_key, deleted_key) in [
-        ("total-records", "added-records", "deleted-records"),
-        ("total-data-files", "added-data-files", "deleted-data-files"),
-        ("total-files-size", "added-files-size", "removed-files-size"),
-    ] {
-        let get = |k: &str| {
-            counts
-                .get(k)
-                .and_then(|v| v.parse::<i64>().ok())
-                .unwrap_or(0)
-        };
-        let value = parent_total(total_key).map(|t| t + get(added_key) - get(deleted_key));
-        set_total(&mut props, total_key, value);
-    }
-    // Delete files and rows, as Java counts them: the base's (none when they were left out)
-    // plus this change's added minus its removed.
-    for (total_key, added_key, removed_key) in [
+    // Each total: the base's plus this change's added minus its removed. Delete files and
+    // rows as Java counts them: none carried from the base when its delete files were left out.
+    for (total_key, added_key, removed_key, of_deletes) in [
+        ("total-records", "added-records", "deleted-records", false),
+        (
+            "total-data-files",
+            "added-data-files",
+            "deleted-data-files",
+            false,
+        ),
+        (
+            "total-files-size",
+            "added-files-size",
+            "removed-files-size",
+            false,
+        ),
         (
             "total-delete-files",
             "added-delete-files",
             "removed-delete-files",
+            true,
         ),
         (
             "total-position-deletes",
             "added-position-deletes",
             "removed-position-deletes",
+            true,
         ),
         (
             "total-equality-deletes",
             "added-equality-deletes",
             "removed-equality-deletes",
+            true,
         ),
     ] {
-        let get = |k: &str| {
-            counts
-                .get(k)
-                .and_then(|v| v.parse::<i64>().ok())
-                .unwrap_or(0)
+        let carried = match of_deletes && dropped_deletes {
+            true => Some(0),
+            false => parent_total(total_key),
         };
-        let carried = if dropped_deletes {
-            Some(0)
-        } else {
-            parent_total(total_key)
+        match carried.map(|t| t + get(added_key) - get(removed_key)) {
+            Some(v) if v >= 0 => props.insert(total_key.into(), v.to_string()),
+            _ => props.remove(total_key),
         };
-        let value = carried.map(|t| t + get(added_key) - get(removed_key));
-        set_total(&mut props, total_key, value);
     }
     props
 }

@@ -346,7 +346,8 @@ impl ObjectStore for S3Store {
             Error::new(ErrorKind::Storage, format!("reading {}", path.display())).with_source(e)
         })?;
         count(&self.requests, RequestKind::Put);
-        let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(u64::MAX);
+        // The length `from_path` read from the file's metadata (no second stat).
+        let size = body.size_hint().1.unwrap_or(u64::MAX);
         self.client
             .put_object()
             .bucket(bucket)
