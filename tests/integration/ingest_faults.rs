@@ -455,3 +455,84 @@ async fn a_redelivery_after_its_snapshot_expired_is_still_a_duplicate() {
     assert_eq!(r.status, Status::Committed, "{r:?}");
     assert_eq!(env.count_rows(fresh.catalog().as_ref()).await, 48);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Replay of a key list: the read that tells a version id from an ETag
+
+/// Fails the first `open` with a retryable storage error (a timeout's kind), then passes through.
+struct FirstOpenFails {
+    inner: Arc<dyn ObjectStore>,
+    opens: AtomicU32,
+}
+
+#[async_trait::async_trait]
+impl ObjectStore for FirstOpenFails {
+    async fn open(&self, bucket: &str, key: &str, version: &Version) -> floe::Result<OpenedObject> {
+        if self.opens.fetch_add(1, Ordering::SeqCst) == 0 {
+            return Err(floe::Error::new(
+                floe::ErrorKind::Storage,
+                format!("GetObject s3://{bucket}/{key}: operation timed out"),
+            )
+            .with_retryable(true));
+        }
+        self.inner.open(bucket, key, version).await
+    }
+
+    async fn put(&self, bucket: &str, key: &str, body: Vec<u8>) -> floe::Result<()> {
+        self.inner.put(bucket, key, body).await
+    }
+
+    async fn put_file(&self, bucket: &str, key: &str, path: &std::path::Path) -> floe::Result<()> {
+        self.inner.put_file(bucket, key, path).await
+    }
+}
+
+/// Review helper-27 #3: a replay line naming an older version of a versioned object, whose
+/// first read fails transiently, was guessed to name an ETag; the ingest then asked for that
+/// "ETag", S3 refused it, and the object was reported superseded (skipped for good) although
+/// the version exists. It must fail retryably instead, and a later replay commits it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replayed_version_whose_first_read_fails_is_retried_not_called_superseded() {
+    use floe::ingest::replay::{Outcome, ReplayOptions};
+    let env = TestEnv::new("sqlite").await;
+    env.s3
+        .put_bucket_versioning()
+        .bucket(&env.bucket)
+        .versioning_configuration(
+            aws_sdk_s3::types::VersioningConfiguration::builder()
+                .status(aws_sdk_s3::types::BucketVersioningStatus::Enabled)
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let key = "orders/replayed.jsonl";
+    let old = env.put_version(key, orders(20, 1)).await;
+    let old = old.version_id().unwrap().to_string();
+    env.put_version(key, orders(10, 2)).await;
+    let line = format!("s3://{}/{key}#{old}\n", env.bucket);
+    let options = ReplayOptions {
+        wait: Duration::ZERO,
+        ..Default::default()
+    };
+    let flaky = Arc::new(FirstOpenFails {
+        inner: s3_store().await,
+        opens: AtomicU32::new(0),
+    });
+    let ingestor = ingestor_over(&env, env.config.clone(), flaky, |s| s).await;
+    let r = ingestor.replay_objects(&line, &options).await;
+    let outcomes: Vec<(Outcome, Option<bool>)> = r
+        .items
+        .iter()
+        .flat_map(|i| i.objects.iter().map(|o| (o.outcome, o.retryable)))
+        .collect();
+    assert_eq!(outcomes, [(Outcome::Failed, Some(true))], "{r:#?}");
+    assert_eq!((r.replayed, r.skipped, r.failed), (0, 0, 1), "{r:#?}");
+    assert_eq!(env.count_rows(ingestor.catalog().as_ref()).await, 0);
+    // Run again (the store answers now): the named version lands, once.
+    let again = ingestor.replay_objects(&line, &options).await;
+    assert_eq!((again.replayed, again.failed), (1, 0), "{again:#?}");
+    assert_eq!(env.count_rows(ingestor.catalog().as_ref()).await, 20);
+    let ids = identities(ingestor.catalog().as_ref(), &env).await;
+    assert_eq!(ids, vec![format!("s3://{}/{key}#{old}", env.bucket)]);
+}

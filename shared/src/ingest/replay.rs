@@ -597,21 +597,45 @@ impl Ingestor {
             .map(|(i, l)| (i + 1, parse_object_line(l)))
             .collect();
         for round in named.chunks(options.batch.max(1)) {
+            // A line whose version could not be told (the read failed) fails on its own; the
+            // others go through the round.
             let mut deliveries = Vec::with_capacity(round.len());
+            let mut failed = Vec::with_capacity(round.len());
             for (_, line) in round {
                 let objects = match line {
-                    Ok((obj, version)) => {
-                        Ok(vec![self.resolve(obj.clone(), version.clone()).await])
-                    }
+                    Ok((obj, version)) => match self.resolve(obj.clone(), version.clone()).await {
+                        Ok(o) => Ok(vec![o]),
+                        Err(e) => {
+                            failed.push(Some(ReplayItem {
+                                message_id: None,
+                                line: None,
+                                objects: vec![ReplayedObject::failed(
+                                    obj,
+                                    format!("telling which version the line names: {e}"),
+                                    e.is_retryable(),
+                                )],
+                                action: Action::Kept,
+                                reason: None,
+                                unparsed: false,
+                            }));
+                            continue;
+                        }
+                    },
                     Err(e) => Err(Error::new(e.kind(), e.message())),
                 };
+                failed.push(None);
                 deliveries.push(Delivery {
                     message_id: None,
                     objects,
                 });
             }
-            let items = Box::pin(self.replay_round(deliveries, options.dry_run)).await;
-            for ((line, _), mut item) in round.iter().zip(items) {
+            let mut items = Box::pin(self.replay_round(deliveries, options.dry_run))
+                .await
+                .into_iter();
+            for ((line, _), failed) in round.iter().zip(failed) {
+                let Some(mut item) = failed.or_else(|| items.next()) else {
+                    break;
+                };
                 item.line = Some(*line);
                 item.action = Action::Kept;
                 report.add(item, &mut commits);
@@ -741,10 +765,12 @@ impl Ingestor {
     /// The object a line names: `version` is a version id or an ETag (whichever `_source`
     /// recorded); which one is read from the object. Anything it cannot tell (the object is
     /// gone, or it was overwritten on an unversioned bucket) is left to the ingest path, which
-    /// reports it.
-    async fn resolve(&self, mut obj: ObjectRef, version: Option<String>) -> ObjectRef {
+    /// reports it. A read that failed otherwise (a timeout, a 5xx) tells nothing: the line fails
+    /// with that error (retryable as it is) instead of being guessed into an ETag, which made a
+    /// version id read as a changed ETag and the object reported superseded.
+    async fn resolve(&self, mut obj: ObjectRef, version: Option<String>) -> Result<ObjectRef> {
         let Some(v) = version else {
-            return obj;
+            return Ok(obj);
         };
         match self
             .store
@@ -755,9 +781,11 @@ impl Ingestor {
             Ok(o) if o.meta.etag == v => obj.etag = Some(v),
             // A versioned bucket: an older version.
             Ok(o) if o.meta.version_id.is_some() => obj.version_id = Some(v),
-            _ => obj.etag = Some(v),
+            Ok(_) => obj.etag = Some(v),
+            Err(e) if e.kind() == ErrorKind::NotFound => obj.etag = Some(v),
+            Err(e) => return Err(e),
         }
-        obj
+        Ok(obj)
     }
 }
 
