@@ -683,10 +683,8 @@ fn decode_json_with(
         // A key whose values are dropped anyway (`_…`, reserved for floe's columns, and not a
         // column of the table) changes nothing when given twice.
         let dropped = |k: &str| k.starts_with('_') && schema.field_with_name(k).is_err();
-        if let Some(key) = repeated_key_but(line, &dropped) {
-            return Err(ArrowError::JsonError(format!(
-                "the key `{key}` appears twice in one object (which of its values is meant is unknown)"
-            )));
+        if let Some(problem) = line_problem(line, &dropped) {
+            return Err(ArrowError::JsonError(problem));
         }
         let n = decoder.decode(line)?;
         values += 1;
@@ -714,6 +712,212 @@ fn decode_json_with(
     exact_numbers(batch, schema, Some(data))
 }
 
+/// What makes JSON object text `line` unfit to decode although arrow's tokenizer takes it: a
+/// key given twice (keys for which `dropped` holds aside), or a comma out of place or missing
+/// (arrow reads commas as whitespace: `{"a":1,}`, `{"a":1 "b":2}` and `[1,,2]` decoded as if
+/// well formed). One cheap pass clears the lines nearly all are; the others get the exact scans.
+fn line_problem(line: &[u8], dropped: &dyn Fn(&str) -> bool) -> Option<String> {
+    if !needs_exact_scan(line) {
+        return None;
+    }
+    if let Some(fault) = lenient_syntax(line) {
+        return Some(fault.reason());
+    }
+    repeated_key_nested(line, dropped).map(|key| {
+        format!(
+            "the key `{key}` appears twice in one object (which of its values is meant is unknown)"
+        )
+    })
+}
+
+/// What arrow's tokenizer takes that JSON's grammar does not, at a byte offset: a comma where
+/// the grammar has none or none where it needs one, or a malformed number (taken as one token,
+/// and never parsed when its field is not a column).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lenience {
+    /// A comma with no value before it (`{,`, `[,`, `,,`, `:,`).
+    NoValueBefore(usize),
+    /// A comma right before a closing bracket (`,}`, `,]`).
+    Trailing(usize),
+    /// Two values with no comma between them (`1 "b"`, `[1 2]`).
+    Missing(usize),
+    /// A number JSON does not write (`0-2`, `1.`, `01`, `+1`, `1e`).
+    Number(usize),
+}
+
+impl Lenience {
+    fn reason(self) -> String {
+        match self {
+            Lenience::NoValueBefore(at) => {
+                format!("not valid JSON: a comma with no value before it (byte {at})")
+            }
+            Lenience::Trailing(at) => {
+                format!("not valid JSON: a comma before a closing bracket (byte {at})")
+            }
+            Lenience::Missing(at) => {
+                format!("not valid JSON: a comma missing between two values (byte {at})")
+            }
+            Lenience::Number(at) => format!("not valid JSON: a malformed number (byte {at})"),
+        }
+    }
+}
+
+/// The comma rules of JSON text outside strings, fed a piece at a time (structural text between
+/// strings, and each string). Only commas are judged: everything else the decoder checks.
+struct Structure {
+    last: Token,
+    depth: usize,
+}
+
+/// The last token [`Structure`] saw.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Token {
+    /// An opening bracket (or the line's start).
+    Open,
+    Comma,
+    Colon,
+    /// A value, a closed container included.
+    Value,
+}
+
+impl Structure {
+    fn new() -> Self {
+        Self {
+            last: Token::Open,
+            depth: 0,
+        }
+    }
+
+    /// A value starts at `at` (a string, number or literal, or an opening bracket).
+    #[inline]
+    fn value(&mut self, at: usize) -> Result<(), Lenience> {
+        if self.depth > 0 && self.last == Token::Value {
+            return Err(Lenience::Missing(at));
+        }
+        self.last = Token::Value;
+        Ok(())
+    }
+
+    /// Text outside strings, starting at byte `offset` of the line.
+    #[inline]
+    fn structure(&mut self, text: &[u8], offset: usize) -> Result<(), Lenience> {
+        let mut i = 0;
+        while i < text.len() {
+            match text[i] {
+                b' ' | b'\t' | b'\n' | b'\r' => {}
+                b',' => {
+                    if self.depth > 0 && self.last != Token::Value {
+                        return Err(Lenience::NoValueBefore(offset + i));
+                    }
+                    self.last = Token::Comma;
+                }
+                b':' => self.last = Token::Colon,
+                b'{' | b'[' => {
+                    self.value(offset + i)?;
+                    self.depth += 1;
+                    self.last = Token::Open;
+                }
+                b'}' | b']' => {
+                    if self.last == Token::Comma {
+                        return Err(Lenience::Trailing(offset + i));
+                    }
+                    self.depth = self.depth.saturating_sub(1);
+                    self.last = Token::Value;
+                }
+                b => {
+                    // A number or a literal: one value, as long as the decoder reads it (a
+                    // number's characters; a literal's own letters), so `[false-1]` and
+                    // `[truetrue]` are two values each.
+                    self.value(offset + i)?;
+                    let rest = &text[i..];
+                    if let Some(lit) = [&b"true"[..], b"false", b"null"]
+                        .into_iter()
+                        .find(|l| rest.starts_with(l))
+                    {
+                        i += lit.len() - 1;
+                    } else if b == b'-' || b.is_ascii_digit() {
+                        let end = text[i..]
+                            .iter()
+                            .position(|c| {
+                                !matches!(c, b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E')
+                            })
+                            .map_or(text.len(), |n| i + n);
+                        if !json_number(&text[i..end]) {
+                            return Err(Lenience::Number(offset + i));
+                        }
+                        i = end - 1;
+                    } else {
+                        while i + 1 < text.len() && text[i + 1].is_ascii_alphabetic() {
+                            i += 1;
+                        }
+                    }
+                }
+            }
+            i += 1;
+        }
+        Ok(())
+    }
+}
+
+/// Whether `text` is a number as JSON writes it: `-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?`.
+fn json_number(text: &[u8]) -> bool {
+    let digits = |t: &[u8]| t.iter().take_while(|c| c.is_ascii_digit()).count();
+    let mut t = text.strip_prefix(b"-").unwrap_or(text);
+    match digits(t) {
+        0 => return false,
+        n if n > 1 && t[0] == b'0' => return false,
+        n => t = &t[n..],
+    }
+    if let Some(frac) = t.strip_prefix(b".") {
+        let n = digits(frac);
+        if n == 0 {
+            return false;
+        }
+        t = &frac[n..];
+    }
+    if let Some(exp) = t.strip_prefix(b"e").or_else(|| t.strip_prefix(b"E")) {
+        let exp = exp
+            .strip_prefix(b"+")
+            .or_else(|| exp.strip_prefix(b"-"))
+            .unwrap_or(exp);
+        let n = digits(exp);
+        if n == 0 {
+            return false;
+        }
+        t = &exp[n..];
+    }
+    t.is_empty()
+}
+
+/// The first lenience of JSON text `line`, the exact way (strings skipped escape by escape).
+/// Text that ends inside a string answers what came before: the decoder refuses the rest.
+fn lenient_syntax(line: &[u8]) -> Option<Lenience> {
+    let mut commas = Structure::new();
+    let mut from = 0;
+    while let Some(q) = memchr::memchr(b'"', &line[from..]) {
+        let open = from + q;
+        if let Err(fault) = commas
+            .structure(&line[from..open], from)
+            .and_then(|()| commas.value(open))
+        {
+            return Some(fault);
+        }
+        let mut i = open + 1;
+        loop {
+            match memchr::memchr2(b'"', b'\\', &line[i.min(line.len())..]) {
+                Some(j) if line[i + j] == b'\\' => i += j + 2,
+                Some(j) => {
+                    i += j + 1;
+                    break;
+                }
+                None => return None,
+            }
+        }
+        from = i;
+    }
+    commas.structure(&line[from..], from).err()
+}
+
 /// The first key of JSON object text `line`'s outermost object that appears twice. A JSON
 /// decoder keeps one of the two values (arrow the last) and drops the other without a word;
 /// CSV and Parquet refuse a header naming a column twice for the same reason. Malformed text
@@ -724,24 +928,29 @@ fn repeated_key(line: &[u8]) -> Option<String> {
 }
 
 /// [`repeated_key`], keys for which `dropped` holds left out.
+#[cfg(test)]
 fn repeated_key_but(line: &[u8], dropped: &dyn Fn(&str) -> bool) -> Option<String> {
-    if may_repeat_a_key(line) {
+    if needs_exact_scan(line) {
         repeated_key_nested(line, dropped)
     } else {
         None
     }
 }
 
-/// Whether `line` may name a key twice, cheaply, for the lines nearly all are: no escapes, so
-/// quotes pair up as strings, and a string followed by `:` is a key (at any depth: an inner
-/// object's keys count too, so `true` only sends the line to the exact scan). Keys go through a
-/// 128-bit filter on their length and first and last bytes; only a key hitting a set bit is
-/// compared with the keys before it.
-fn may_repeat_a_key(line: &[u8]) -> bool {
+/// Whether `line` may name a key twice or misplace a comma, cheaply, for the lines nearly all
+/// are: no escapes, so quotes pair up as strings, and a string followed by `:` is a key (at any
+/// depth: an inner object's keys count too, so `true` only sends the line to the exact scans).
+/// Keys go through a 128-bit filter on their length and first and last bytes; only a key hitting
+/// a set bit is compared with the keys before it. The text between strings goes through the
+/// comma rules ([`Structure`]) on the way.
+fn needs_exact_scan(line: &[u8]) -> bool {
     const MAX: usize = 64;
     let mut spans = [(0usize, 0usize); MAX];
     let mut n = 0usize;
     let mut filter = 0u128;
+    let mut commas = Structure::new();
+    // Where the text after the last string begins.
+    let mut after = 0usize;
     // Quotes and backslashes found a block at a time (a memchr call per quote cost more than
     // the search on these short strings).
     let mut open: Option<usize> = None;
@@ -755,9 +964,17 @@ fn may_repeat_a_key(line: &[u8]) -> bool {
                 return true; // an escape: quotes no longer pair up
             }
             let Some(start) = open.take() else {
+                if commas
+                    .structure(&line[after..at], after)
+                    .and_then(|()| commas.value(at))
+                    .is_err()
+                {
+                    return true;
+                }
                 open = Some(at + 1);
                 continue;
             };
+            after = at + 1;
             let mut k = at + 1;
             while k < line.len() && line[k].is_ascii_whitespace() {
                 k += 1;
@@ -785,7 +1002,8 @@ fn may_repeat_a_key(line: &[u8]) -> bool {
         }
         base += width;
     }
-    open.is_some() // an unclosed string: let the exact scan (and then the decoder) see it
+    // An unclosed string: let the exact scans (and then the decoder) see it.
+    open.is_some() || commas.structure(&line[after..], after).is_err()
 }
 
 /// A bit per byte of the block at the start of `text` (16 bytes, or what is left) that is a
@@ -4011,10 +4229,146 @@ mod tests {
             lines += 1;
             if repeated_key_nested(line.as_bytes(), &|_| false).is_some() {
                 repeated += 1;
-                assert!(may_repeat_a_key(line.as_bytes()), "{line}");
+                assert!(needs_exact_scan(line.as_bytes()), "{line}");
             }
         }
         assert!(repeated > lines / 10, "{repeated} of {lines}");
+    }
+
+    #[test]
+    fn jsonl_a_misplaced_or_missing_comma_is_quarantined_not_read_as_whitespace() {
+        // Review helper-29 #8: arrow's tokenizer skips commas as whitespace, so these lines
+        // landed as if well formed (the missing comma's two values both kept).
+        let t = "\"t\":\"2026-11-30T10:00:00Z\"";
+        let input = format!(
+            "{{\"id\":\"1\",\"n\":1,{t},}}\n\
+             {{\"id\":\"2\" \"n\":2,{t}}}\n\
+             {{,\"id\":\"3\",{t}}}\n\
+             {{\"id\":\"4\",,\"n\":4,{t}}}\n\
+             {{\"id\":\"5\",\"n\":5 ,{t},\"x\":[1 2]}}\n\
+             {{\"id\":\"6\",\"n\":6,{t},\"x\":[1,2,]}}\n\
+             {{\"id\":\"7\",\"n\":7 {t}}}\n\
+             {{\"id\":\"8,}}\",\"n\": 8 , {t} , \"x\" : [ 1 , {{\"a\" : [ ] }} , \"\\\",]\" ] , \"y\":{{}} }}\n\
+             {{\"id\":\"9\",{t},\"x\":[true,null,false,-1.5e3,\"a\",0,-0.5E+3,1e-7]}}\n\
+             {{\"id\":\"10\",{t},\"x\":[0-2]}}\n\
+             {{\"id\":\"11\",{t},\"x\":01}}\n\
+             {{\"id\":\"12\",{t},\"x\":[1.,2]}}\n\
+             {{\"id\":\"13\",{t},\"x\":[falsetrue]}}\n"
+        );
+        let (seen, rows, rejected, _) = run(input.as_bytes(), &spec(Format::Jsonl));
+        assert_eq!((seen, rows), (13, 2), "{rejected:?}");
+        let reasons: Vec<(u64, &str)> = rejected
+            .iter()
+            .map(|r| {
+                let kind = [
+                    "no value before it",
+                    "before a closing bracket",
+                    "missing",
+                    "malformed number",
+                ]
+                .into_iter()
+                .find(|k| r.reason.contains(k))
+                .unwrap_or(&r.reason);
+                (r.record, kind)
+            })
+            .collect();
+        assert_eq!(
+            reasons,
+            vec![
+                (1, "before a closing bracket"),
+                (2, "missing"),
+                (3, "no value before it"),
+                (4, "no value before it"),
+                (5, "missing"),
+                (6, "before a closing bracket"),
+                (7, "missing"),
+                (10, "malformed number"),
+                (11, "malformed number"),
+                (12, "malformed number"),
+                (13, "missing"),
+            ],
+            "{rejected:?}"
+        );
+    }
+
+    #[test]
+    fn comma_check_agrees_with_a_strict_parser() {
+        // Random JSON (nested, strings holding commas, brackets, quotes and escapes), and the
+        // same with one comma added or taken away: the check finds a fault exactly where a
+        // strict parser refuses the text.
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        fn value(next: &mut dyn FnMut(u64) -> u64, depth: u32, out: &mut String) {
+            match if depth > 3 { next(4) } else { next(6) } {
+                0 => out.push_str(["1", "-2.5e3", "0", "17"][next(4) as usize]),
+                1 => out.push_str(["true", "false", "null"][next(3) as usize]),
+                2 | 3 => out.push_str(
+                    ["\"a\"", "\"x,]\"", "\"q\\\"\"", "\"}{\"", "\"\""][next(5) as usize],
+                ),
+                4 => {
+                    out.push('[');
+                    for i in 0..next(4) {
+                        if i > 0 {
+                            out.push_str([",", " , ", ","][next(3) as usize]);
+                        }
+                        value(next, depth + 1, out);
+                    }
+                    out.push(']');
+                }
+                _ => {
+                    out.push('{');
+                    for i in 0..next(4) {
+                        if i > 0 {
+                            out.push(',');
+                        }
+                        out.push_str(&format!("\"k{i}\" : "));
+                        value(next, depth + 1, out);
+                    }
+                    out.push('}');
+                }
+            }
+        }
+        let (mut faults, mut lines) = (0, 0);
+        for _ in 0..3000 {
+            let mut line = String::from("{\"a\":");
+            value(&mut next, 0, &mut line);
+            line.push_str(",\"b\":");
+            value(&mut next, 0, &mut line);
+            line.push('}');
+            let valid = line.clone();
+            assert_eq!(lenient_syntax(valid.as_bytes()), None, "{valid}");
+            // One comma more or less beside a comma or bracket (inside strings too): a comma
+            // taken away, or one added after a comma or opening bracket or before a closing one.
+            let marks: Vec<usize> = valid
+                .match_indices([',', '[', '{', ']', '}'])
+                .map(|(i, _)| i)
+                .collect();
+            let at = marks[next(marks.len() as u64) as usize];
+            let mut mutated = valid.clone();
+            match valid.as_bytes()[at] {
+                b',' if next(2) == 0 => {
+                    mutated.remove(at);
+                }
+                b',' | b'[' | b'{' => mutated.insert(at + 1, ','),
+                _ => mutated.insert(at, ','),
+            }
+            for l in [&valid, &mutated] {
+                lines += 1;
+                let strict = serde_json::from_str::<serde_json::Value>(l).is_ok();
+                let fault = lenient_syntax(l.as_bytes());
+                assert_eq!(fault.is_none(), strict, "{l}: {fault:?}");
+                if !strict {
+                    faults += 1;
+                    assert!(needs_exact_scan(l.as_bytes()), "{l}");
+                }
+            }
+        }
+        assert!(faults > lines / 5, "{faults} of {lines}");
     }
 
     #[test]
@@ -5364,10 +5718,11 @@ not json\n\
 
     #[test]
     fn messy_jsonl_a_new_field_on_a_line_serde_refuses_is_still_found() {
-        // A raw tab in a string and a trailing comma: arrow's decoder takes the line, serde
-        // does not. The key scan read lines with serde only, so `coupon` (and `note`) went
-        // unreported and their values were dropped from a committed row.
-        let input = "{\"id\":\"a\",\"n\":1,\"t\":\"2026-11-30T10:00:00Z\",\"note\":\"x\ty\",\"coupon\":\"S\",\"k\":3,}\n";
+        // A raw tab in a string: arrow's decoder takes the line, serde does not. The key scan
+        // read lines with serde only, so `coupon` (and `note`) went unreported and their
+        // values were dropped from a committed row. (A trailing comma, which arrow took too, is
+        // quarantined now.)
+        let input = "{\"id\":\"a\",\"n\":1,\"t\":\"2026-11-30T10:00:00Z\",\"note\":\"x\ty\",\"coupon\":\"S\",\"k\":3}\n";
         let (seen, rows, rejected, unknown) = run(input.as_bytes(), &spec(Format::Jsonl));
         assert_eq!((seen, rows), (1, 1), "{rejected:?}");
         assert_eq!(
