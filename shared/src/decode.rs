@@ -741,8 +741,10 @@ enum Lenience {
     Trailing(usize),
     /// Two values with no comma between them (`1 "b"`, `[1 2]`).
     Missing(usize),
-    /// A number JSON does not write (`0-2`, `1.`, `01`, `+1`, `1e`).
+    /// A number JSON does not write (`0-2`, `1.`, `01`, `1e`).
     Number(usize),
+    /// A byte no JSON token starts with, inside an object or array (`.5`, `+1`, `\u{b}`).
+    Unexpected(usize),
 }
 
 impl Lenience {
@@ -758,6 +760,9 @@ impl Lenience {
                 format!("not valid JSON: a comma missing between two values (byte {at})")
             }
             Lenience::Number(at) => format!("not valid JSON: a malformed number (byte {at})"),
+            Lenience::Unexpected(at) => {
+                format!("not valid JSON: no value starts with the character at byte {at}")
+            }
         }
     }
 }
@@ -823,6 +828,11 @@ impl Structure {
                     }
                     self.depth = self.depth.saturating_sub(1);
                     self.last = Token::Value;
+                }
+                b if self.depth > 0 && !(b == b'-' || b.is_ascii_alphanumeric()) => {
+                    // No value starts so (`.5`, `+1`, a vertical tab, a non-breaking space):
+                    // the decoder refuses it too, this names it.
+                    return Err(Lenience::Unexpected(offset + i));
                 }
                 b => {
                     // A number or a literal: one value, as long as the decoder reads it (a
@@ -2784,6 +2794,26 @@ fn unknown_value(
         .map(|(f, _)| f.name().clone())
 }
 
+/// The top-level keys of JSON object text `line`, each with whether its value is `null`. Read
+/// with serde, or, where serde refuses what arrow takes (a raw control character in a string),
+/// as the decoder finds them: answering "no keys" there let a strict policy's unknown field and
+/// a refused field's value be dropped from a committed row.
+fn top_members(line: &[u8]) -> Vec<(String, bool)> {
+    if let Ok(serde_json::Value::Object(map)) = serde_json::from_slice(line) {
+        return map.into_iter().map(|(k, v)| (k, v.is_null())).collect();
+    }
+    TopKeys::new(line)
+        .map(|k| {
+            let null = line[k.value..].trim_ascii_start().starts_with(b"null");
+            // A key serde cannot read alone (a raw control character in it) by its text.
+            let name = k
+                .decoded(line)
+                .unwrap_or_else(|| String::from_utf8_lossy(k.raw(line)).into_owned());
+            (name, null)
+        })
+        .collect()
+}
+
 /// The first top-level key of the JSON lines in `data` that is neither in `known` nor in
 /// `ignored` (columns are primitive: a top-level check is arrow's strict mode).
 fn unknown_key(
@@ -2792,10 +2822,8 @@ fn unknown_key(
     ignored: &std::collections::BTreeSet<String>,
 ) -> Option<String> {
     data.split(|b| *b == b'\n').find_map(|line| {
-        let Ok(serde_json::Value::Object(map)) = serde_json::from_slice(line) else {
-            return None;
-        };
-        map.into_iter()
+        top_members(line)
+            .into_iter()
             .map(|(k, _)| k)
             .find(|k| !known.contains_key(k) && !ignored.contains(k))
     })
@@ -2825,11 +2853,9 @@ fn refused_key(data: &[u8], refused: &BTreeMap<String, String>) -> Option<String
         return None;
     }
     data.split(|b| *b == b'\n').find_map(|line| {
-        let Ok(serde_json::Value::Object(map)) = serde_json::from_slice(line) else {
-            return None;
-        };
-        map.into_iter()
-            .find(|(k, v)| !v.is_null() && refused.contains_key(k))
+        top_members(line)
+            .into_iter()
+            .find(|(k, null)| !null && refused.contains_key(k))
             .map(|(k, _)| k)
     })
 }
@@ -4253,10 +4279,12 @@ mod tests {
              {{\"id\":\"10\",{t},\"x\":[0-2]}}\n\
              {{\"id\":\"11\",{t},\"x\":01}}\n\
              {{\"id\":\"12\",{t},\"x\":[1.,2]}}\n\
-             {{\"id\":\"13\",{t},\"x\":[falsetrue]}}\n"
+             {{\"id\":\"13\",{t},\"x\":[falsetrue]}}\n\
+             {{\"id\":\"14\",{t},\"x\":.5}}\n\
+             {{\"id\":\"15\",{t},\"x\":[1,\u{b}2]}}\n"
         );
         let (seen, rows, rejected, _) = run(input.as_bytes(), &spec(Format::Jsonl));
-        assert_eq!((seen, rows), (13, 2), "{rejected:?}");
+        assert_eq!((seen, rows), (15, 2), "{rejected:?}");
         let reasons: Vec<(u64, &str)> = rejected
             .iter()
             .map(|r| {
@@ -4265,6 +4293,7 @@ mod tests {
                     "before a closing bracket",
                     "missing",
                     "malformed number",
+                    "no value starts",
                 ]
                 .into_iter()
                 .find(|k| r.reason.contains(k))
@@ -4286,9 +4315,37 @@ mod tests {
                 (11, "malformed number"),
                 (12, "malformed number"),
                 (13, "missing"),
+                (14, "no value starts"),
+                (15, "no value starts"),
             ],
             "{rejected:?}"
         );
+    }
+
+    #[test]
+    fn a_raw_control_character_does_not_hide_an_unknown_or_refused_field() {
+        // Review helper-31: serde refuses a raw tab in a string, arrow takes it; the strict
+        // policy's unknown-key check and the refused-field check read lines with serde only, so
+        // such a line's unknown or refused field was dropped and the row committed.
+        let line = b"{\"id\":\"a\tb\",\"n\":1,\"t\":\"2026-11-30T10:00:00Z\",\"zzz\":5}\n";
+        let mut strict = spec(Format::Jsonl);
+        strict.allow_unknown = false;
+        strict.ignored = ["old".to_string()].into();
+        let (seen, rows, rejected, _) = run(line, &strict);
+        assert_eq!((seen, rows), (1, 0), "{rejected:?}");
+        assert!(
+            rejected[0].reason.contains("`zzz` is not a column"),
+            "{rejected:?}"
+        );
+        let mut gated = spec(Format::Jsonl);
+        gated.refused = [("zzz".to_string(), "refused by the gate".to_string())].into();
+        let (seen, rows, rejected, _) = run(line, &gated);
+        assert_eq!((seen, rows), (1, 0), "{rejected:?}");
+        assert_eq!(rejected[0].reason, "refused by the gate");
+        // A null value is no value: the row lands.
+        let null = b"{\"id\":\"a\tb\",\"n\":1,\"t\":\"2026-11-30T10:00:00Z\",\"zzz\":null}\n";
+        let (_, rows, rejected, _) = run(null, &gated);
+        assert_eq!(rows, 1, "{rejected:?}");
     }
 
     #[test]
