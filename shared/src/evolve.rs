@@ -289,8 +289,9 @@ const MAX_COLUMN_NAME_BYTES: usize = 256;
 
 /// New fields the evolution would add (with a type, not reserved, not dropped, not columns yet)
 /// that it must not, each with the reason a record bringing a value for it is quarantined: a name
-/// that is empty, over [`MAX_COLUMN_NAME_BYTES`] or holds a control character, and, in name
-/// order, those beyond `max_new` new columns for this object or beyond `max_columns` in all. The
+/// that is empty, over [`MAX_COLUMN_NAME_BYTES`] or holds a control character, one equal to a
+/// column's (or an earlier new one's, in name order) but for letter case, and, in name order,
+/// those beyond `max_new` new columns for this object or beyond `max_columns` in all. The
 /// rest of `unknown` is what the evolution may add ([`evolve_ingest_schema`]).
 pub(crate) fn refuse_new_columns(
     metadata: &TableMetadata,
@@ -303,6 +304,15 @@ pub(crate) fn refuse_new_columns(
     let mut columns = current.as_struct().fields().len();
     let mut added = 0usize;
     let mut refused = std::collections::BTreeMap::new();
+    // Column names by their lower case: engines that match names case-insensitively (Glue and
+    // Athena store them lower-cased, Spark resolves them so by default) cannot tell `ID` from
+    // `id`, so a table holding both breaks them.
+    let mut folded: std::collections::HashMap<String, String> = current
+        .as_struct()
+        .fields()
+        .iter()
+        .map(|f| (f.name.to_lowercase(), f.name.clone()))
+        .collect();
     for (name, ty) in unknown {
         if ty.is_none()
             || name.starts_with('_')
@@ -319,6 +329,12 @@ pub(crate) fn refuse_new_columns(
                 "field {name:?} is not added as a column: a column name must be 1 to \
                  {MAX_COLUMN_NAME_BYTES} bytes without control characters"
             )
+        } else if let Some(column) = folded.get(&name.to_lowercase()) {
+            format!(
+                "field `{name}` is not added as a column: it differs from column `{column}` only \
+                 in letter case, which engines matching names case-insensitively (Glue, Athena, \
+                 Spark) cannot tell apart"
+            )
         } else if added >= max_new {
             format!(
                 "field `{name}` would be new column {} of this object: at most {max_new} \
@@ -334,6 +350,7 @@ pub(crate) fn refuse_new_columns(
         } else {
             added += 1;
             columns += 1;
+            folded.insert(name.to_lowercase(), name.clone());
             continue;
         };
         refused.insert(name.clone(), why);

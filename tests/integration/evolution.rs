@@ -470,6 +470,57 @@ async fn quarantined(env: &TestEnv, r: &floe::ingest::ObjectReport) -> Vec<(Stri
         .collect()
 }
 
+/// A new field equal to a column's name but for letter case (`Region` beside `region`), or to
+/// another new field's (`Coupon`, `coupon`), is not added: Glue and Athena store names lower-cased
+/// and Spark matches them case-insensitively, so a table with both columns breaks those readers.
+/// Before: `Region` and `coupon` became columns beside `region` and `Coupon`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_field_differing_from_a_column_only_in_case_is_refused() {
+    let env = TestEnv::new("sqlite").await;
+    let ingestor = env.ingestor().await;
+    env.put("orders/base.jsonl", orders(1, 1)).await;
+    env.ingest(&ingestor, "orders/base.jsonl").await.unwrap();
+    let text = with_members(
+        &orders(4, 2),
+        &[
+            r#""Region":"EU""#.to_string(),
+            r#""Coupon":"A""#.to_string(),
+            r#""coupon":"B""#.to_string(),
+            r#""note":"n""#.to_string(),
+        ],
+    );
+    env.put("orders/cases.jsonl", text).await;
+    let r = env.ingest(&ingestor, "orders/cases.jsonl").await.unwrap();
+    assert_eq!(
+        (r.records_committed, r.records_quarantined),
+        (2, 2),
+        "{r:?}"
+    );
+    let q = quarantined(&env, &r).await;
+    assert!(
+        q[0].1.starts_with("field `Region` is not added as a column: it differs from column `region` only in letter case"),
+        "{q:?}"
+    );
+    assert!(
+        q[1].1.starts_with("field `coupon` is not added as a column: it differs from column `Coupon` only in letter case"),
+        "{q:?}"
+    );
+    let table = ingestor.catalog().load_table(&env.ident()).await.unwrap();
+    let names: Vec<String> = table
+        .metadata()
+        .current_schema()
+        .as_struct()
+        .fields()
+        .iter()
+        .map(|f| f.name.to_lowercase())
+        .collect();
+    let mut unique = names.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), names.len(), "{names:?}");
+    assert!(names.contains(&"coupon".to_string()) && names.contains(&"note".to_string()));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn new_fields_no_column_may_be_made_of_quarantine_their_records_and_columns_are_bounded() {
     // Before: an empty or control-character key became a column, and an object of map-like
