@@ -4,8 +4,9 @@
 Security (floe's contract for a deployment):
   * every function has its own role: inline `Policies`, no shared `Role`;
   * no `*` action or `service:*` action, and no `Resource: "*"`, in any function policy;
-  * the data bucket: KMS encryption with a bucket key, versioning on, public access fully blocked,
-    and a bucket policy denying requests without TLS.
+  * the data bucket: KMS encryption with a bucket key, versioning on with a whole-bucket lifecycle
+    rule expiring noncurrent versions and one aborting incomplete multipart uploads, public
+    access fully blocked, and a bucket policy denying requests without TLS.
 Per-table identities (with the deploy config, infra/floe.toml, as the third argument):
   * no function may read, write or list the warehouse as a whole: every data-plane resource
     under the warehouse names one table's prefix;
@@ -395,6 +396,14 @@ def main():
             errors.append(f"{name}: needs aws:kms encryption with BucketKeyEnabled")
         if (p.get("VersioningConfiguration") or {}).get("Status") != "Enabled":
             errors.append(f"{name}: versioning must be Enabled")
+        rules = [r for r in ((p.get("LifecycleConfiguration") or {}).get("Rules") or [])
+                 if r.get("Status") == "Enabled" and not r.get("Prefix") and not r.get("Filter")]
+        if not any(r.get("NoncurrentVersionExpiration") for r in rules):
+            errors.append(f"{name}: versioned, so it needs a whole-bucket lifecycle rule with "
+                          "NoncurrentVersionExpiration (else every deleted file is kept for ever)")
+        if not any(r.get("AbortIncompleteMultipartUpload") for r in rules):
+            errors.append(f"{name}: needs a whole-bucket lifecycle rule with "
+                          "AbortIncompleteMultipartUpload (abandoned uploads are billed until aborted)")
         pab = p.get("PublicAccessBlockConfiguration") or {}
         for k in ["BlockPublicAcls", "BlockPublicPolicy", "IgnorePublicAcls", "RestrictPublicBuckets"]:
             if pab.get(k) is not True:

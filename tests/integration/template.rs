@@ -54,6 +54,18 @@ fn template_passes_and_each_violation_is_caught() {
             "versioning",
         ),
         (
+            "old versions kept for ever",
+            "Status: Enabled\n            NoncurrentVersionExpiration:",
+            "Status: Disabled\n            NoncurrentVersionExpiration:",
+            "NoncurrentVersionExpiration",
+        ),
+        (
+            "abandoned uploads kept",
+            "AbortIncompleteMultipartUpload:\n              DaysAfterInitiation: 2",
+            "NoncurrentVersionTransitions: []",
+            "AbortIncompleteMultipartUpload",
+        ),
+        (
             "wildcard resource",
             "Resource: !GetAtt DataKey.Arn",
             "Resource: \"*\"",
