@@ -713,9 +713,10 @@ fn decode_json_with(
 }
 
 /// What makes JSON object text `line` unfit to decode although arrow's tokenizer takes it: a
-/// key given twice (keys for which `dropped` holds aside), or a comma out of place or missing
+/// key given twice (keys for which `dropped` holds aside), a comma out of place or missing
 /// (arrow reads commas as whitespace: `{"a":1,}`, `{"a":1 "b":2}` and `[1,,2]` decoded as if
-/// well formed). One cheap pass clears the lines nearly all are; the others get the exact scans.
+/// well formed) or a malformed number ([`Lenience`]). One cheap pass clears the lines nearly all
+/// are; the others get the exact scans.
 fn line_problem(line: &[u8], dropped: &dyn Fn(&str) -> bool) -> Option<String> {
     if !needs_exact_scan(line) {
         return None;
@@ -767,8 +768,9 @@ impl Lenience {
     }
 }
 
-/// The comma rules of JSON text outside strings, fed a piece at a time (structural text between
-/// strings, and each string). Only commas are judged: everything else the decoder checks.
+/// The rules of JSON text outside strings that arrow's tokenizer does not keep, fed a piece at a
+/// time (the text between strings, and each string): commas between values, numbers' form, what
+/// may start a value. Everything else (colons, literals, brackets matching) the decoder checks.
 struct Structure {
     last: Token,
     depth: usize,
@@ -902,13 +904,13 @@ fn json_number(text: &[u8]) -> bool {
 /// The first lenience of JSON text `line`, the exact way (strings skipped escape by escape).
 /// Text that ends inside a string answers what came before: the decoder refuses the rest.
 fn lenient_syntax(line: &[u8]) -> Option<Lenience> {
-    let mut commas = Structure::new();
+    let mut tokens = Structure::new();
     let mut from = 0;
     while let Some(q) = memchr::memchr(b'"', &line[from..]) {
         let open = from + q;
-        if let Err(fault) = commas
+        if let Err(fault) = tokens
             .structure(&line[from..open], from)
-            .and_then(|()| commas.value(open))
+            .and_then(|()| tokens.value(open))
         {
             return Some(fault);
         }
@@ -925,7 +927,7 @@ fn lenient_syntax(line: &[u8]) -> Option<Lenience> {
         }
         from = i;
     }
-    commas.structure(&line[from..], from).err()
+    tokens.structure(&line[from..], from).err()
 }
 
 /// The first key of JSON object text `line`'s outermost object that appears twice. A JSON
@@ -952,13 +954,13 @@ fn repeated_key_but(line: &[u8], dropped: &dyn Fn(&str) -> bool) -> Option<Strin
 /// depth: an inner object's keys count too, so `true` only sends the line to the exact scans).
 /// Keys go through a 128-bit filter on their length and first and last bytes; only a key hitting
 /// a set bit is compared with the keys before it. The text between strings goes through the
-/// comma rules ([`Structure`]) on the way.
+/// token rules ([`Structure`]) on the way.
 fn needs_exact_scan(line: &[u8]) -> bool {
     const MAX: usize = 64;
     let mut spans = [(0usize, 0usize); MAX];
     let mut n = 0usize;
     let mut filter = 0u128;
-    let mut commas = Structure::new();
+    let mut tokens = Structure::new();
     // Where the text after the last string begins.
     let mut after = 0usize;
     // Quotes and backslashes found a block at a time (a memchr call per quote cost more than
@@ -974,9 +976,9 @@ fn needs_exact_scan(line: &[u8]) -> bool {
                 return true; // an escape: quotes no longer pair up
             }
             let Some(start) = open.take() else {
-                if commas
+                if tokens
                     .structure(&line[after..at], after)
-                    .and_then(|()| commas.value(at))
+                    .and_then(|()| tokens.value(at))
                     .is_err()
                 {
                     return true;
@@ -1013,7 +1015,7 @@ fn needs_exact_scan(line: &[u8]) -> bool {
         base += width;
     }
     // An unclosed string: let the exact scans (and then the decoder) see it.
-    open.is_some() || commas.structure(&line[after..], after).is_err()
+    open.is_some() || tokens.structure(&line[after..], after).is_err()
 }
 
 /// A bit per byte of the block at the start of `text` (16 bytes, or what is left) that is a
