@@ -419,6 +419,11 @@ format = "jsonl"
     /// Runs Python `code` with `t` bound to `table` loaded through PyIceberg's SQL catalog over
     /// this test's SQLite catalog: another engine writing the same table.
     pub fn pyiceberg_run(&self, table: &str, code: &str) {
+        self.pyiceberg_runner(table, code)();
+    }
+
+    /// [`TestEnv::pyiceberg_run`] to run later (in a race, say), without the environment.
+    pub fn pyiceberg_runner(&self, table: &str, code: &str) -> impl FnOnce() + Send + 'static {
         let script = format!(
             r#"
 from pyiceberg.catalog.sql import SqlCatalog
@@ -433,15 +438,17 @@ t = cat.load_table("{ns}.{table}")
             endpoint = moto(),
             ns = self.namespace,
         );
-        let out = Command::new(python())
-            .args(["-c", &script])
-            .output()
-            .expect("run python");
-        assert!(
-            out.status.success(),
-            "pyiceberg: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        move || {
+            let out = Command::new(python())
+                .args(["-c", &script])
+                .output()
+                .expect("run python");
+            assert!(
+                out.status.success(),
+                "pyiceberg: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
     }
 
     /// Reads the table with PyIceberg and returns its JSON report.

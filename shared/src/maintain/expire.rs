@@ -214,12 +214,30 @@ impl Maintainer {
             tracing::warn!(table = %ident, "some planned snapshots were kept (refs created meanwhile); their files are left to orphan cleanup");
             return Ok(());
         }
+        // What the version that landed references decides, not only what the planned-on one
+        // kept: a snapshot committed meanwhile may reference the expired ones' files again
+        // (another engine rolled main back to an expired snapshot and appended on top of it,
+        // or branched from it). Snapshot files never change, so only the new ones are read.
+        let new_ids: Vec<i64> = after
+            .metadata()
+            .snapshots()
+            .map(|s| s.snapshot_id())
+            .filter(|id| !keep.contains(id))
+            .collect();
+        let (new_lists, new_manifests, new_data) = if new_ids.is_empty() {
+            Default::default()
+        } else {
+            referenced_files(&after, &new_ids).await?
+        };
         // Compared in one spelling: a file a kept snapshot names `s3a://` is not doomed because
         // an expired one named it `s3://`.
         let kept_files: HashSet<String> = keep_data
             .iter()
             .chain(&keep_manifests)
             .chain(&keep_lists)
+            .chain(&new_data)
+            .chain(&new_manifests)
+            .chain(&new_lists)
             .map(|p| same_object_key(p))
             .collect();
         let doomed: Vec<String> = exp_data
