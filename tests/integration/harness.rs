@@ -85,6 +85,7 @@ pub fn storage() -> floe::config::StorageConfig {
 }
 
 /// One test's world: a bucket, a working directory and a config for SQLite or Glue.
+#[derive(Clone)]
 pub struct TestEnv {
     /// The floe.toml text the config was parsed from.
     pub toml: String,

@@ -122,6 +122,14 @@ impl Maintainer {
         run: &RunMeter,
     ) -> Result<Option<usize>> {
         let table = self.committer.load(ident).await?;
+        // Equality deletes committed since the run's own check (another engine's upsert): the
+        // group read now would be rewritten without them, and its new files, numbered after the
+        // deletes, would bring the deleted rows back. (After this load, `planned_on` makes any
+        // delete file a conflict.)
+        if let Err(e) = crate::scan::refuse_equality_deletes(&table, "compaction").await {
+            tracing::warn!(table = %ident, error = %e, "compaction group skipped");
+            return Ok(None);
+        }
         // The group as the version read now holds it (its files' delete files may have grown
         // since the plan); a file no longer live: obsolete.
         let live_now = live_files(&table).await?;
