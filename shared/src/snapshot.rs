@@ -3,7 +3,7 @@
 //! manifest list, snapshot and metadata.json with iceberg's public spec writers ([`stage`]) and
 //! installs them with a compare-and-swap of the catalog pointer ([`crate::catalog::PointerSwap`]).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::str::FromStr;
 
 use futures::StreamExt;
@@ -47,6 +47,12 @@ pub struct Change {
     pub planned_on: Option<Option<i64>>,
     /// Rewrite all live entries into one manifest per partition spec (manifest compaction).
     pub rewrite_manifests: bool,
+    /// The partition spec each added file (data or delete) was written with, by path; a file
+    /// not named here was written with the base's default spec. Manifests are written per spec,
+    /// so a file written before a partition change (another engine's, or a `latest` sink's
+    /// layout) keeps the spec its partition values follow: filed under the new default, they
+    /// would be misread (same-shaped specs) or fail to encode.
+    pub spec_ids: HashMap<String, i32>,
     /// Extra snapshot-summary properties.
     pub properties: HashMap<String, String>,
     /// Snapshots to remove from the metadata (expiration). An expiring change makes no snapshot.
@@ -79,6 +85,7 @@ impl Change {
             removed_deletes: Vec::new(),
             planned_on: None,
             rewrite_manifests: false,
+            spec_ids: HashMap::new(),
             properties,
             expire: Vec::new(),
             schema: None,
@@ -98,6 +105,7 @@ impl Change {
             removed_deletes: Vec::new(),
             planned_on: None,
             rewrite_manifests: false,
+            spec_ids: HashMap::new(),
             properties: HashMap::new(),
             expire: snapshot_ids,
             schema: None,
@@ -117,6 +125,7 @@ impl Change {
             removed_deletes: Vec::new(),
             planned_on: None,
             rewrite_manifests: true,
+            spec_ids: HashMap::new(),
             properties,
             expire: Vec::new(),
             schema: None,
@@ -140,6 +149,7 @@ impl Change {
             removed_deletes: Vec::new(),
             planned_on: None,
             rewrite_manifests: false,
+            spec_ids: HashMap::new(),
             properties,
             expire: Vec::new(),
             schema: None,
@@ -151,6 +161,18 @@ impl Change {
 }
 
 impl Change {
+    /// Records that every added file named so far (data and delete files not already named in
+    /// [`Change::spec_ids`]) was written with partition spec `spec_id` (the default spec of the
+    /// table version its writer loaded).
+    pub fn written_with(mut self, spec_id: i32) -> Self {
+        for f in self.added.iter().chain(&self.added_deletes) {
+            self.spec_ids
+                .entry(f.file_path().to_string())
+                .or_insert(spec_id);
+        }
+        self
+    }
+
     /// Makes `spec` the table's default partition spec (metadata only: no snapshot, no file
     /// changes; see [`Change::partition_spec`]).
     pub fn set_partition_spec(spec: UnboundPartitionSpec) -> Self {
@@ -550,8 +572,9 @@ pub(crate) async fn stage(table: &Table, change: &Change, write: bool) -> Result
     let t0 = std::time::Instant::now();
     m.carry_existing(change).await?;
     let carry_ms = t0.elapsed().as_secs_f64() * 1e3;
-    m.add_files(&change.added, seq).await?;
-    m.add_deletes(&change.added_deletes, seq).await?;
+    m.add_files(&change.added, &change.spec_ids, seq).await?;
+    m.add_deletes(&change.added_deletes, &change.spec_ids, seq)
+        .await?;
     let add_ms = t0.elapsed().as_secs_f64() * 1e3 - carry_ms;
     let list_path = m.list_path();
     let mut props = snapshot_summary(
@@ -1034,23 +1057,68 @@ impl Manifests<'_> {
         Ok(out)
     }
 
-    /// One delete manifest for the added position delete files (in the table's default spec).
-    async fn add_deletes(&mut self, added: &[DataFile], seq: i64) -> Result<()> {
-        self.add_manifest(added, seq, ManifestContentType::Deletes)
+    /// Delete manifests for the added position delete files, one per spec they were written
+    /// with ([`Change::spec_ids`]).
+    async fn add_deletes(
+        &mut self,
+        added: &[DataFile],
+        specs: &HashMap<String, i32>,
+        seq: i64,
+    ) -> Result<()> {
+        self.add_per_spec(added, specs, seq, ManifestContentType::Deletes)
             .await
     }
 
-    /// One manifest for the added data files (in the table's default spec).
-    async fn add_files(&mut self, added: &[DataFile], seq: i64) -> Result<()> {
-        self.add_manifest(added, seq, ManifestContentType::Data)
+    /// Data manifests for the added data files, one per spec they were written with.
+    async fn add_files(
+        &mut self,
+        added: &[DataFile],
+        specs: &HashMap<String, i32>,
+        seq: i64,
+    ) -> Result<()> {
+        self.add_per_spec(added, specs, seq, ManifestContentType::Data)
             .await
     }
 
-    /// One manifest of `content` for `added` (in the table's default spec): data files in a
-    /// data manifest, position delete files in a delete manifest; any other file is refused.
+    /// `added` grouped by the spec each was written with (the base's default unless `specs`
+    /// names another), one manifest of `content` per spec. A spec the base no longer has (it
+    /// was removed meanwhile) makes the change `Stale`: its files must be written again.
+    async fn add_per_spec(
+        &mut self,
+        added: &[DataFile],
+        specs: &HashMap<String, i32>,
+        seq: i64,
+        content: ManifestContentType,
+    ) -> Result<()> {
+        let md = self.files.table.metadata();
+        let default = md.default_partition_spec_id();
+        let mut by_spec: BTreeMap<i32, Vec<DataFile>> = BTreeMap::new();
+        for f in added {
+            let id = specs.get(f.file_path()).copied().unwrap_or(default);
+            by_spec.entry(id).or_default().push(f.clone());
+        }
+        for (id, files) in by_spec {
+            let Some(spec) = md.partition_spec_by_id(id).cloned() else {
+                return Err(Error::new(
+                    ErrorKind::Stale,
+                    format!(
+                        "partition spec {id}, which {} files were written with, is no longer in {}",
+                        files.len(),
+                        self.files.table.identifier()
+                    ),
+                ));
+            };
+            self.add_manifest(&files, spec, seq, content).await?;
+        }
+        Ok(())
+    }
+
+    /// One manifest of `content` in `spec` for `added`: data files in a data manifest, position
+    /// delete files in a delete manifest; any other file is refused.
     async fn add_manifest(
         &mut self,
         added: &[DataFile],
+        spec: std::sync::Arc<PartitionSpec>,
         seq: i64,
         content: ManifestContentType,
     ) -> Result<()> {
@@ -1069,7 +1137,6 @@ impl Manifests<'_> {
                 "writing a delete manifest",
             ),
         };
-        let spec = self.files.table.metadata().default_partition_spec().clone();
         let (path, mut w) = self.files.open_of(spec.as_ref().clone(), content)?;
         for df in added {
             if df.content_type() != want {

@@ -60,6 +60,8 @@ struct Member {
     not_before_ms: i64,
     proven: Option<i64>,
     files: Vec<iceberg::spec::DataFile>,
+    /// The partition spec its files were written with.
+    spec_id: i32,
     report: ObjectReport,
 }
 
@@ -268,6 +270,7 @@ impl Ingestor {
                 not_before_ms: p.source.modified_ms - skew_ms,
                 proven: p.proven,
                 files: p.written.files.clone(),
+                spec_id: p.table.metadata().default_partition_spec_id(),
                 report: p.report.clone(),
             })
             .collect();
@@ -543,7 +546,16 @@ fn batch_plan(
             crate::summary::source_modified_value(&modified),
         );
         let files = taken.iter().flat_map(|m| m.files.iter().cloned()).collect();
-        Ok(Plan::Apply(Change::append(files, props)))
+        let mut change = Change::append(files, props);
+        change.spec_ids = taken
+            .iter()
+            .flat_map(|m| {
+                m.files
+                    .iter()
+                    .map(|f| (f.file_path().to_string(), m.spec_id))
+            })
+            .collect();
+        Ok(Plan::Apply(change))
     }
 }
 
@@ -609,6 +621,7 @@ mod tests {
             not_before_ms: 0,
             proven: None,
             files: Vec::new(),
+            spec_id: 0,
         }
     }
 

@@ -483,7 +483,8 @@ impl Ingestor {
         let mut change = Change::append(
             written.files.clone(),
             commit_summary(&r, evolved.as_ref(), &uri),
-        );
+        )
+        .written_with(table.metadata().default_partition_spec_id());
         change.schema = evolved.as_ref().map(|(s, _)| s.clone());
         let limits = self.commit_limits(deadline);
         let meter = self.commit_meter(prepared);

@@ -285,7 +285,8 @@ impl Maintainer {
             // Deletes (or a rewrite) since the group was read would be lost by it: `Stale`.
             planned_on: Some(md.current_snapshot_id()),
             ..Change::replace(added.clone(), removed.clone(), props)
-        };
+        }
+        .written_with(md.default_partition_spec_id());
         let result = self
             .committer
             .commit(

@@ -718,6 +718,7 @@ impl Processor {
         let writer_id = format!("process-{}", uuid::Uuid::now_v7());
         let mut out = Output::new(&pos.sink, &writer_id)?;
         let mut added_deletes = Vec::new();
+        let mut delete_specs = HashMap::new();
         let (added, removed, schema) = match p.mode {
             PipelineMode::Append => {
                 self.append_rows(p, &pos, &files, &joined, &mut out).await?;
@@ -770,6 +771,7 @@ impl Processor {
                 {
                     Some(f) => {
                         added_deletes = f.added_deletes;
+                        delete_specs = f.delete_specs;
                         (f.added, f.removed, f.schema)
                     }
                     None => {
@@ -792,8 +794,12 @@ impl Processor {
             // another writer's deletes since make the commit `Stale` (the run re-plans).
             change.operation = iceberg::spec::Operation::Overwrite;
             change.added_deletes = added_deletes;
+            change.spec_ids.extend(delete_specs);
             change.planned_on = Some(pos.sink.metadata().current_snapshot_id());
         }
+        // Data files were written with the sink version the run loaded; each delete file with
+        // the spec of the data file it deletes from (named above).
+        let mut change = change.written_with(pos.sink.metadata().default_partition_spec_id());
         change.properties.extend(joined.properties());
         let work_ms = ms(t1);
         let t1 = Instant::now();

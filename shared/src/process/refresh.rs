@@ -363,7 +363,8 @@ impl Processor {
                 replans,
                 ..Default::default()
             };
-            let change = Change::overwrite(added.clone(), removed, props, schema);
+            let change = Change::overwrite(added.clone(), removed, props, schema)
+                .written_with(pos.sink.metadata().default_partition_spec_id());
             let base_snapshot = pos.sink.metadata().current_snapshot_id();
             let ident = pos.sink.identifier().clone();
             let result = self
@@ -901,7 +902,8 @@ impl Processor {
             }
         } else {
             Change::overwrite(added, removed, props, schema)
-        };
+        }
+        .written_with(pos.sink.metadata().default_partition_spec_id());
         Ok(built)
     }
 

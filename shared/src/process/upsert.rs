@@ -70,6 +70,8 @@ pub(super) struct SinkFiles {
     pub(super) removed: Vec<String>,
     /// Position delete files (one per touched bucket with rows no longer live).
     pub(super) added_deletes: Vec<DataFile>,
+    /// The partition spec each delete file was written with (its data file's), by path.
+    pub(super) delete_specs: HashMap<String, i32>,
     pub(super) schema: Option<iceberg::spec::Schema>,
 }
 
@@ -151,6 +153,7 @@ impl Processor {
             added: Vec::new(),
             removed: Vec::new(),
             added_deletes: Vec::new(),
+            delete_specs: HashMap::new(),
             schema: None,
         };
         if reduced.is_empty() && rebuilt.is_none() {
@@ -191,6 +194,7 @@ impl Processor {
             None => None,
         };
         let mut tomb_deletes: Vec<DataFile> = Vec::new();
+        let mut tomb_specs: HashMap<String, i32> = HashMap::new();
         // The position delete files to write: (of the tombstone table, its rows).
         let mut delete_files: Vec<(bool, PartitionDeletes)> = Vec::new();
         took.list += t0.elapsed();
@@ -235,27 +239,30 @@ impl Processor {
         let sink = &pos.sink;
         let tombstones = pos.tombstones.as_ref();
         let writer = writer_id.as_str();
-        let written: Vec<(bool, DataFile)> = futures::stream::iter(delete_files.into_iter().map(
-            |(of_tombstones, (part, spec, rows))| async move {
-                let table = match (of_tombstones, tombstones) {
-                    (true, Some(t)) => t,
-                    _ => sink,
-                };
-                let f =
-                    crate::write::write_position_deletes(table, part, spec, rows, writer).await?;
-                Ok::<_, Error>((of_tombstones, f))
-            },
-        ))
-        .buffered(DELETE_WRITES)
-        .try_collect()
-        .await?;
-        for (of_tombstones, f) in written {
+        let written: Vec<(bool, i32, DataFile)> =
+            futures::stream::iter(delete_files.into_iter().map(
+                |(of_tombstones, (part, spec, rows))| async move {
+                    let table = match (of_tombstones, tombstones) {
+                        (true, Some(t)) => t,
+                        _ => sink,
+                    };
+                    let f = crate::write::write_position_deletes(table, part, spec, rows, writer)
+                        .await?;
+                    Ok::<_, Error>((of_tombstones, spec, f))
+                },
+            ))
+            .buffered(DELETE_WRITES)
+            .try_collect()
+            .await?;
+        for (of_tombstones, spec, f) in written {
             report.bytes_written += f.file_size_in_bytes();
             report.delete_files += 1;
             if of_tombstones {
                 report.tombstone_delete_files += 1;
+                tomb_specs.insert(f.file_path().to_string(), spec);
                 tomb_deletes.push(f);
             } else {
+                done.delete_specs.insert(f.file_path().to_string(), spec);
                 done.added_deletes.push(f);
             }
         }
@@ -319,7 +326,9 @@ impl Processor {
                     change.operation = iceberg::spec::Operation::Overwrite;
                 }
                 change.added_deletes = tomb_deletes.clone();
+                change.spec_ids = tomb_specs.clone();
                 change.planned_on = Some(t.metadata().current_snapshot_id());
+                let change = change.written_with(t.metadata().default_partition_spec_id());
                 let committed = match rebuilding {
                     true => {
                         Box::pin(self.commit_rebuilt_tombstones(p, t, change, seq, deadline))
