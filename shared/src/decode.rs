@@ -976,11 +976,24 @@ fn needs_exact_scan(line: &[u8]) -> bool {
                 return true; // an escape: quotes no longer pair up
             }
             let Some(start) = open.take() else {
-                if tokens
-                    .structure(&line[after..at], after)
-                    .and_then(|()| tokens.value(at))
-                    .is_err()
-                {
+                // The text since the last string, then this string's start. Most such text is
+                // one colon or comma: judged without the general loop.
+                let gap = &line[after..at];
+                let ok = match gap {
+                    [b':'] => {
+                        tokens.last = Token::Colon;
+                        tokens.value(at).is_ok()
+                    }
+                    [b','] if tokens.last == Token::Value && tokens.depth > 0 => {
+                        tokens.last = Token::Comma;
+                        tokens.value(at).is_ok()
+                    }
+                    _ => tokens
+                        .structure(gap, after)
+                        .and_then(|()| tokens.value(at))
+                        .is_ok(),
+                };
+                if !ok {
                     return true;
                 }
                 open = Some(at + 1);
