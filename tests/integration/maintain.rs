@@ -22,6 +22,41 @@ pub fn only(compact: bool, expire: bool, orphans: bool) -> Options {
     }
 }
 
+/// Lands `n` objects of `rows` orders each (`orders/<prefix><i>.jsonl`, seeds from `seed`), one
+/// commit each.
+async fn ingest_objects(
+    env: &TestEnv,
+    ingestor: &floe::ingest::Ingestor,
+    prefix: &str,
+    n: u64,
+    rows: usize,
+    seed: u64,
+) {
+    for i in 0..n {
+        let key = format!("orders/{prefix}{i}.jsonl");
+        env.put(&key, orders(rows, seed + i)).await;
+        env.ingest(ingestor, &key).await.unwrap();
+    }
+}
+
+/// Compaction alone, of groups of two files or more.
+fn compact_groups_of_two() -> Options {
+    Options {
+        min_input_files: 2,
+        ..only(true, false, false)
+    }
+}
+
+/// A maintainer over `env`'s catalog whose first pointer swap lets `race` run just before it.
+async fn racing_maintainer(env: &TestEnv, race: crate::faults::Race) -> floe::maintain::Maintainer {
+    let catalog = floe::catalog::connect(&env.config).await.unwrap();
+    let swap = floe::catalog::pointer_swap(&env.config).await.unwrap();
+    floe::maintain::Maintainer::with_parts(
+        env.config.clone(),
+        floe::commit::Committer::new(catalog, crate::faults::race_before_swap(race)(swap)),
+    )
+}
+
 /// customer_id sum of generated objects: the expected checksum.
 fn expected_sum(texts: &[String]) -> i64 {
     texts
@@ -165,13 +200,7 @@ async fn expiration_keeps_a_lagging_consumers_checkpoint_and_deletes_only_unreac
     // Compact, then let the consumer catch up: everything before the current snapshot can go,
     // and the compacted-away data files with it.
     let r = maintainer
-        .run(
-            "orders",
-            &Options {
-                min_input_files: 2,
-                ..only(true, false, false)
-            },
-        )
+        .run("orders", &compact_groups_of_two())
         .await
         .unwrap();
     assert_eq!(r.groups_compacted, 1, "{r:?}");
@@ -217,23 +246,11 @@ async fn expiration_keeps_a_lagging_consumers_checkpoint_and_deletes_only_unreac
 async fn expiration_deletes_nothing_the_version_it_landed_on_references() {
     let env = TestEnv::new("sqlite").await;
     let ingestor = env.ingestor().await;
-    for i in 0..3u64 {
-        env.put(&format!("orders/r{i}.jsonl"), orders(40, 800 + i))
-            .await;
-        env.ingest(&ingestor, &format!("orders/r{i}.jsonl"))
-            .await
-            .unwrap();
-    }
+    ingest_objects(&env, &ingestor, "r", 3, 40, 800).await;
     let r = env
         .maintainer()
         .await
-        .run(
-            "orders",
-            &Options {
-                min_input_files: 2,
-                ..only(true, false, false)
-            },
-        )
+        .run("orders", &compact_groups_of_two())
         .await
         .unwrap();
     assert_eq!(r.groups_compacted, 1, "{r:?}");
@@ -260,12 +277,7 @@ async fn expiration_deletes_nothing_the_version_it_landed_on_references() {
             assert_eq!(r.status, Status::Committed);
         })
     });
-    let catalog = floe::catalog::connect(&env.config).await.unwrap();
-    let swap = floe::catalog::pointer_swap(&env.config).await.unwrap();
-    let maintainer = floe::maintain::Maintainer::with_parts(
-        env.config.clone(),
-        floe::commit::Committer::new(catalog, crate::faults::race_before_swap(race)(swap)),
-    );
+    let maintainer = racing_maintainer(&env, race).await;
     let r = maintainer
         .run(
             "orders",
@@ -336,20 +348,9 @@ async fn an_equality_delete_committed_during_compaction_stops_the_groups_after_i
             .await;
         })
     });
-    let catalog = floe::catalog::connect(&env.config).await.unwrap();
-    let swap = floe::catalog::pointer_swap(&env.config).await.unwrap();
-    let maintainer = floe::maintain::Maintainer::with_parts(
-        env.config.clone(),
-        floe::commit::Committer::new(catalog, crate::faults::race_before_swap(race)(swap)),
-    );
+    let maintainer = racing_maintainer(&env, race).await;
     let r = maintainer
-        .run(
-            "orders",
-            &Options {
-                min_input_files: 2,
-                ..only(true, false, false)
-            },
-        )
+        .run("orders", &compact_groups_of_two())
         .await
         .unwrap();
     // The first group met the delete at its swap (stale); the second saw it when loaded.
@@ -379,13 +380,7 @@ async fn files_written_before_a_partition_change_keep_their_spec_when_committed_
     use iceberg::spec::{Transform, UnboundPartitionSpec};
     let env = TestEnv::new("sqlite").await;
     let ingestor = env.ingestor().await;
-    for i in 0..3u64 {
-        env.put(&format!("orders/p{i}.jsonl"), orders(20, 950 + i))
-            .await;
-        env.ingest(&ingestor, &format!("orders/p{i}.jsonl"))
-            .await
-            .unwrap();
-    }
+    ingest_objects(&env, &ingestor, "p", 3, 20, 950).await;
     let t = ingestor.catalog().load_table(&env.ident()).await.unwrap();
     assert_eq!(
         t.metadata().default_partition_spec().fields()[0].transform,
@@ -418,20 +413,9 @@ async fn files_written_before_a_partition_change_keep_their_spec_when_committed_
                 .unwrap();
         })
     });
-    let catalog = floe::catalog::connect(&env.config).await.unwrap();
-    let swap = floe::catalog::pointer_swap(&env.config).await.unwrap();
-    let maintainer = floe::maintain::Maintainer::with_parts(
-        env.config.clone(),
-        floe::commit::Committer::new(catalog, crate::faults::race_before_swap(race)(swap)),
-    );
+    let maintainer = racing_maintainer(&env, race).await;
     let r = maintainer
-        .run(
-            "orders",
-            &Options {
-                min_input_files: 2,
-                ..only(true, false, false)
-            },
-        )
+        .run("orders", &compact_groups_of_two())
         .await
         .unwrap();
     assert_eq!(r.groups_compacted, 1, "{r:?}");
