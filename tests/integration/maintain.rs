@@ -353,8 +353,15 @@ async fn an_equality_delete_committed_during_compaction_stops_the_groups_after_i
         .run("orders", &compact_groups_of_two())
         .await
         .unwrap();
-    // The first group met the delete at its swap (stale); the second saw it when loaded.
-    assert_eq!(r.groups_compacted, 0, "{r:?}");
+    // The first group met the delete at its swap (stale); the second saw it when loaded, and
+    // the run says why it stopped.
+    assert_eq!((r.groups_compacted, r.groups_obsolete), (0, 1), "{r:?}");
+    assert!(
+        r.compaction_skipped
+            .as_deref()
+            .is_some_and(|why| why.contains("equality delete")),
+        "{r:?}"
+    );
     let t = ingestor.catalog().load_table(&env.ident()).await.unwrap();
     let mut after: Vec<String> = floe::scan::live_files(&t)
         .await

@@ -96,11 +96,16 @@ impl Maintainer {
                 continue;
             }
             match self.compact_group(ident, &group, target, opts, run).await? {
-                Some(dropped) => {
+                Group::Compacted(dropped) => {
                     report.groups_compacted += 1;
                     report.delete_files_removed += dropped;
                 }
-                None => report.groups_obsolete += 1,
+                Group::Obsolete => report.groups_obsolete += 1,
+                Group::Refused(why) => {
+                    // Nothing read; the groups after it would be refused alike.
+                    report.compaction_skipped = Some(why);
+                    break;
+                }
             }
             report.compaction_bytes_read += group
                 .iter()
@@ -111,8 +116,7 @@ impl Maintainer {
     }
 
     /// Rewrites one group with its position deletes applied, removing the delete files that
-    /// then apply to no live file: how many it removed, or None if its files were replaced
-    /// (or got deletes) meanwhile (nothing committed).
+    /// then apply to no live file (see [`Group`]).
     async fn compact_group(
         &self,
         ident: &TableIdent,
@@ -120,15 +124,19 @@ impl Maintainer {
         target: u64,
         opts: &Options,
         run: &RunMeter,
-    ) -> Result<Option<usize>> {
+    ) -> Result<Group> {
         let table = self.committer.load(ident).await?;
         // Equality deletes committed since the run's own check (another engine's upsert): the
         // group read now would be rewritten without them, and its new files, numbered after the
         // deletes, would bring the deleted rows back. (After this load, `planned_on` makes any
         // delete file a conflict.)
-        if let Err(e) = crate::scan::refuse_equality_deletes(&table, "compaction").await {
-            tracing::warn!(table = %ident, error = %e, "compaction group skipped");
-            return Ok(None);
+        match crate::scan::refuse_equality_deletes(&table, "compaction").await {
+            Ok(()) => {}
+            Err(e) if e.kind() == ErrorKind::Stale => {
+                tracing::warn!(table = %ident, error = %e, "compaction stopped");
+                return Ok(Group::Refused(e.to_string()));
+            }
+            Err(e) => return Err(e),
         }
         // The group as the version read now holds it (its files' delete files may have grown
         // since the plan); a file no longer live: obsolete.
@@ -139,7 +147,7 @@ impl Maintainer {
         for f in group {
             match by_path.get(f.file.file_path()) {
                 Some(f) => fresh.push((*f).clone()),
-                None => return Ok(None),
+                None => return Ok(Group::Obsolete),
             }
         }
         let group = &fresh[..];
@@ -299,21 +307,31 @@ impl Maintainer {
             Ok(Outcome::Committed { .. }) => {
                 run.committed();
                 tracing::info!(table = %ident, files = removed.len(), rows_deleted, delete_files_removed = n_dropped, "compacted");
-                Ok(Some(n_dropped))
+                Ok(Group::Compacted(n_dropped))
             }
             Ok(Outcome::Skipped(why)) => {
                 tracing::info!(table = %ident, ?why, "compaction group obsolete; dropped");
                 delete_paths(&table, added.iter().map(|f| f.file_path().to_string())).await;
-                Ok(None)
+                Ok(Group::Obsolete)
             }
             Err(e) if e.kind() == ErrorKind::Stale => {
                 tracing::info!(table = %ident, error = %e, "compaction group obsolete; dropped");
                 delete_paths(&table, added.iter().map(|f| f.file_path().to_string())).await;
-                Ok(None)
+                Ok(Group::Obsolete)
             }
             Err(e) => Err(e),
         }
     }
+}
+
+/// What became of one compaction group.
+enum Group {
+    /// Committed; how many delete files it removed.
+    Compacted(usize),
+    /// Its files were replaced (or got deletes) meanwhile: nothing committed.
+    Obsolete,
+    /// The table it was read from cannot be compacted (equality deletes): why.
+    Refused(String),
 }
 
 fn sort_batches(

@@ -7,7 +7,7 @@ use std::time::Duration;
 use iceberg::table::Table;
 use iceberg::TableIdent;
 
-use super::orphans::referenced_files;
+use super::orphans::{referenced_files, referenced_files_beyond};
 use super::*;
 
 /// What other tables' records pin on a table (see [`Maintainer::pins`]).
@@ -227,7 +227,15 @@ impl Maintainer {
         let (new_lists, new_manifests, new_data) = if new_ids.is_empty() {
             Default::default()
         } else {
-            referenced_files(&after, &new_ids).await?
+            match referenced_files_beyond(&after, &new_ids, &keep_manifests).await {
+                Ok(files) => files,
+                // The expiry landed; what its files are still needed for is unknown: delete
+                // nothing (orphan cleanup finds them once nothing references them).
+                Err(e) => {
+                    tracing::warn!(table = %ident, error = %e, "expired; reading the snapshots committed meanwhile failed, so their files are left to orphan cleanup");
+                    return Ok(());
+                }
+            }
         };
         // Compared in one spelling: a file a kept snapshot names `s3a://` is not doomed because
         // an expired one named it `s3://`.

@@ -143,6 +143,16 @@ pub(super) async fn referenced_files(
     table: &Table,
     snapshot_ids: &[i64],
 ) -> Result<(HashSet<String>, HashSet<String>, HashSet<String>)> {
+    referenced_files_beyond(table, snapshot_ids, &HashSet::new()).await
+}
+
+/// [`referenced_files`], the manifests in `known` not read (files never change: whoever read
+/// them has their data files already); they are still listed among the manifests.
+pub(super) async fn referenced_files_beyond(
+    table: &Table,
+    snapshot_ids: &[i64],
+    known: &HashSet<String>,
+) -> Result<(HashSet<String>, HashSet<String>, HashSet<String>)> {
     use futures::{StreamExt, TryStreamExt};
     let md = table.metadata();
     let snapshots: Vec<_> = snapshot_ids
@@ -176,8 +186,12 @@ pub(super) async fn referenced_files(
             manifests.entry(mf.manifest_path.clone()).or_insert(mf);
         }
     }
-    let (paths, files): (HashSet<String>, Vec<iceberg::spec::ManifestFile>) =
-        manifests.into_iter().unzip();
+    let paths: HashSet<String> = manifests.keys().cloned().collect();
+    let files: Vec<iceberg::spec::ManifestFile> = manifests
+        .into_iter()
+        .filter(|(path, _)| !known.contains(path))
+        .map(|(_, mf)| mf)
+        .collect();
     let mut live = futures::stream::iter(files.into_iter().map(|mf| -> Load<'_, Vec<String>> {
         Box::pin(async move {
             let m = mf

@@ -468,7 +468,8 @@ impl Processor {
         // tombstone rewritten at `seq`): a run's merge that read the tombstones before cannot
         // land after it, nor it after one (the module doc); runs at earlier source snapshots
         // re-plan.
-        let change = tombstone_change(p, source_uuid, added.clone(), removed, schema);
+        let change = tombstone_change(p, source_uuid, added.clone(), removed, schema)
+            .written_with(table.metadata().default_partition_spec_id());
         let ok = Box::pin(self.commit_rebuilt_tombstones(p, table, change, seq, deadline)).await?;
         if !ok {
             crate::write::delete_uncommitted(table, &added).await;
