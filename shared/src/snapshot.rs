@@ -692,7 +692,12 @@ async fn stage_expiration(table: &Table, change: &Change, write: bool) -> Result
             "refusing to expire the current snapshot",
         ));
     }
-    let builder = base_builder(table)?.remove_snapshots(&change.expire);
+    // Statistics of an expired snapshot go with it (as Iceberg Java's expiration does): left,
+    // they name a snapshot that no longer exists and keep their Puffin files reachable.
+    let builder = change.expire.iter().fold(
+        base_builder(table)?.remove_snapshots(&change.expire),
+        |b, id| b.remove_statistics(*id).remove_partition_statistics(*id),
+    );
     write_metadata(table, builder, write).await
 }
 

@@ -446,6 +446,67 @@ async fn files_written_before_a_partition_change_keep_their_spec_when_committed_
     );
 }
 
+/// Review helper-34 #2: another engine's statistics (a Puffin file per snapshot, as Spark's or
+/// Trino's ANALYZE writes) outlived the snapshot they describe: expiration removed the snapshot
+/// and left its statistics entry naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expiration_removes_the_statistics_of_the_snapshots_it_removes() {
+    let env = TestEnv::new("sqlite").await;
+    let ingestor = env.ingestor().await;
+    ingest_objects(&env, &ingestor, "s", 3, 20, 970).await;
+    let t = ingestor.catalog().load_table(&env.ident()).await.unwrap();
+    let (first, current) = (
+        t.metadata()
+            .snapshots()
+            .map(|s| s.snapshot_id())
+            .min_by_key(|id| t.metadata().snapshot_by_id(*id).unwrap().sequence_number()),
+        t.metadata().current_snapshot_id(),
+    );
+    let (first, current) = (first.unwrap(), current.unwrap());
+    let stats = |id: i64| {
+        format!(
+            "StatisticsFile(snapshot_id={id}, statistics_path='{}/metadata/stats-{id}.puffin', \
+             file_size_in_bytes=1, file_footer_size_in_bytes=1, blob_metadata=[])",
+            t.metadata().location()
+        )
+    };
+    env.pyiceberg_run(
+        "orders",
+        &format!(
+            "from pyiceberg.table.statistics import StatisticsFile\n\
+             with t.update_statistics() as u:\n    u.set_statistics({})\n    u.set_statistics({})",
+            stats(first),
+            stats(current)
+        ),
+    );
+    let r = env
+        .maintainer()
+        .await
+        .run(
+            "orders",
+            &Options {
+                expire_older_than: Some(Duration::ZERO),
+                dedup_window: Duration::ZERO,
+                retain_last: Some(1),
+                ..only(false, true, false)
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.snapshots_expired, 2, "{r:?}");
+    let t = ingestor.catalog().load_table(&env.ident()).await.unwrap();
+    let described: Vec<i64> = t
+        .metadata()
+        .statistics_iter()
+        .map(|s| s.snapshot_id)
+        .collect();
+    assert_eq!(
+        described,
+        vec![current],
+        "statistics of expired snapshots are gone"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn orphan_cleanup_honours_the_window_and_dry_run() {
     let env = TestEnv::new("sqlite").await;
