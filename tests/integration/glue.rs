@@ -37,3 +37,17 @@ async fn glue_catalog_concurrent_ingests_land_once_and_pyiceberg_reads() {
     assert_eq!(py["distinct_order_ids"], 40 * n, "{py}");
     assert_eq!(py["snapshots"], n, "{py}");
 }
+
+/// Review helper-34 #3: every Glue GetTable error was retryable, so a table dropped meanwhile
+/// (or a role that may not read it) sent each message through its retries to the dead-letter
+/// queue instead of failing for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_glue_table_that_is_gone_is_a_permanent_error_not_a_retry() {
+    let env = TestEnv::new("glue").await;
+    let swap = floe::catalog::pointer_swap(&env.config).await.unwrap();
+    let gone = floe::catalog::table_ident(&env.config, "orders").unwrap();
+    let gone = iceberg::TableIdent::new(gone.namespace().clone(), "no_such_table".into());
+    let e = swap.current(&gone).await.unwrap_err();
+    assert!(!e.is_retryable(), "{e}");
+    assert!(e.to_string().contains("EntityNotFound"), "{e}");
+}

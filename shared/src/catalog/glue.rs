@@ -267,11 +267,24 @@ impl GlueSwap {
             .send()
             .await
             .map_err(|e| {
+                // As for UpdateTable: only an answer saying the request itself is wrong (the
+                // table is gone, the role may not read it) is permanent; retrying it would only
+                // walk every message to the dead-letter queue.
+                use aws_sdk_glue::error::ProvideErrorMetadata;
+                let permanent = matches!(
+                    e.as_service_error().and_then(|s| s.code()),
+                    Some(
+                        "EntityNotFoundException"
+                            | "InvalidInputException"
+                            | "AccessDeniedException"
+                            | "ValidationException"
+                    )
+                );
                 Error::new(
                     ErrorKind::Catalog,
                     format!("Glue GetTable {ident}: {}", DisplayErrorContext(&e)),
                 )
-                .with_retryable(true)
+                .with_retryable(!permanent)
             })
     }
 }
