@@ -39,6 +39,16 @@ async fn ingest_objects(
     }
 }
 
+/// Expiration alone, of every snapshot but the current one (no age, no dedup window).
+fn expire_all_but_the_current() -> Options {
+    Options {
+        expire_older_than: Some(Duration::ZERO),
+        dedup_window: Duration::ZERO,
+        retain_last: Some(1),
+        ..only(false, true, false)
+    }
+}
+
 /// Compaction alone, of groups of two files or more.
 fn compact_groups_of_two() -> Options {
     Options {
@@ -181,12 +191,7 @@ async fn expiration_keeps_a_lagging_consumers_checkpoint_and_deletes_only_unreac
     };
     // The consumer has processed up to the 2nd snapshot.
     set_checkpoint(snaps[1]).await;
-    let expire_all = Options {
-        expire_older_than: Some(Duration::ZERO),
-        dedup_window: Duration::ZERO,
-        retain_last: Some(1),
-        ..only(false, true, false)
-    };
+    let expire_all = expire_all_but_the_current();
     let r = maintainer.run("orders", &expire_all).await.unwrap();
     assert_eq!(r.snapshots_expired, 1, "{r:?}");
     let t = ingestor.catalog().load_table(&env.ident()).await.unwrap();
@@ -279,15 +284,7 @@ async fn expiration_deletes_nothing_the_version_it_landed_on_references() {
     });
     let maintainer = racing_maintainer(&env, race).await;
     let r = maintainer
-        .run(
-            "orders",
-            &Options {
-                expire_older_than: Some(Duration::ZERO),
-                dedup_window: Duration::ZERO,
-                retain_last: Some(1),
-                ..only(false, true, false)
-            },
-        )
+        .run("orders", &expire_all_but_the_current())
         .await
         .unwrap();
     assert_eq!(r.snapshots_expired, 3, "{r:?}");
@@ -482,15 +479,7 @@ async fn expiration_removes_the_statistics_of_the_snapshots_it_removes() {
     let r = env
         .maintainer()
         .await
-        .run(
-            "orders",
-            &Options {
-                expire_older_than: Some(Duration::ZERO),
-                dedup_window: Duration::ZERO,
-                retain_last: Some(1),
-                ..only(false, true, false)
-            },
-        )
+        .run("orders", &expire_all_but_the_current())
         .await
         .unwrap();
     assert_eq!(r.snapshots_expired, 2, "{r:?}");
