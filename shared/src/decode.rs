@@ -796,7 +796,7 @@ impl Structure {
     }
 
     /// A value starts at `at` (a string, number or literal, or an opening bracket).
-    #[inline]
+    #[inline(always)]
     fn value(&mut self, at: usize) -> Result<(), Lenience> {
         if self.depth > 0 && self.last == Token::Value {
             return Err(Lenience::Missing(at));
@@ -806,8 +806,20 @@ impl Structure {
     }
 
     /// Text outside strings, starting at byte `offset` of the line.
-    #[inline]
+    #[inline(always)]
     fn structure(&mut self, text: &[u8], offset: usize) -> Result<(), Lenience> {
+        // Most text between two strings is one colon or one comma: judged without the loop.
+        match text {
+            [b':'] => {
+                self.last = Token::Colon;
+                return Ok(());
+            }
+            [b','] if self.depth > 0 && self.last == Token::Value => {
+                self.last = Token::Comma;
+                return Ok(());
+            }
+            _ => {}
+        }
         let mut i = 0;
         while i < text.len() {
             match text[i] {
@@ -901,6 +913,22 @@ fn json_number(text: &[u8]) -> bool {
     t.is_empty()
 }
 
+/// Where the JSON string whose text starts at `start` (after its opening quote) closes: the
+/// index of its closing quote, and whether its text holds escapes; `None` when it never closes.
+fn string_end(line: &[u8], start: usize) -> Option<(usize, bool)> {
+    let mut j = start;
+    let mut escapes = false;
+    loop {
+        let k = j + memchr::memchr2(b'"', b'\\', line.get(j..)?)?;
+        if line[k] == b'\\' {
+            escapes = true;
+            j = k + 2;
+        } else {
+            return Some((k, escapes));
+        }
+    }
+}
+
 /// The first lenience of JSON text `line`, the exact way (strings skipped escape by escape).
 /// Text that ends inside a string answers what came before: the decoder refuses the rest.
 fn lenient_syntax(line: &[u8]) -> Option<Lenience> {
@@ -914,18 +942,8 @@ fn lenient_syntax(line: &[u8]) -> Option<Lenience> {
         {
             return Some(fault);
         }
-        let mut i = open + 1;
-        loop {
-            match memchr::memchr2(b'"', b'\\', &line[i.min(line.len())..]) {
-                Some(j) if line[i + j] == b'\\' => i += j + 2,
-                Some(j) => {
-                    i += j + 1;
-                    break;
-                }
-                None => return None,
-            }
-        }
-        from = i;
+        let (close, _) = string_end(line, open + 1)?;
+        from = close + 1;
     }
     tokens.structure(&line[from..], from).err()
 }
@@ -976,24 +994,12 @@ fn needs_exact_scan(line: &[u8]) -> bool {
                 return true; // an escape: quotes no longer pair up
             }
             let Some(start) = open.take() else {
-                // The text since the last string, then this string's start. Most such text is
-                // one colon or comma: judged without the general loop.
-                let gap = &line[after..at];
-                let ok = match gap {
-                    [b':'] => {
-                        tokens.last = Token::Colon;
-                        tokens.value(at).is_ok()
-                    }
-                    [b','] if tokens.last == Token::Value && tokens.depth > 0 => {
-                        tokens.last = Token::Comma;
-                        tokens.value(at).is_ok()
-                    }
-                    _ => tokens
-                        .structure(gap, after)
-                        .and_then(|()| tokens.value(at))
-                        .is_ok(),
-                };
-                if !ok {
+                // The text since the last string, then this string's start.
+                if tokens
+                    .structure(&line[after..at], after)
+                    .and_then(|()| tokens.value(at))
+                    .is_err()
+                {
                     return true;
                 }
                 open = Some(at + 1);
@@ -1156,24 +1162,11 @@ impl Iterator for TopKeys<'_> {
             match line[self.at] {
                 b'"' => {
                     let start = self.at + 1;
-                    let mut j = start;
-                    let mut escapes = false;
-                    loop {
-                        let Some(k) = line.get(j..).and_then(|r| memchr::memchr2(b'"', b'\\', r))
-                        else {
-                            self.malformed = true;
-                            self.at = n;
-                            return None;
-                        };
-                        let k = j + k;
-                        if line[k] == b'\\' {
-                            escapes = true;
-                            j = k + 2;
-                        } else {
-                            j = k;
-                            break;
-                        }
-                    }
+                    let Some((j, escapes)) = string_end(line, start) else {
+                        self.malformed = true;
+                        self.at = n;
+                        return None;
+                    };
                     self.at = j + 1;
                     if self.depth != 1 {
                         continue;

@@ -572,9 +572,20 @@ pub(crate) async fn stage(table: &Table, change: &Change, write: bool) -> Result
     let t0 = std::time::Instant::now();
     m.carry_existing(change).await?;
     let carry_ms = t0.elapsed().as_secs_f64() * 1e3;
-    m.add_files(&change.added, &change.spec_ids, seq).await?;
-    m.add_deletes(&change.added_deletes, &change.spec_ids, seq)
-        .await?;
+    m.add_per_spec(
+        &change.added,
+        &change.spec_ids,
+        seq,
+        ManifestContentType::Data,
+    )
+    .await?;
+    m.add_per_spec(
+        &change.added_deletes,
+        &change.spec_ids,
+        seq,
+        ManifestContentType::Deletes,
+    )
+    .await?;
     let add_ms = t0.elapsed().as_secs_f64() * 1e3 - carry_ms;
     let list_path = m.list_path();
     let mut props = snapshot_summary(
@@ -1062,31 +1073,9 @@ impl Manifests<'_> {
         Ok(out)
     }
 
-    /// Delete manifests for the added position delete files, one per spec they were written
-    /// with ([`Change::spec_ids`]).
-    async fn add_deletes(
-        &mut self,
-        added: &[DataFile],
-        specs: &HashMap<String, i32>,
-        seq: i64,
-    ) -> Result<()> {
-        self.add_per_spec(added, specs, seq, ManifestContentType::Deletes)
-            .await
-    }
-
-    /// Data manifests for the added data files, one per spec they were written with.
-    async fn add_files(
-        &mut self,
-        added: &[DataFile],
-        specs: &HashMap<String, i32>,
-        seq: i64,
-    ) -> Result<()> {
-        self.add_per_spec(added, specs, seq, ManifestContentType::Data)
-            .await
-    }
-
-    /// `added` grouped by the spec each was written with (the base's default unless `specs`
-    /// names another), one manifest of `content` per spec. A spec the base no longer has (it
+    /// The added data files (or position delete files, by `content`) grouped by the spec each
+    /// was written with (the base's default unless `specs` names another; [`Change::spec_ids`]),
+    /// one manifest of `content` per spec. A spec the base no longer has (it
     /// was removed meanwhile) makes the change `Stale`: its files must be written again.
     async fn add_per_spec(
         &mut self,

@@ -255,6 +255,21 @@ impl GlueSwap {
     }
 }
 
+/// Whether a Glue error code says the request itself is wrong (the table is gone, the input
+/// invalid, the role not allowed): retrying cannot help. Throttling, 5xx and transport errors
+/// (no code, or another) are retried.
+fn permanent(code: Option<&str>) -> bool {
+    matches!(
+        code,
+        Some(
+            "EntityNotFoundException"
+                | "InvalidInputException"
+                | "AccessDeniedException"
+                | "ValidationException"
+        )
+    )
+}
+
 impl GlueSwap {
     async fn get(
         &self,
@@ -267,24 +282,15 @@ impl GlueSwap {
             .send()
             .await
             .map_err(|e| {
-                // As for UpdateTable: only an answer saying the request itself is wrong (the
-                // table is gone, the role may not read it) is permanent; retrying it would only
-                // walk every message to the dead-letter queue.
+                // Retrying an answer that says the request itself is wrong (the table is gone,
+                // the role may not read it) would only walk every message to the DLQ.
                 use aws_sdk_glue::error::ProvideErrorMetadata;
-                let permanent = matches!(
-                    e.as_service_error().and_then(|s| s.code()),
-                    Some(
-                        "EntityNotFoundException"
-                            | "InvalidInputException"
-                            | "AccessDeniedException"
-                            | "ValidationException"
-                    )
-                );
+                let code = e.as_service_error().and_then(|s| s.code());
                 Error::new(
                     ErrorKind::Catalog,
                     format!("Glue GetTable {ident}: {}", DisplayErrorContext(&e)),
                 )
-                .with_retryable(!permanent)
+                .with_retryable(!permanent(code))
             })
     }
 }
@@ -350,20 +356,11 @@ impl PointerSwap for GlueSwap {
                     // (the commit loop first looks at what actually landed). Only answers that
                     // say the request itself is wrong are permanent.
                     use aws_sdk_glue::error::ProvideErrorMetadata;
-                    let retryable = !matches!(
-                        svc.and_then(|s| s.code()),
-                        Some(
-                            "EntityNotFoundException"
-                                | "InvalidInputException"
-                                | "AccessDeniedException"
-                                | "ValidationException"
-                        )
-                    );
                     Err(Error::new(
                         ErrorKind::Catalog,
                         format!("Glue UpdateTable {ident}: {}", DisplayErrorContext(&e)),
                     )
-                    .with_retryable(retryable))
+                    .with_retryable(!permanent(svc.and_then(|s| s.code()))))
                 }
             }
         }
