@@ -147,11 +147,18 @@ pub(crate) fn glue_type(ty: &Type) -> String {
 }
 
 /// The Glue `TableInput` pointing at an Iceberg metadata file.
+///
+/// UpdateTable replaces the whole table definition with its input, so a commit starts from the
+/// table as Glue holds it (`existing`): the parameters, description, owner and storage
+/// descriptor another engine or an admin set are kept, as Iceberg Java and PyIceberg keep them;
+/// floe sets only what an Iceberg commit owns (the table type, the metadata pointers, the
+/// location and the columns of the current schema).
 pub(crate) fn table_input(
     name: &str,
     md: &TableMetadata,
     location: &str,
     previous: Option<String>,
+    existing: Option<&aws_sdk_glue::types::Table>,
 ) -> iceberg::Result<TableInput> {
     let columns = md
         .current_schema()
@@ -170,23 +177,41 @@ pub(crate) fn table_input(
                 .map_err(|e| unexpected("Glue column".into(), e))
         })
         .collect::<iceberg::Result<Vec<_>>>()?;
-    let mut params = HashMap::from([
-        ("table_type".to_string(), "ICEBERG".to_string()),
-        ("metadata_location".to_string(), location.to_string()),
-    ]);
-    if let Some(p) = previous {
-        params.insert("previous_metadata_location".into(), p);
-    }
+    let mut params: HashMap<String, String> = existing
+        .and_then(|t| t.parameters())
+        .cloned()
+        .unwrap_or_default();
+    params.insert("table_type".into(), "ICEBERG".into());
+    params.insert("metadata_location".into(), location.into());
+    match previous {
+        Some(p) => params.insert("previous_metadata_location".into(), p),
+        None => params.remove("previous_metadata_location"),
+    };
+    let sd = existing.and_then(|t| t.storage_descriptor());
+    let storage = StorageDescriptor::builder()
+        .location(md.location())
+        .set_columns(Some(columns))
+        .set_additional_locations(sd.map(|d| d.additional_locations().to_vec()))
+        .set_input_format(sd.and_then(|d| d.input_format().map(String::from)))
+        .set_output_format(sd.and_then(|d| d.output_format().map(String::from)))
+        .set_compressed(sd.map(|d| d.compressed()))
+        .set_number_of_buckets(sd.map(|d| d.number_of_buckets()))
+        .set_serde_info(sd.and_then(|d| d.serde_info().cloned()))
+        .set_bucket_columns(sd.map(|d| d.bucket_columns().to_vec()))
+        .set_sort_columns(sd.map(|d| d.sort_columns().to_vec()))
+        .set_parameters(sd.and_then(|d| d.parameters().cloned()))
+        .set_skewed_info(sd.and_then(|d| d.skewed_info().cloned()))
+        .set_stored_as_sub_directories(sd.map(|d| d.stored_as_sub_directories()))
+        .set_schema_reference(sd.and_then(|d| d.schema_reference().cloned()))
+        .build();
     TableInput::builder()
         .name(name)
         .table_type("EXTERNAL_TABLE")
+        .set_description(existing.and_then(|t| t.description().map(String::from)))
+        .set_owner(existing.and_then(|t| t.owner().map(String::from)))
+        .set_retention(existing.map(|t| t.retention()))
         .set_parameters(Some(params))
-        .storage_descriptor(
-            StorageDescriptor::builder()
-                .location(md.location())
-                .set_columns(Some(columns))
-                .build(),
-        )
+        .storage_descriptor(storage)
         .build()
         .map_err(|e| unexpected("Glue table input".into(), e))
 }
@@ -227,7 +252,7 @@ impl UpdateHook for GlueHook {
         self.client
             .create_table()
             .database_name(&database)
-            .table_input(table_input(&name, &md, &meta_loc.to_string(), None)?)
+            .table_input(table_input(&name, &md, &meta_loc.to_string(), None, None)?)
             .send()
             .await
             .map_err(|e| {
@@ -324,6 +349,7 @@ impl PointerSwap for GlueSwap {
             &staged.metadata,
             &staged.location,
             Some(staged.previous.clone()),
+            table,
         )
         .map_err(|e| Error::iceberg("Glue table input", e))?;
         let mut req = self
