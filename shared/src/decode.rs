@@ -3289,14 +3289,23 @@ fn emit_parquet_batch(
         let col = match batch.schema().index_of(f.name()) {
             Ok(i) => {
                 let src = batch.column(i);
-                let cast = parquet_column(f, src, &mut reasons).map_err(|e| {
-                    DecodeFailure::Unreadable(format!(
-                        "column `{}` of type {} cannot be read as {}: {e}",
-                        f.name(),
-                        src.data_type(),
-                        f.data_type()
-                    ))
-                })?;
+                // A column no conversion fits (binary into a number, a list into a differently
+                // nested one): each row with a value there is refused with the reason, as JSON
+                // lines refuses such a value per record; rows with none (null) still land. The
+                // object was once quarantined whole, its records counted nowhere.
+                let cast = parquet_column(f, src, &mut reasons).unwrap_or_else(|e| {
+                    for (row, slot) in reasons.iter_mut().enumerate() {
+                        if slot.is_none() && src.is_valid(row) {
+                            *slot = Some(format!(
+                                "field `{}`: a {} value cannot be read as {}: {e}",
+                                f.name(),
+                                src.data_type(),
+                                f.data_type()
+                            ));
+                        }
+                    }
+                    new_null_array(f.data_type(), n)
+                });
                 for (row, slot) in reasons.iter_mut().enumerate() {
                     if slot.is_none() {
                         *slot = out_of_range(f, &cast, row);
@@ -5733,6 +5742,37 @@ not json\n\
             &s,
         );
         assert_eq!((seen, rows, rejected.len()), (1, 1, 0), "{rejected:?}");
+    }
+
+    /// Review helper-34: a Parquet column that no conversion fits quarantined the whole object
+    /// as unreadable, its report counting 0 records in and 0 quarantined.
+    #[test]
+    fn parquet_column_no_conversion_fits_refuses_its_rows_not_the_object() {
+        use arrow::array::BinaryArray;
+        use arrow::datatypes::Int64Type;
+        let s = spec_with(Format::Parquet, Field::new("x", DataType::Int64, true));
+        let bytes = parquet_with(
+            "x",
+            Arc::new(BinaryArray::from(vec![
+                Some(&b"7"[..]),
+                None,
+                Some(&b"\x00\x01"[..]),
+            ])),
+        );
+        let (seen, values, rejected) = column_values::<Int64Type>(&bytes, &s, "x");
+        assert_eq!(seen, 3);
+        // The row without a value lands; the two with one are refused, each with the reason.
+        assert_eq!(values, vec![None], "{rejected:?}");
+        assert_eq!(
+            rejected.iter().map(|r| r.record).collect::<Vec<_>>(),
+            vec![1, 3]
+        );
+        assert!(
+            rejected.iter().all(|r| r.reason.contains("field `x`")
+                && r.reason.contains("Binary")
+                && r.reason.contains("Int64")),
+            "{rejected:?}"
+        );
     }
 
     #[test]
