@@ -1271,6 +1271,30 @@ fn snapshot_summary(
     props
 }
 
+/// `metadata`, built on `base`, with a `last-updated-ms` no earlier than the base's.
+///
+/// iceberg's builder stamps a version without a new snapshot (an expiration, a spec or schema
+/// change) with this machine's clock, and logs the base under the base's own stamp. After a
+/// writer whose clock ran a little ahead (another Lambda, another engine), the new version was
+/// older than the one it replaced: its metadata log out of order, which Iceberg Java refuses to
+/// load ("Expected sorted previous metadata log entries": Java before 1.4 allows no skew, later
+/// versions a minute; a next version's log then holds the two stamps out of order). A version
+/// with a new snapshot is stamped with the snapshot, which is already later than the base.
+fn not_older_than(metadata: TableMetadata, base: &TableMetadata) -> Result<TableMetadata> {
+    if metadata.last_updated_ms() >= base.last_updated_ms() {
+        return Ok(metadata);
+    }
+    let restamp = |e: serde_json::Error| {
+        Error::new(
+            ErrorKind::Internal,
+            format!("restamping last-updated-ms: {e}"),
+        )
+    };
+    let mut json = serde_json::to_value(&metadata).map_err(restamp)?;
+    json["last-updated-ms"] = base.last_updated_ms().into();
+    serde_json::from_value(json).map_err(restamp)
+}
+
 /// Builds and writes a metadata.json from `builder` (based on `table`), without installing it.
 pub async fn write_metadata(
     table: &Table,
@@ -1305,7 +1329,7 @@ pub async fn write_metadata(
         .iter()
         .map(|l| l.metadata_file.clone())
         .collect();
-    let metadata = built.metadata;
+    let metadata = not_older_than(built.metadata, table.metadata())?;
     let location = MetadataLocation::from_str(&previous)
         .map_err(ice("base location"))?
         .with_next_version()
@@ -1361,6 +1385,59 @@ mod tests {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
         }
+    }
+
+    /// Review helper-28 #5: a version without a new snapshot took `last-updated-ms` from this
+    /// machine's clock. On a base stamped by a writer whose clock ran ahead, it came out older
+    /// than its base and its metadata log out of order, which Iceberg Java refuses to load.
+    #[tokio::test]
+    async fn a_version_without_a_snapshot_is_never_older_than_its_base() {
+        // A base stamped 30 s ahead (within the minute of skew iceberg and Java tolerate; beyond
+        // it iceberg's builder refuses the version outright).
+        let ahead = chrono::Utc::now().timestamp_millis() + 30_000;
+        let md: TableMetadata = serde_json::from_value(serde_json::json!({
+            "format-version": 2, "table-uuid": "9c12d441-03fe-4693-9a96-a0705ddf69c1",
+            "location": "memory:///w/t", "last-sequence-number": 0,
+            "last-updated-ms": ahead, "last-column-id": 1, "current-schema-id": 0,
+            "schemas": [{"type": "struct", "schema-id": 0, "fields": [
+                {"id": 1, "name": "id", "required": false, "type": "long"}]}],
+            "default-spec-id": 0, "partition-specs": [{"spec-id": 0, "fields": []}],
+            "last-partition-id": 999, "default-sort-order-id": 0,
+            "sort-orders": [{"order-id": 0, "fields": []}],
+            "properties": {}, "snapshots": [], "snapshot-log": [],
+            "metadata-log": [{"metadata-file": "memory:///w/t/metadata/00000-a.metadata.json",
+                "timestamp-ms": ahead - 1000}],
+            "refs": {}
+        }))
+        .unwrap();
+        let table = Table::builder()
+            .metadata(md)
+            .metadata_location(
+                "memory:///w/t/metadata/00001-0b6ab1d6-3a4c-4d6e-8f1c-5a2b3c4d5e6f.metadata.json"
+                    .to_string(),
+            )
+            .identifier(iceberg::TableIdent::from_strs(["floe", "t"]).unwrap())
+            .file_io(iceberg::io::FileIO::new_with_memory())
+            .runtime(iceberg::Runtime::try_current().unwrap())
+            .build()
+            .unwrap();
+        let builder = base_builder(&table)
+            .unwrap()
+            .set_properties(HashMap::from([("k".to_string(), "v".to_string())]))
+            .unwrap();
+        let staged = write_metadata(&table, builder, true).await.unwrap();
+        let md = &staged.metadata;
+        assert_eq!(md.properties().get("k").map(String::as_str), Some("v"));
+        assert!(md.last_updated_ms() >= ahead, "{}", md.last_updated_ms());
+        let log: Vec<i64> = md.metadata_log().iter().map(|l| l.timestamp_ms).collect();
+        assert_eq!(log.len(), 2);
+        assert!(log.windows(2).all(|w| w[0] <= w[1]), "{log:?}");
+        assert!(log.iter().all(|t| *t <= md.last_updated_ms()), "{log:?}");
+        // What was written says the same.
+        let written = TableMetadata::read_from(table.file_io(), &staged.location)
+            .await
+            .unwrap();
+        assert_eq!(written.last_updated_ms(), md.last_updated_ms());
     }
 
     #[test]
