@@ -3262,14 +3262,47 @@ fn spool_to(
     }
 }
 
+/// A Parquet row as the JSON line its quarantine record keeps. A column arrow's JSON writer
+/// cannot write (a map with keys that are not text) is kept as its display text, so the record
+/// never loses the row's other values (it was once written as an empty line).
 fn row_as_json(batch: &RecordBatch, row: usize) -> String {
+    let one = batch.slice(row, 1);
+    if let Some(line) = json_line(&one) {
+        return line;
+    }
+    let mut object = serde_json::Map::new();
+    for (f, column) in one.schema().fields().iter().zip(one.columns()) {
+        if !has_value(column, 0) {
+            continue;
+        }
+        let alone = RecordBatch::try_new(
+            Arc::new(Schema::new(vec![f.as_ref().clone()])),
+            vec![column.clone()],
+        );
+        let value = alone
+            .ok()
+            .and_then(|b| json_line(&b))
+            .and_then(|l| serde_json::from_str::<serde_json::Value>(&l).ok())
+            .and_then(|v| v.get(f.name()).cloned())
+            .unwrap_or_else(|| {
+                serde_json::Value::String(
+                    arrow::util::display::array_value_to_string(column, 0).unwrap_or_default(),
+                )
+            });
+        object.insert(f.name().clone(), value);
+    }
+    serde_json::Value::Object(object).to_string()
+}
+
+/// `batch` as JSON lines (None when arrow's writer cannot write one of its columns).
+fn json_line(batch: &RecordBatch) -> Option<String> {
     let mut out = Vec::new();
     {
         let mut w = arrow::json::LineDelimitedWriter::new(&mut out);
-        let _ = w.write(&batch.slice(row, 1));
-        let _ = w.finish();
+        w.write(batch).ok()?;
+        w.finish().ok()?;
     }
-    String::from_utf8_lossy(&out).trim_end().to_string()
+    Some(String::from_utf8_lossy(&out).trim_end().to_string())
 }
 
 /// Casts a Parquet batch to the target types; values that do not convert exactly are rejected
@@ -3295,7 +3328,7 @@ fn emit_parquet_batch(
                 // object was once quarantined whole, its records counted nowhere.
                 let cast = parquet_column(f, src, &mut reasons).unwrap_or_else(|e| {
                     for (row, slot) in reasons.iter_mut().enumerate() {
-                        if slot.is_none() && src.is_valid(row) {
+                        if slot.is_none() && has_value(src, row) {
                             *slot = Some(format!(
                                 "field `{}`: a {} value cannot be read as {}: {e}",
                                 f.name(),
@@ -3448,6 +3481,22 @@ fn parquet_column(
     if from == to {
         return Ok(src.clone());
     }
+    // A column of no type (pandas and pyarrow write an all-None column so): every value null.
+    if from == &DataType::Null {
+        return Ok(new_null_array(to, src.len()));
+    }
+    // Structs by name and lists element by element, each nested value converted (and refused)
+    // as a column's: arrow's cast matches struct fields by position unless every name matches
+    // (a field `c` written into `b`), and turns a nested value that does not convert into null.
+    match (from, to) {
+        (DataType::Struct(_), DataType::Struct(to_fields)) => {
+            return parquet_struct(field, src, to_fields, reasons)
+        }
+        (DataType::List(_) | DataType::LargeList(_), DataType::List(to_item)) => {
+            return parquet_list(field, src, to_item, reasons)
+        }
+        _ => {}
+    }
     // The value as text for a reason: its start, when long.
     let value = |row: usize| {
         let v = arrow::util::display::array_value_to_string(src, row).unwrap_or_default();
@@ -3473,7 +3522,7 @@ fn parquet_column(
     };
     if let Some(what) = mismatch {
         for (row, slot) in reasons.iter_mut().enumerate() {
-            if slot.is_none() && src.is_valid(row) {
+            if slot.is_none() && has_value(src, row) {
                 *slot = Some(format!(
                     "field `{}`: {} is {what}",
                     field.name(),
@@ -3580,9 +3629,9 @@ fn parquet_column(
             )
         })?;
     }
-    if cast.null_count() > src.null_count() {
+    if cast.logical_null_count() > src.logical_null_count() {
         for (row, slot) in reasons.iter_mut().enumerate() {
-            if slot.is_none() && cast.is_null(row) && !src.is_null(row) {
+            if slot.is_none() && !has_value(&cast, row) && has_value(src, row) {
                 *slot = Some(format!(
                     "field `{}`: {} does not convert from {from} to {to}",
                     field.name(),
@@ -3592,6 +3641,104 @@ fn parquet_column(
         }
     }
     Ok(cast)
+}
+
+/// Whether `array` holds a value in `row`: its logical nulls, so a dictionary whose value is
+/// null, a run-end encoded null or a column of no type (`Null`) count as none.
+fn has_value(array: &ArrayRef, row: usize) -> bool {
+    array.logical_nulls().is_none_or(|n| n.is_valid(row))
+}
+
+/// A Parquet struct into the table's struct of `to_fields`: each field by name, converted as a
+/// column's (a value refused there refuses the row, the reason naming `parent.child`); a field
+/// the file lacks is null (as in JSON lines), one the table lacks is not read.
+fn parquet_struct(
+    field: &Field,
+    src: &ArrayRef,
+    to_fields: &arrow_schema::Fields,
+    reasons: &mut [Option<String>],
+) -> Result<ArrayRef, ArrowError> {
+    use arrow::array::{AsArray, StructArray};
+    let s = src.as_struct();
+    let mut children = Vec::with_capacity(to_fields.len());
+    for tf in to_fields.iter() {
+        let child = match s.column_by_name(tf.name()) {
+            Some(c) => {
+                let named = Field::new(
+                    format!("{}.{}", field.name(), tf.name()),
+                    tf.data_type().clone(),
+                    tf.is_nullable(),
+                );
+                let mut own = vec![None; s.len()];
+                let converted = parquet_column(&named, c, &mut own)?;
+                for (row, why) in own.into_iter().enumerate() {
+                    if let Some(why) = why {
+                        if reasons[row].is_none() && has_value(src, row) {
+                            reasons[row] = Some(why);
+                        }
+                    }
+                }
+                converted
+            }
+            None => new_null_array(tf.data_type(), s.len()),
+        };
+        children.push(child);
+    }
+    Ok(Arc::new(StructArray::try_new(
+        to_fields.clone(),
+        children,
+        s.nulls().cloned(),
+    )?))
+}
+
+/// A Parquet list into the table's list of `to_item`: the elements converted as a column's, an
+/// element refused refusing its row (the reason naming `list[]`).
+fn parquet_list(
+    field: &Field,
+    src: &ArrayRef,
+    to_item: &arrow_schema::FieldRef,
+    reasons: &mut [Option<String>],
+) -> Result<ArrayRef, ArrowError> {
+    use arrow::array::{AsArray, ListArray};
+    use arrow::buffer::OffsetBuffer;
+    // A large list's offsets fit a list's when its values do (else the cast fails, and the
+    // caller refuses its rows).
+    let list = match src.data_type() {
+        DataType::LargeList(_) => cast_with_options(
+            src,
+            &DataType::List(Arc::new(Field::new(
+                "item",
+                src.as_list::<i64>().value_type(),
+                true,
+            ))),
+            &CastOptions::default(),
+        )?,
+        _ => src.clone(),
+    };
+    let l = list.as_list::<i32>();
+    let named = Field::new(
+        format!("{}[]", field.name()),
+        to_item.data_type().clone(),
+        to_item.is_nullable(),
+    );
+    let mut own = vec![None; l.values().len()];
+    let values = parquet_column(&named, l.values(), &mut own)?;
+    let offsets: &OffsetBuffer<i32> = l.offsets();
+    for (row, w) in offsets.windows(2).enumerate() {
+        if reasons[row].is_some() || !has_value(&list, row) {
+            continue;
+        }
+        let (start, end) = (w[0] as usize, w[1] as usize);
+        if let Some(why) = own.get(start..end).and_then(|r| r.iter().flatten().next()) {
+            reasons[row] = Some(why.clone());
+        }
+    }
+    Ok(Arc::new(ListArray::try_new(
+        to_item.clone(),
+        offsets.clone(),
+        values,
+        l.nulls().cloned(),
+    )?))
 }
 
 /// Text, plain or dictionary-encoded.
@@ -5742,6 +5889,188 @@ not json\n\
             &s,
         );
         assert_eq!((seen, rows, rejected.len()), (1, 1, 0), "{rejected:?}");
+    }
+
+    /// Decodes `input`: the records seen, column `name` of each row that landed (as JSON text,
+    /// null included), and the rejected records in record order.
+    fn landed_as_json(
+        input: &[u8],
+        spec: &DecodeSpec,
+        name: &str,
+    ) -> (u64, Vec<String>, Vec<Rejected>) {
+        let mut values = Vec::new();
+        let mut rejected = Vec::new();
+        let seen = decode(input, spec, &mut |p| {
+            match p {
+                Piece::Batch(b) => {
+                    let i = b.schema().index_of(name).unwrap();
+                    let f = b.schema().field(i).clone();
+                    let one = RecordBatch::try_new(
+                        Arc::new(Schema::new(vec![f])),
+                        vec![b.column(i).clone()],
+                    )
+                    .unwrap();
+                    for row in 0..one.num_rows() {
+                        let line = json_line(&one.slice(row, 1)).unwrap();
+                        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+                        values.push(v.get(name).cloned().unwrap_or_default().to_string());
+                    }
+                }
+                Piece::Rejected(r) => rejected.extend(r),
+                _ => {}
+            }
+            true
+        })
+        .unwrap();
+        rejected.sort_by_key(|r| r.record);
+        (seen, values, rejected)
+    }
+
+    fn struct_of(fields: Vec<(&str, ArrayRef)>) -> ArrayRef {
+        use arrow::array::StructArray;
+        Arc::new(StructArray::from(
+            fields
+                .into_iter()
+                .map(|(n, a)| (Arc::new(Field::new(n, a.data_type().clone(), true)), a))
+                .collect::<Vec<_>>(),
+        ))
+    }
+
+    /// Review helper-35 #1: arrow's struct cast matches fields by position unless every name
+    /// matches, so a file's `c` landed in the table's `b`; and a nested value that did not convert
+    /// became null without a reason.
+    #[test]
+    fn parquet_struct_fields_are_matched_by_name_and_nested_values_refused_not_nulled() {
+        use arrow::array::{Int64Array, StringArray};
+        let target = DataType::Struct(
+            vec![
+                Field::new("a", DataType::Int64, true),
+                Field::new("b", DataType::Utf8, true),
+            ]
+            .into(),
+        );
+        let s = spec_with(Format::Parquet, Field::new("s", target.clone(), true));
+        let bytes = parquet_with(
+            "s",
+            struct_of(vec![
+                ("a", Arc::new(Int64Array::from(vec![1, 2]))),
+                ("c", Arc::new(StringArray::from(vec!["secret", "other"]))),
+            ]),
+        );
+        let (seen, values, rejected) = landed_as_json(&bytes, &s, "s");
+        assert_eq!((seen, rejected.len()), (2, 0), "{rejected:?}");
+        assert_eq!(values, vec![r#"{"a":1}"#, r#"{"a":2}"#]);
+
+        // Text in a nested long: read as a column's text is ("7"), refused when no number.
+        let bytes = parquet_with(
+            "s",
+            struct_of(vec![
+                (
+                    "a",
+                    Arc::new(StringArray::from(vec![Some("7"), Some("x"), None])),
+                ),
+                ("b", Arc::new(StringArray::from(vec!["p", "q", "r"]))),
+            ]),
+        );
+        let (seen, values, rejected) = landed_as_json(&bytes, &s, "s");
+        assert_eq!(seen, 3);
+        assert_eq!(
+            values,
+            vec![r#"{"a":7,"b":"p"}"#, r#"{"b":"r"}"#],
+            "{rejected:?}"
+        );
+        assert_eq!(rejected.len(), 1, "{rejected:?}");
+        assert_eq!(rejected[0].record, 2);
+        assert!(rejected[0].reason.contains("`s.a`"), "{rejected:?}");
+    }
+
+    /// Review helper-35 #3: a producer still writing a struct without the field the table added
+    /// to it had every row refused ("Incorrect number of arrays"); JSON lines leaves it null.
+    #[test]
+    fn parquet_struct_without_a_field_the_table_added_lands_with_it_null() {
+        use arrow::array::StringArray;
+        let target = DataType::Struct(
+            vec![
+                Field::new("city", DataType::Utf8, true),
+                Field::new("zip", DataType::Utf8, true),
+            ]
+            .into(),
+        );
+        let s = spec_with(Format::Parquet, Field::new("addr", target, true));
+        let old = struct_of(vec![("city", Arc::new(StringArray::from(vec!["a", "b"])))]);
+        let nulls = arrow::buffer::NullBuffer::from(vec![true, false]);
+        let old = Arc::new(arrow::array::StructArray::new(
+            match old.data_type() {
+                DataType::Struct(f) => f.clone(),
+                _ => unreachable!(),
+            },
+            old.as_any()
+                .downcast_ref::<arrow::array::StructArray>()
+                .unwrap()
+                .columns()
+                .to_vec(),
+            Some(nulls),
+        ));
+        let bytes = parquet_with("addr", old);
+        let (seen, values, rejected) = landed_as_json(&bytes, &s, "addr");
+        assert_eq!((seen, rejected.len()), (2, 0), "{rejected:?}");
+        assert_eq!(values, vec![r#"{"city":"a"}"#, "null"]);
+    }
+
+    /// Review helper-35 #4: pandas and pyarrow write an all-None column with no type; every
+    /// row was refused ("does not convert from Null").
+    #[test]
+    fn parquet_column_of_no_type_lands_as_nulls() {
+        use arrow::array::NullArray;
+        let s = spec_with(Format::Parquet, Field::new("note", DataType::Utf8, true));
+        let bytes = parquet_with("note", Arc::new(NullArray::new(2)));
+        let (seen, values, rejected) = landed_as_json(&bytes, &s, "note");
+        assert_eq!((seen, rejected.len()), (2, 0), "{rejected:?}");
+        assert_eq!(values, vec!["null", "null"]);
+    }
+
+    /// Review helper-35 #1: an element of a list that did not convert became null silently.
+    #[test]
+    fn parquet_list_elements_are_converted_or_refuse_their_row() {
+        use arrow::array::{ListBuilder, StringBuilder};
+        let item = Arc::new(Field::new("item", DataType::Int64, true));
+        let s = spec_with(Format::Parquet, Field::new("l", DataType::List(item), true));
+        let mut b = ListBuilder::new(StringBuilder::new());
+        b.append_value([Some("1"), Some("2")]);
+        b.append_value([Some("3"), Some("x")]);
+        b.append(false);
+        b.append_value(Vec::<Option<&str>>::new());
+        let bytes = parquet_with("l", Arc::new(b.finish()));
+        let (seen, values, rejected) = landed_as_json(&bytes, &s, "l");
+        assert_eq!(seen, 4);
+        assert_eq!(values, vec!["[1,2]", "null", "[]"], "{rejected:?}");
+        assert_eq!(rejected.len(), 1, "{rejected:?}");
+        assert_eq!(rejected[0].record, 2);
+        assert!(rejected[0].reason.contains("`l[]`"), "{rejected:?}");
+    }
+
+    /// Review helper-35 #2: a row arrow's JSON writer cannot write (a map with integer keys)
+    /// was kept in quarantine as an empty line, its other values lost.
+    #[test]
+    fn a_parquet_row_json_cannot_write_is_kept_with_its_other_values() {
+        use arrow::array::{Int32Builder, MapBuilder, StringArray, StringBuilder};
+        let mut m = MapBuilder::new(None, Int32Builder::new(), StringBuilder::new());
+        m.keys().append_value(1);
+        m.values().append_value("one");
+        m.append(true).unwrap();
+        let map: ArrayRef = Arc::new(m.finish());
+        let batch = RecordBatch::try_new(
+            Arc::new(Schema::new(vec![
+                Field::new("id", DataType::Utf8, true),
+                Field::new("m", map.data_type().clone(), true),
+            ])),
+            vec![Arc::new(StringArray::from(vec!["r1"])), map],
+        )
+        .unwrap();
+        let raw = row_as_json(&batch, 0);
+        let v: serde_json::Value = serde_json::from_str(&raw).unwrap();
+        assert_eq!(v["id"], "r1", "{raw}");
+        assert!(v["m"].to_string().contains("one"), "{raw}");
     }
 
     /// Review helper-34: a Parquet column that no conversion fits quarantined the whole object
