@@ -95,7 +95,18 @@ async fn a_commit_keeps_the_glue_table_settings_other_engines_made() {
         .storage_descriptor(
             StorageDescriptor::builder()
                 .set_location(sd.location().map(String::from))
-                .set_columns(Some(sd.columns().to_vec()))
+                .set_columns(Some(
+                    sd.columns()
+                        .iter()
+                        .map(|c| {
+                            let mut c = c.clone();
+                            if c.name() == "order_id" {
+                                c.comment = Some("the shop's order number".into());
+                            }
+                            c
+                        })
+                        .collect(),
+                ))
                 .serde_info(
                     SerDeInfo::builder()
                         .serialization_library("org.apache.iceberg.mr.hive.HiveIcebergSerDe")
@@ -151,5 +162,11 @@ async fn a_commit_keeps_the_glue_table_settings_other_engines_made() {
             .map(String::as_str),
         Some("yes")
     );
+    let comment = sd
+        .columns()
+        .iter()
+        .find(|c| c.name() == "order_id")
+        .and_then(|c| c.comment());
+    assert_eq!(comment, Some("the shop's order number"));
     assert_eq!(env.count_rows(ingestor.catalog().as_ref()).await, 20);
 }

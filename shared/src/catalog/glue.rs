@@ -149,10 +149,14 @@ pub(crate) fn glue_type(ty: &Type) -> String {
 /// The Glue `TableInput` pointing at an Iceberg metadata file.
 ///
 /// UpdateTable replaces the whole table definition with its input, so a commit starts from the
-/// table as Glue holds it (`existing`): the parameters, description, owner and storage
-/// descriptor another engine or an admin set are kept, as Iceberg Java and PyIceberg keep them;
-/// floe sets only what an Iceberg commit owns (the table type, the metadata pointers, the
-/// location and the columns of the current schema).
+/// table as Glue holds it (`existing`): the parameters another engine or an admin set are kept
+/// (as Iceberg Java and PyIceberg keep them), and so are the description, owner, a column's
+/// comment where the schema has no doc, and the storage descriptor's SerDe, formats and
+/// parameters (Java and PyIceberg write a fresh descriptor; dropping what Athena or a Hive-side
+/// reader set is not floe's to decide). floe sets what an Iceberg commit owns: the table type,
+/// the metadata pointers, the location and the current schema's columns. A schema-registry
+/// reference is not carried (Glue refuses one beside explicit columns), nor additional
+/// locations (Java derives them from table properties).
 pub(crate) fn table_input(
     name: &str,
     md: &TableMetadata,
@@ -160,6 +164,11 @@ pub(crate) fn table_input(
     previous: Option<String>,
     existing: Option<&aws_sdk_glue::types::Table>,
 ) -> iceberg::Result<TableInput> {
+    let sd = existing.and_then(|t| t.storage_descriptor());
+    let comment_of = |name: &str| {
+        sd.and_then(|d| d.columns().iter().find(|c| c.name() == name))
+            .and_then(|c| c.comment().map(String::from))
+    };
     let columns = md
         .current_schema()
         .as_struct()
@@ -169,7 +178,7 @@ pub(crate) fn table_input(
             Column::builder()
                 .name(&f.name)
                 .r#type(glue_type(&f.field_type))
-                .set_comment(f.doc.clone())
+                .set_comment(f.doc.clone().or_else(|| comment_of(&f.name)))
                 .parameters("iceberg.field.id", f.id.to_string())
                 .parameters("iceberg.field.optional", (!f.required).to_string())
                 .parameters("iceberg.field.current", "true")
@@ -187,11 +196,9 @@ pub(crate) fn table_input(
         Some(p) => params.insert("previous_metadata_location".into(), p),
         None => params.remove("previous_metadata_location"),
     };
-    let sd = existing.and_then(|t| t.storage_descriptor());
     let storage = StorageDescriptor::builder()
         .location(md.location())
         .set_columns(Some(columns))
-        .set_additional_locations(sd.map(|d| d.additional_locations().to_vec()))
         .set_input_format(sd.and_then(|d| d.input_format().map(String::from)))
         .set_output_format(sd.and_then(|d| d.output_format().map(String::from)))
         .set_compressed(sd.map(|d| d.compressed()))
@@ -202,7 +209,6 @@ pub(crate) fn table_input(
         .set_parameters(sd.and_then(|d| d.parameters().cloned()))
         .set_skewed_info(sd.and_then(|d| d.skewed_info().cloned()))
         .set_stored_as_sub_directories(sd.map(|d| d.stored_as_sub_directories()))
-        .set_schema_reference(sd.and_then(|d| d.schema_reference().cloned()))
         .build();
     TableInput::builder()
         .name(name)
