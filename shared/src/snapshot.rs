@@ -10,9 +10,9 @@ use futures::StreamExt;
 
 use iceberg::spec::{
     DataContentType, DataFile, ManifestContentType, ManifestFile, ManifestList, ManifestListWriter,
-    ManifestWriter, ManifestWriterBuilder, Operation, PartitionSpec, Snapshot, SnapshotReference,
-    SnapshotRetention, SnapshotSummaryCollector, Summary, TableMetadata, TableMetadataBuilder,
-    UnboundPartitionSpec, MAIN_BRANCH, UNASSIGNED_SEQUENCE_NUMBER,
+    ManifestWriter, ManifestWriterBuilder, Operation, PartitionSpec, Snapshot,
+    SnapshotSummaryCollector, Summary, TableMetadata, TableMetadataBuilder, UnboundPartitionSpec,
+    MAIN_BRANCH, UNASSIGNED_SEQUENCE_NUMBER,
 };
 use iceberg::table::Table;
 use iceberg::{MetadataLocation, TableRequirement, TableUpdate};
@@ -627,13 +627,11 @@ pub(crate) async fn stage(table: &Table, change: &Change, write: bool) -> Result
             .map_err(ice("adding the evolved schema"))?,
         None => builder,
     };
+    // main moves to the new snapshot keeping its retention settings (min snapshots to keep, max
+    // snapshot and ref age), as Iceberg Java's commits do: a fresh ref wiped what a user or
+    // another engine had set, and another engine's expiration then removed pinned snapshots.
     let builder = builder
-        .add_snapshot(snapshot)
-        .map_err(ice("adding the snapshot"))?
-        .set_ref(
-            MAIN_BRANCH,
-            SnapshotReference::new(snapshot_id, SnapshotRetention::branch(None, None, None)),
-        )
+        .set_branch_snapshot(snapshot, MAIN_BRANCH)
         .map_err(ice("moving main"))?;
     // The new manifests, the manifest list and the metadata.json naming them are written side
     // by side: nothing reads any of them before the swap, which waits for all (a shorter window

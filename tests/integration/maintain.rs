@@ -1017,3 +1017,29 @@ async fn a_short_history_expires_a_hot_table_yet_keeps_consumers_and_duplicates_
         assert!(rec.matches(), "{name}: {rec:?}");
     }
 }
+
+/// Review helper-36 #1: every floe commit moved main with a fresh ref, wiping the retention
+/// settings a user or another engine had set on it (Java keeps them), so another engine's
+/// expiration then removed the snapshots they pinned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_keeps_the_retention_settings_of_main() {
+    let env = TestEnv::new("sqlite").await;
+    let ingestor = env.ingestor().await;
+    env.put("orders/r0.jsonl", orders(10, 1)).await;
+    env.ingest(&ingestor, "orders/r0.jsonl").await.unwrap();
+    env.pyiceberg_run(
+        "orders",
+        "t.manage_snapshots().create_branch(t.current_snapshot().snapshot_id, 'main', \
+         max_snapshot_age_ms=3600000, min_snapshots_to_keep=5).commit()",
+    );
+    env.put("orders/r1.jsonl", orders(10, 2)).await;
+    let r = env.ingest(&ingestor, "orders/r1.jsonl").await.unwrap();
+    assert_eq!(r.status, floe::ingest::Status::Committed, "{r:?}");
+    env.pyiceberg_run(
+        "orders",
+        "m = t.metadata.refs['main']\n\
+         assert m.snapshot_id == t.current_snapshot().snapshot_id, m\n\
+         assert len(t.snapshots()) == 2, t.snapshots()\n\
+         assert (m.min_snapshots_to_keep, m.max_snapshot_age_ms) == (5, 3600000), m",
+    );
+}
