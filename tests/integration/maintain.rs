@@ -1043,3 +1043,27 @@ async fn a_commit_keeps_the_retention_settings_of_main() {
          assert (m.min_snapshots_to_keep, m.max_snapshot_age_ms) == (5, 3600000), m",
     );
 }
+
+/// Review helper-36 #1 (the expiration side): main's own `min-snapshots-to-keep` and
+/// `max-snapshot-age-ms`, which Iceberg Java's expiration honours, were ignored: floe kept only
+/// what its options and the table properties asked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expiration_keeps_what_main_s_own_retention_asks() {
+    let env = TestEnv::new("sqlite").await;
+    let ingestor = env.ingestor().await;
+    ingest_objects(&env, &ingestor, "m", 5, 10, 1).await;
+    env.pyiceberg_run(
+        "orders",
+        "t.manage_snapshots().create_branch(t.current_snapshot().snapshot_id, 'main', \
+         min_snapshots_to_keep=3).commit()",
+    );
+    let maintainer = env.maintainer().await;
+    let r = maintainer
+        .run("orders", &expire_all_but_the_current())
+        .await
+        .unwrap();
+    assert_eq!(r.snapshots_expired, 2, "{r:?}");
+    let t = ingestor.catalog().load_table(&env.ident()).await.unwrap();
+    assert_eq!(t.metadata().snapshots().count(), 3);
+    assert_eq!(env.count_rows(ingestor.catalog().as_ref()).await, 50);
+}

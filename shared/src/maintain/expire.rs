@@ -136,7 +136,27 @@ impl Maintainer {
             v
         };
         keep.extend(ancestry.iter().take(retain_last));
-        keep.extend(ref_snapshot_ids(md));
+        // Every branch's head and its own retention (main's included), as Iceberg Java honours
+        // it: at least its `min-snapshots-to-keep` latest snapshots, and those younger than its
+        // `max-snapshot-age-ms` (a user pinning history on a branch; never fewer than floe keeps).
+        let now_ms = opts.now.timestamp_millis();
+        for r in refs(md) {
+            keep.insert(r.snapshot_id);
+            if !r.branch {
+                continue;
+            }
+            let line = ancestors(md, r.snapshot_id);
+            if let Some(n) = r.min_snapshots_to_keep {
+                keep.extend(line.iter().take(n).map(|s| s.snapshot_id()));
+            }
+            if let Some(age) = r.max_snapshot_age_ms {
+                keep.extend(
+                    line.iter()
+                        .filter(|s| s.timestamp_ms() >= now_ms.saturating_sub(age))
+                        .map(|s| s.snapshot_id()),
+                );
+            }
+        }
         for s in md.snapshots() {
             if s.timestamp_ms() >= keep_after {
                 keep.insert(s.snapshot_id());
@@ -259,4 +279,15 @@ impl Maintainer {
         delete_paths(&table, doomed.into_iter()).await;
         Ok(())
     }
+}
+
+/// `head` and its ancestors, newest first (as far as the table still has them).
+fn ancestors(md: &TableMetadata, head: i64) -> Vec<&iceberg::spec::SnapshotRef> {
+    let mut line = Vec::new();
+    let mut cur = md.snapshot_by_id(head);
+    while let Some(s) = cur {
+        line.push(s);
+        cur = s.parent_snapshot_id().and_then(|p| md.snapshot_by_id(p));
+    }
+    line
 }

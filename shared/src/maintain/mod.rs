@@ -366,17 +366,41 @@ pub(crate) fn same_object_key(path: &str) -> String {
     path.to_string()
 }
 
-/// Snapshot ids named by branches and tags (iceberg 0.10.1 has no public accessor for all refs).
-fn ref_snapshot_ids(md: &TableMetadata) -> Vec<i64> {
+/// A branch or tag, with a branch's own retention settings.
+#[derive(Debug, Clone, Default)]
+struct Ref {
+    snapshot_id: i64,
+    branch: bool,
+    min_snapshots_to_keep: Option<usize>,
+    max_snapshot_age_ms: Option<i64>,
+}
+
+/// The table's branches and tags (iceberg 0.10.1 has no public accessor for all refs).
+fn refs(md: &TableMetadata) -> Vec<Ref> {
     serde_json::to_value(md)
         .ok()
         .and_then(|v| v.get("refs").and_then(|r| r.as_object()).cloned())
         .map(|refs| {
             refs.values()
-                .filter_map(|r| r.get("snapshot-id").and_then(|v| v.as_i64()))
+                .filter_map(|r| {
+                    Some(Ref {
+                        snapshot_id: r.get("snapshot-id")?.as_i64()?,
+                        branch: r.get("type").and_then(|t| t.as_str()) == Some("branch"),
+                        min_snapshots_to_keep: r
+                            .get("min-snapshots-to-keep")
+                            .and_then(|v| v.as_u64())
+                            .map(|n| n as usize),
+                        max_snapshot_age_ms: r.get("max-snapshot-age-ms").and_then(|v| v.as_i64()),
+                    })
+                })
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// Snapshot ids named by branches and tags.
+fn ref_snapshot_ids(md: &TableMetadata) -> Vec<i64> {
+    refs(md).into_iter().map(|r| r.snapshot_id).collect()
 }
 
 async fn delete_paths(table: &Table, paths: impl Iterator<Item = String>) {
