@@ -1,12 +1,12 @@
 //! Writing rows as Iceberg data files: Parquet through iceberg's writers, split by partition,
 //! rolled at the target size. Shared by ingest and compaction.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 
 use arrow::array::RecordBatch;
 use arrow::array::{Array, ArrayRef, Scalar, StructArray};
 use iceberg::arrow::{PartitionValueCalculator, RecordBatchPartitionSplitter};
-use iceberg::spec::{DataFile, DataFileFormat};
+use iceberg::spec::{DataFile, DataFileFormat, Datum};
 use iceberg::table::Table;
 use iceberg::writer::base_writer::data_file_writer::DataFileWriterBuilder;
 use iceberg::writer::file_writer::location_generator::{
@@ -519,15 +519,40 @@ pub(crate) async fn write_position_deletes(
         .first()
         .map(|r| r.0.clone())
         .filter(|p| rows.iter().all(|r| &r.0 == p));
+    // The bounds of the paths and positions it names (exact, never truncated): readers attach a
+    // delete file only to the data files within them (Java's DeleteFileIndex, PyIceberg, which
+    // does not match on partition at all). Without them every delete file of the table with a
+    // later sequence number was read for every data file.
+    let (mut lower, mut upper) = (HashMap::new(), HashMap::new());
+    if let (Some(first), Some(last)) = (rows.first(), rows.last()) {
+        lower.insert(DELETE_FILE_PATH_ID, Datum::string(&first.0));
+        upper.insert(DELETE_FILE_PATH_ID, Datum::string(&last.0));
+        let (lo, hi) = rows.iter().fold((i64::MAX, i64::MIN), |(lo, hi), r| {
+            (lo.min(r.1), hi.max(r.1))
+        });
+        lower.insert(DELETE_POS_ID, Datum::long(lo));
+        upper.insert(DELETE_POS_ID, Datum::long(hi));
+    }
+    let n = rows.len() as u64;
     iceberg::spec::DataFileBuilder::default()
         .content(iceberg::spec::DataContentType::PositionDeletes)
         .file_path(path)
         .file_format(DataFileFormat::Parquet)
         .partition(partition)
         .partition_spec_id(spec_id)
-        .record_count(rows.len() as u64)
+        .record_count(n)
         .file_size_in_bytes(size)
         .referenced_data_file(single)
+        .lower_bounds(lower)
+        .upper_bounds(upper)
+        .value_counts(HashMap::from([
+            (DELETE_FILE_PATH_ID, n),
+            (DELETE_POS_ID, n),
+        ]))
+        .null_value_counts(HashMap::from([
+            (DELETE_FILE_PATH_ID, 0),
+            (DELETE_POS_ID, 0),
+        ]))
         .build()
         .map_err(|e| {
             Error::new(

@@ -1218,6 +1218,21 @@ async fn a_latest_run_merges_on_read_and_every_reader_applies_its_position_delet
     assert_eq!(count("total-position-deletes"), r.rows_deleted);
     assert!(count("total-delete-files") >= 1);
 
+    // Each delete file carries the bounds of the paths it names, so a reader attaches it only
+    // to those data files (PyIceberg matches by the bounds alone, not by partition: without
+    // them every delete file was read for every data file).
+    env.pyiceberg_run(
+        LATEST,
+        "tasks = list(t.scan().plan_files())\n\
+         pairs = 0\n\
+         for x in tasks:\n\
+         \x20   for d in x.delete_files:\n\
+         \x20       pairs += 1\n\
+         \x20       lo, hi = d.lower_bounds.get(2147483546), d.upper_bounds.get(2147483546)\n\
+         \x20       assert lo is not None and hi is not None, d\n\
+         \x20       assert lo <= x.file.file_path.encode() <= hi, (x.file.file_path, lo, hi)\n\
+         assert pairs >= 1, tasks",
+    );
     // floe's batch, PyIceberg and DuckDB all read the sink with its deletes applied.
     assert_reconciled(&p, "with position deletes").await;
     assert_eq!(sink_rows(&env), m.live(), "PyIceberg");
