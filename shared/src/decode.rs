@@ -2797,7 +2797,7 @@ fn unknown_value(
             target.field_with_name(f.name()).is_err()
                 && !f.name().starts_with('_')
                 && !ignored.contains(f.name())
-                && col.is_valid(row)
+                && holds(col, row)
         })
         .map(|(f, _)| f.name().clone())
 }
@@ -2851,7 +2851,7 @@ fn refused_value(
         .fields()
         .iter()
         .zip(batch.columns())
-        .find(|(f, col)| refused.contains_key(f.name()) && col.is_valid(row))
+        .find(|(f, col)| refused.contains_key(f.name()) && holds(col, row))
         .map(|(f, _)| f.name().clone())
 }
 
@@ -3326,9 +3326,11 @@ fn emit_parquet_batch(
                 // nested one): each row with a value there is refused with the reason, as JSON
                 // lines refuses such a value per record; rows with none (null) still land. The
                 // object was once quarantined whole, its records counted nowhere.
-                let cast = parquet_column(f, src, &mut reasons).unwrap_or_else(|e| {
+                let strict = !ctx.spec.allow_unknown;
+                let cast = parquet_column(f, src, strict, &mut reasons).unwrap_or_else(|e| {
+                    let has = Present::of(src.as_ref());
                     for (row, slot) in reasons.iter_mut().enumerate() {
-                        if slot.is_none() && has_value(src, row) {
+                        if slot.is_none() && has.at(row) {
                             *slot = Some(format!(
                                 "field `{}`: a {} value cannot be read as {}: {e}",
                                 f.name(),
@@ -3475,6 +3477,7 @@ pub(crate) fn value_lengths(col: &ArrayRef) -> Option<(usize, Box<dyn Fn(usize) 
 fn parquet_column(
     field: &Field,
     src: &ArrayRef,
+    strict: bool,
     reasons: &mut [Option<String>],
 ) -> Result<ArrayRef, ArrowError> {
     let (from, to) = (src.data_type(), field.data_type());
@@ -3490,10 +3493,14 @@ fn parquet_column(
     // (a field `c` written into `b`), and turns a nested value that does not convert into null.
     match (from, to) {
         (DataType::Struct(_), DataType::Struct(to_fields)) => {
-            return parquet_struct(field, src, to_fields, reasons)
+            return parquet_struct(field, src, to_fields, strict, reasons)
         }
-        (DataType::List(_) | DataType::LargeList(_), DataType::List(to_item)) => {
-            return parquet_list(field, src, to_item, reasons)
+        (
+            DataType::List(_) | DataType::LargeList(_) | DataType::FixedSizeList(_, _),
+            DataType::List(to_item),
+        ) => return parquet_list(field, src, to_item, strict, reasons),
+        (DataType::Map(_, _), DataType::Map(to_entries, ordered)) => {
+            return parquet_map(field, src, to_entries, *ordered, strict, reasons)
         }
         _ => {}
     }
@@ -3521,8 +3528,9 @@ fn parquet_column(
         _ => None,
     };
     if let Some(what) = mismatch {
+        let has = Present::of(src.as_ref());
         for (row, slot) in reasons.iter_mut().enumerate() {
-            if slot.is_none() && has_value(src, row) {
+            if slot.is_none() && has.at(row) {
                 *slot = Some(format!(
                     "field `{}`: {} is {what}",
                     field.name(),
@@ -3630,8 +3638,9 @@ fn parquet_column(
         })?;
     }
     if cast.logical_null_count() > src.logical_null_count() {
+        let (was, now) = (Present::of(src.as_ref()), Present::of(cast.as_ref()));
         for (row, slot) in reasons.iter_mut().enumerate() {
-            if slot.is_none() && !has_value(&cast, row) && has_value(src, row) {
+            if slot.is_none() && !now.at(row) && was.at(row) {
                 *slot = Some(format!(
                     "field `{}`: {} does not convert from {from} to {to}",
                     field.name(),
@@ -3643,101 +3652,300 @@ fn parquet_column(
     Ok(cast)
 }
 
-/// Whether `array` holds a value in `row`: its logical nulls, so a dictionary whose value is
-/// null, a run-end encoded null or a column of no type (`Null`) count as none.
+/// Which rows of an array hold a value: its logical nulls (a dictionary whose value is null, a
+/// run-end encoded null, a column of no type (`Null`) hold none), computed once per array.
+struct Present(Option<arrow::buffer::NullBuffer>);
+
+impl Present {
+    fn of(array: &dyn Array) -> Self {
+        Self(array.logical_nulls())
+    }
+    fn at(&self, row: usize) -> bool {
+        self.0.as_ref().is_none_or(|n| n.is_valid(row))
+    }
+}
+
+/// Whether `col` holds a value in `row`, cheaply (called row by row): a column of no type
+/// (pandas' all-None) holds none, though it has no null buffer.
+fn holds(col: &ArrayRef, row: usize) -> bool {
+    col.data_type() != &DataType::Null && col.is_valid(row)
+}
+
+/// Whether `array` holds a value in `row` (one row; for a column, [`Present`]).
 fn has_value(array: &ArrayRef, row: usize) -> bool {
-    array.logical_nulls().is_none_or(|n| n.is_valid(row))
+    Present::of(array.as_ref()).at(row)
+}
+
+/// Gives each row of `mine` with a reason that reason in `reasons`, unless it has one.
+fn merge_reasons(reasons: &mut [Option<String>], mine: Vec<Option<String>>) {
+    for (slot, why) in reasons.iter_mut().zip(mine) {
+        if slot.is_none() {
+            *slot = why;
+        }
+    }
 }
 
 /// A Parquet struct into the table's struct of `to_fields`: each field by name, converted as a
 /// column's (a value refused there refuses the row, the reason naming `parent.child`); a field
-/// the file lacks is null (as in JSON lines), one the table lacks is not read.
+/// the file lacks is null (as in JSON lines), and a required one missing or null refuses the
+/// row; a field the table lacks refuses the row under a strict policy (`strict`: JSON lines'
+/// strict reading refuses an unknown key at any depth), else it is not read. Refused rows are
+/// null in the struct, so a required field's missing value there holds no row back.
 fn parquet_struct(
     field: &Field,
     src: &ArrayRef,
     to_fields: &arrow_schema::Fields,
+    strict: bool,
     reasons: &mut [Option<String>],
 ) -> Result<ArrayRef, ArrowError> {
     use arrow::array::{AsArray, StructArray};
     let s = src.as_struct();
+    let n = s.len();
+    let present = Present::of(src.as_ref());
+    let mut mine: Vec<Option<String>> = vec![None; n];
+    let refuse = |row: usize, why: &dyn Fn() -> String, mine: &mut Vec<Option<String>>| {
+        if mine[row].is_none() && present.at(row) {
+            mine[row] = Some(why());
+        }
+    };
+    if strict {
+        for (ff, c) in s.fields().iter().zip(s.columns()) {
+            if to_fields.find(ff.name()).is_some() {
+                continue;
+            }
+            let has = Present::of(c.as_ref());
+            for row in (0..n).filter(|&r| has.at(r)) {
+                refuse(
+                    row,
+                    &|| not_a_column(&format!("{}.{}", field.name(), ff.name())),
+                    &mut mine,
+                );
+            }
+        }
+    }
     let mut children = Vec::with_capacity(to_fields.len());
     for tf in to_fields.iter() {
+        let path = format!("{}.{}", field.name(), tf.name());
         let child = match s.column_by_name(tf.name()) {
             Some(c) => {
-                let named = Field::new(
-                    format!("{}.{}", field.name(), tf.name()),
-                    tf.data_type().clone(),
-                    tf.is_nullable(),
-                );
-                let mut own = vec![None; s.len()];
-                let converted = parquet_column(&named, c, &mut own)?;
+                let named = Field::new(path.clone(), tf.data_type().clone(), tf.is_nullable());
+                let mut own = vec![None; n];
+                let converted = parquet_column(&named, c, strict, &mut own)?;
                 for (row, why) in own.into_iter().enumerate() {
                     if let Some(why) = why {
-                        if reasons[row].is_none() && has_value(src, row) {
-                            reasons[row] = Some(why);
-                        }
+                        refuse(row, &|| why.clone(), &mut mine);
                     }
                 }
                 converted
             }
-            None => new_null_array(tf.data_type(), s.len()),
+            None => new_null_array(tf.data_type(), n),
         };
+        if !tf.is_nullable() {
+            let has = Present::of(child.as_ref());
+            for row in (0..n).filter(|&r| !has.at(r)) {
+                refuse(
+                    row,
+                    &|| format!("field `{path}` is required and has no value"),
+                    &mut mine,
+                );
+            }
+        }
         children.push(child);
     }
+    let valid: Vec<bool> = (0..n).map(|r| present.at(r) && mine[r].is_none()).collect();
+    merge_reasons(reasons, mine);
     Ok(Arc::new(StructArray::try_new(
         to_fields.clone(),
         children,
-        s.nulls().cloned(),
+        Some(arrow::buffer::NullBuffer::from(valid)),
     )?))
 }
 
-/// A Parquet list into the table's list of `to_item`: the elements converted as a column's, an
-/// element refused refusing its row (the reason naming `list[]`).
+/// The rows of a list or map whose elements (`element_reasons`, by element) refuse them, given
+/// their reasons in `reasons`; and, when a row was refused or `required` elements are missing,
+/// the kept rows' elements (indices into the elements), their offsets and the rows' nulls (the
+/// refused rows empty and null).
+#[allow(clippy::type_complexity)]
+fn keep_rows(
+    offsets: &arrow::buffer::OffsetBuffer<i32>,
+    present: &Present,
+    element_reasons: &[Option<String>],
+    missing: Option<(&Present, String)>,
+    reasons: &mut [Option<String>],
+) -> Option<(
+    arrow::buffer::OffsetBuffer<i32>,
+    arrow::array::UInt32Array,
+    arrow::buffer::NullBuffer,
+)> {
+    let mut refused = false;
+    let mut mine: Vec<Option<String>> = vec![None; offsets.len().saturating_sub(1)];
+    for (row, w) in offsets.windows(2).enumerate() {
+        if !present.at(row) {
+            continue;
+        }
+        let (a, b) = (w[0] as usize, w[1] as usize);
+        mine[row] = element_reasons
+            .get(a..b)
+            .and_then(|r| r.iter().flatten().next().cloned())
+            .or_else(|| {
+                missing
+                    .as_ref()
+                    .and_then(|(has, why)| (a..b).any(|i| !has.at(i)).then(|| why.clone()))
+            });
+        refused |= mine[row].is_some();
+    }
+    let any_missing = missing
+        .as_ref()
+        .is_some_and(|(has, _)| has.0.as_ref().is_some_and(|n| n.null_count() > 0));
+    if !refused && !any_missing {
+        return None;
+    }
+    let mut lengths = Vec::with_capacity(mine.len());
+    let mut kept = Vec::new();
+    let mut valid = Vec::with_capacity(mine.len());
+    for (row, w) in offsets.windows(2).enumerate() {
+        let keep = present.at(row) && mine[row].is_none();
+        valid.push(keep);
+        if keep {
+            lengths.push((w[1] - w[0]) as usize);
+            kept.extend(w[0] as u32..w[1] as u32);
+        } else {
+            lengths.push(0);
+        }
+    }
+    merge_reasons(reasons, mine);
+    Some((
+        arrow::buffer::OffsetBuffer::from_lengths(lengths),
+        arrow::array::UInt32Array::from(kept),
+        arrow::buffer::NullBuffer::from(valid),
+    ))
+}
+
+/// A Parquet list (a large or fixed-size one read as a list) into the table's list of
+/// `to_item`: the elements converted as a column's, an element refused (or a required one
+/// missing) refusing its row, the reason naming `list[]`.
 fn parquet_list(
     field: &Field,
     src: &ArrayRef,
     to_item: &arrow_schema::FieldRef,
+    strict: bool,
     reasons: &mut [Option<String>],
 ) -> Result<ArrayRef, ArrowError> {
     use arrow::array::{AsArray, ListArray};
-    use arrow::buffer::OffsetBuffer;
-    // A large list's offsets fit a list's when its values do (else the cast fails, and the
-    // caller refuses its rows).
     let list = match src.data_type() {
-        DataType::LargeList(_) => cast_with_options(
+        DataType::List(_) => src.clone(),
+        DataType::LargeList(f) | DataType::FixedSizeList(f, _) => cast_with_options(
             src,
-            &DataType::List(Arc::new(Field::new(
-                "item",
-                src.as_list::<i64>().value_type(),
-                true,
-            ))),
+            &DataType::List(Arc::new(Field::new("item", f.data_type().clone(), true))),
             &CastOptions::default(),
         )?,
-        _ => src.clone(),
+        other => return Err(ArrowError::CastError(format!("a {other} is not a list"))),
     };
     let l = list.as_list::<i32>();
+    let path = format!("{}[]", field.name());
     let named = Field::new(
-        format!("{}[]", field.name()),
+        path.clone(),
         to_item.data_type().clone(),
         to_item.is_nullable(),
     );
     let mut own = vec![None; l.values().len()];
-    let values = parquet_column(&named, l.values(), &mut own)?;
-    let offsets: &OffsetBuffer<i32> = l.offsets();
-    for (row, w) in offsets.windows(2).enumerate() {
-        if reasons[row].is_some() || !has_value(&list, row) {
-            continue;
-        }
-        let (start, end) = (w[0] as usize, w[1] as usize);
-        if let Some(why) = own.get(start..end).and_then(|r| r.iter().flatten().next()) {
-            reasons[row] = Some(why.clone());
-        }
+    let values = parquet_column(&named, l.values(), strict, &mut own)?;
+    let has = Present::of(values.as_ref());
+    let missing = (!to_item.is_nullable()).then(|| {
+        (
+            &has,
+            format!("field `{path}`: an element is required and has no value"),
+        )
+    });
+    let present = Present::of(list.as_ref());
+    Ok(Arc::new(
+        match keep_rows(l.offsets(), &present, &own, missing, reasons) {
+            None => ListArray::try_new(
+                to_item.clone(),
+                l.offsets().clone(),
+                values,
+                l.nulls().cloned(),
+            )?,
+            Some((offsets, kept, nulls)) => ListArray::try_new(
+                to_item.clone(),
+                offsets,
+                arrow::compute::take(values.as_ref(), &kept, None)?,
+                Some(nulls),
+            )?,
+        },
+    ))
+}
+
+/// A Parquet map into the table's map of `to_entries`: keys and values converted as columns
+/// (by position: writers name a map's entries differently), a refused key or value, a missing
+/// key or a missing required value refusing its row (the reason naming `map.key` or
+/// `map.value`).
+fn parquet_map(
+    field: &Field,
+    src: &ArrayRef,
+    to_entries: &arrow_schema::FieldRef,
+    ordered: bool,
+    strict: bool,
+    reasons: &mut [Option<String>],
+) -> Result<ArrayRef, ArrowError> {
+    use arrow::array::{AsArray, MapArray, StructArray};
+    let m = src.as_map();
+    let DataType::Struct(to_kv) = to_entries.data_type() else {
+        return Err(ArrowError::CastError(
+            "a map's entries are not a struct".into(),
+        ));
+    };
+    if to_kv.len() != 2 || m.entries().num_columns() != 2 {
+        return Err(ArrowError::CastError(
+            "a map's entries are not a key and a value".into(),
+        ));
     }
-    Ok(Arc::new(ListArray::try_new(
-        to_item.clone(),
-        offsets.clone(),
-        values,
-        l.nulls().cloned(),
+    let mut own = vec![None; m.entries().len()];
+    let mut convert = |k: usize, part: &str| {
+        let named = Field::new(
+            format!("{}.{part}", field.name()),
+            to_kv[k].data_type().clone(),
+            to_kv[k].is_nullable(),
+        );
+        parquet_column(&named, m.entries().column(k), strict, &mut own)
+    };
+    let keys = convert(0, "key")?;
+    let values = convert(1, "value")?;
+    // A missing key, or a missing value where values are required.
+    let entries_missing: Vec<bool> = {
+        let (hk, hv) = (Present::of(keys.as_ref()), Present::of(values.as_ref()));
+        (0..keys.len())
+            .map(|i| !hk.at(i) || (!to_kv[1].is_nullable() && !hv.at(i)))
+            .collect()
+    };
+    let missing_present = Present(Some(arrow::buffer::NullBuffer::from(
+        entries_missing.iter().map(|m| !m).collect::<Vec<bool>>(),
+    )));
+    let missing = Some((
+        &missing_present,
+        format!(
+            "field `{}`: a key, or a required value, has no value",
+            field.name()
+        ),
+    ));
+    let present = Present::of(src.as_ref());
+    let (offsets, keys, values, nulls) =
+        match keep_rows(m.offsets(), &present, &own, missing, reasons) {
+            None => (m.offsets().clone(), keys, values, m.nulls().cloned()),
+            Some((offsets, kept, nulls)) => (
+                offsets,
+                arrow::compute::take(keys.as_ref(), &kept, None)?,
+                arrow::compute::take(values.as_ref(), &kept, None)?,
+                Some(nulls),
+            ),
+        };
+    let entries = StructArray::try_new(to_kv.clone(), vec![keys, values], None)?;
+    Ok(Arc::new(MapArray::try_new(
+        to_entries.clone(),
+        offsets,
+        entries,
+        nulls,
+        ordered,
     )?))
 }
 
@@ -5926,6 +6134,17 @@ not json\n\
         (seen, values, rejected)
     }
 
+    /// A struct type of nullable fields.
+    fn struct_type(fields: &[(&str, DataType)]) -> DataType {
+        DataType::Struct(
+            fields
+                .iter()
+                .map(|(n, t)| Field::new(*n, t.clone(), true))
+                .collect::<Vec<_>>()
+                .into(),
+        )
+    }
+
     fn struct_of(fields: Vec<(&str, ArrayRef)>) -> ArrayRef {
         use arrow::array::StructArray;
         Arc::new(StructArray::from(
@@ -5942,13 +6161,7 @@ not json\n\
     #[test]
     fn parquet_struct_fields_are_matched_by_name_and_nested_values_refused_not_nulled() {
         use arrow::array::{Int64Array, StringArray};
-        let target = DataType::Struct(
-            vec![
-                Field::new("a", DataType::Int64, true),
-                Field::new("b", DataType::Utf8, true),
-            ]
-            .into(),
-        );
+        let target = struct_type(&[("a", DataType::Int64), ("b", DataType::Utf8)]);
         let s = spec_with(Format::Parquet, Field::new("s", target.clone(), true));
         let bytes = parquet_with(
             "s",
@@ -5989,13 +6202,7 @@ not json\n\
     #[test]
     fn parquet_struct_without_a_field_the_table_added_lands_with_it_null() {
         use arrow::array::StringArray;
-        let target = DataType::Struct(
-            vec![
-                Field::new("city", DataType::Utf8, true),
-                Field::new("zip", DataType::Utf8, true),
-            ]
-            .into(),
-        );
+        let target = struct_type(&[("city", DataType::Utf8), ("zip", DataType::Utf8)]);
         let s = spec_with(Format::Parquet, Field::new("addr", target, true));
         let old = struct_of(vec![("city", Arc::new(StringArray::from(vec!["a", "b"])))]);
         let nulls = arrow::buffer::NullBuffer::from(vec![true, false]);
@@ -6047,6 +6254,154 @@ not json\n\
         assert_eq!(rejected.len(), 1, "{rejected:?}");
         assert_eq!(rejected[0].record, 2);
         assert!(rejected[0].reason.contains("`l[]`"), "{rejected:?}");
+    }
+
+    /// Review helper-37 #1: a map's values went through arrow's cast, which matched a struct's
+    /// fields by position and made a value that does not convert null.
+    #[test]
+    fn parquet_map_values_are_converted_by_name_or_refuse_their_row() {
+        use arrow::array::{MapBuilder, StringBuilder};
+        let entries = |value: DataType| {
+            Arc::new(Field::new(
+                "entries",
+                DataType::Struct(
+                    vec![
+                        Field::new("keys", DataType::Utf8, false),
+                        Field::new("values", value, true),
+                    ]
+                    .into(),
+                ),
+                false,
+            ))
+        };
+        let s = spec_with(
+            Format::Parquet,
+            Field::new("m", DataType::Map(entries(DataType::Int64), false), true),
+        );
+        let mut b = MapBuilder::new(None, StringBuilder::new(), StringBuilder::new());
+        for (k, v) in [("a", "1"), ("b", "x"), ("c", "3")] {
+            b.keys().append_value(k);
+            b.values().append_value(v);
+            b.append(true).unwrap();
+        }
+        let bytes = parquet_with("m", Arc::new(b.finish()));
+        let (seen, values, rejected) = landed_as_json(&bytes, &s, "m");
+        assert_eq!(seen, 3);
+        assert_eq!(values, vec![r#"{"a":1}"#, r#"{"c":3}"#], "{rejected:?}");
+        assert_eq!(rejected.len(), 1, "{rejected:?}");
+        assert_eq!(rejected[0].record, 2);
+        assert!(rejected[0].reason.contains("`m.value`"), "{rejected:?}");
+    }
+
+    /// Review helper-37 #2: under a strict policy a nested field the table lacks was dropped
+    /// silently from Parquet, where JSON lines refuses the record.
+    #[test]
+    fn parquet_nested_field_the_table_lacks_is_refused_under_a_strict_policy() {
+        use arrow::array::StringArray;
+        let target = struct_type(&[("city", DataType::Utf8), ("zip", DataType::Utf8)]);
+        let mut s = spec_with(Format::Parquet, Field::new("addr", target, true));
+        let bytes = parquet_with(
+            "addr",
+            struct_of(vec![
+                ("city", Arc::new(StringArray::from(vec!["a", "b"]))),
+                (
+                    "zip_code",
+                    Arc::new(StringArray::from(vec![Some("1"), None])),
+                ),
+            ]),
+        );
+        let (seen, values, rejected) = landed_as_json(&bytes, &s, "addr");
+        assert_eq!((seen, rejected.len()), (2, 0), "{rejected:?}");
+        assert_eq!(values, vec![r#"{"city":"a"}"#, r#"{"city":"b"}"#]);
+        s.allow_unknown = false;
+        let (seen, values, rejected) = landed_as_json(&bytes, &s, "addr");
+        assert_eq!(seen, 2);
+        assert_eq!(values, vec![r#"{"city":"b"}"#], "{rejected:?}");
+        assert_eq!(rejected.len(), 1, "{rejected:?}");
+        assert!(rejected[0].reason.contains("addr.zip_code"), "{rejected:?}");
+    }
+
+    /// Review helper-37 #3: a required nested field or list element that did not convert made
+    /// arrow refuse the whole column, so every row with a value was refused.
+    #[test]
+    fn parquet_required_nested_values_refuse_only_their_rows() {
+        use arrow::array::{ListBuilder, StringArray, StringBuilder};
+        let target = DataType::Struct(
+            vec![
+                Field::new("a", DataType::Int64, false),
+                Field::new("b", DataType::Utf8, true),
+            ]
+            .into(),
+        );
+        let s = spec_with(Format::Parquet, Field::new("s", target, true));
+        let bytes = parquet_with(
+            "s",
+            struct_of(vec![
+                ("a", Arc::new(StringArray::from(vec!["7", "x", "8"]))),
+                ("b", Arc::new(StringArray::from(vec!["p", "q", "r"]))),
+            ]),
+        );
+        let (seen, values, rejected) = landed_as_json(&bytes, &s, "s");
+        assert_eq!(seen, 3);
+        assert_eq!(
+            values,
+            vec![r#"{"a":7,"b":"p"}"#, r#"{"a":8,"b":"r"}"#],
+            "{rejected:?}"
+        );
+        assert_eq!(
+            rejected.iter().map(|r| r.record).collect::<Vec<_>>(),
+            vec![2]
+        );
+
+        let item = Arc::new(Field::new("element", DataType::Int64, false));
+        let s = spec_with(Format::Parquet, Field::new("l", DataType::List(item), true));
+        let mut b = ListBuilder::new(StringBuilder::new());
+        for v in ["1", "x", "2"] {
+            b.append_value([Some(v)]);
+        }
+        let bytes = parquet_with("l", Arc::new(b.finish()));
+        let (seen, values, rejected) = landed_as_json(&bytes, &s, "l");
+        assert_eq!(seen, 3);
+        assert_eq!(values, vec!["[1]", "[2]"], "{rejected:?}");
+        assert_eq!(
+            rejected.iter().map(|r| r.record).collect::<Vec<_>>(),
+            vec![2]
+        );
+    }
+
+    /// Review helper-37 #1: a fixed-size list (pyarrow's embeddings) went through arrow's cast.
+    #[test]
+    fn parquet_fixed_size_list_is_read_as_a_list() {
+        use arrow::array::{FixedSizeListArray, StringArray};
+        let item = Arc::new(Field::new("item", DataType::Int64, true));
+        let s = spec_with(Format::Parquet, Field::new("l", DataType::List(item), true));
+        let values = Arc::new(StringArray::from(vec!["1", "2", "3", "x"]));
+        let fixed = FixedSizeListArray::new(
+            Arc::new(Field::new("item", DataType::Utf8, true)),
+            2,
+            values,
+            None,
+        );
+        let bytes = parquet_with("l", Arc::new(fixed));
+        let (seen, values, rejected) = landed_as_json(&bytes, &s, "l");
+        assert_eq!(seen, 2);
+        assert_eq!(values, vec!["[1,2]"], "{rejected:?}");
+        assert_eq!(
+            rejected.iter().map(|r| r.record).collect::<Vec<_>>(),
+            vec![2]
+        );
+    }
+
+    /// Review helper-37 #6: a column of no type for a refused field refused every row.
+    #[test]
+    fn parquet_column_of_no_type_for_a_refused_field_refuses_nothing() {
+        use arrow::array::NullArray;
+        let mut s = spec_with(Format::Parquet, Field::new("note", DataType::Utf8, true));
+        s.refused
+            .insert("promo".to_string(), "a test's refused field".to_string());
+        let bytes = parquet_with("promo", Arc::new(NullArray::new(2)));
+        let (seen, rows, rejected, _) = run(&bytes, &s);
+        assert_eq!((seen, rows, rejected.len()), (2, 2, 0), "{rejected:?}");
     }
 
     /// Review helper-35 #2: a row arrow's JSON writer cannot write (a map with integer keys)
