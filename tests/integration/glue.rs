@@ -113,6 +113,7 @@ async fn a_commit_keeps_the_glue_table_settings_other_engines_made() {
                         .build(),
                 )
                 .parameters("sd.kept", "yes")
+                .additional_locations("s3://elsewhere/orders-data")
                 .build(),
         )
         .build()
@@ -162,6 +163,7 @@ async fn a_commit_keeps_the_glue_table_settings_other_engines_made() {
             .map(String::as_str),
         Some("yes")
     );
+    assert_eq!(sd.additional_locations(), ["s3://elsewhere/orders-data"]);
     let comment = sd
         .columns()
         .iter()

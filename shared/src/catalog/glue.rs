@@ -153,10 +153,11 @@ pub(crate) fn glue_type(ty: &Type) -> String {
 /// (as Iceberg Java and PyIceberg keep them), and so are the description, owner, a column's
 /// comment where the schema has no doc, and the storage descriptor's SerDe, formats and
 /// parameters (Java and PyIceberg write a fresh descriptor; dropping what Athena or a Hive-side
-/// reader set is not floe's to decide). floe sets what an Iceberg commit owns: the table type,
-/// the metadata pointers, the location and the current schema's columns. A schema-registry
-/// reference is not carried (Glue refuses one beside explicit columns), nor additional
-/// locations (Java derives them from table properties).
+/// reader set is not floe's to decide), additional locations included (Java derives them from
+/// `write.data.path` and the like; floe never moves them, and a Lake Formation reader of a
+/// table whose data lives elsewhere needs them). floe sets what an Iceberg commit owns: the
+/// table type, the metadata pointers, the location and the current schema's columns. A
+/// schema-registry reference is not carried (Glue refuses one beside explicit columns).
 pub(crate) fn table_input(
     name: &str,
     md: &TableMetadata,
@@ -199,6 +200,7 @@ pub(crate) fn table_input(
     let storage = StorageDescriptor::builder()
         .location(md.location())
         .set_columns(Some(columns))
+        .set_additional_locations(sd.map(|d| d.additional_locations().to_vec()))
         .set_input_format(sd.and_then(|d| d.input_format().map(String::from)))
         .set_output_format(sd.and_then(|d| d.output_format().map(String::from)))
         .set_compressed(sd.map(|d| d.compressed()))
