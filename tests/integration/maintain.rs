@@ -1067,3 +1067,35 @@ async fn expiration_keeps_what_main_s_own_retention_asks() {
     assert_eq!(t.metadata().snapshots().count(), 3);
     assert_eq!(env.count_rows(ingestor.catalog().as_ref()).await, 50);
 }
+
+/// Review helper-37 #5: a branch without its own `min-snapshots-to-keep` kept only its head,
+/// where Java keeps the table's default number of its latest snapshots for every branch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expiration_keeps_the_default_number_of_snapshots_of_every_branch() {
+    let env = TestEnv::new("sqlite").await;
+    let ingestor = env.ingestor().await;
+    ingest_objects(&env, &ingestor, "b", 5, 10, 1).await;
+    // `audit` at main's 2nd snapshot: its line is the 2nd and the 1st.
+    env.pyiceberg_run(
+        "orders",
+        "ids = [s.snapshot_id for s in sorted(t.snapshots(), key=lambda s: s.sequence_number)]\n\
+         t.manage_snapshots().create_branch(ids[1], 'audit').commit()",
+    );
+    let keep_two = Options {
+        retain_last: Some(2),
+        ..expire_all_but_the_current()
+    };
+    let r = env
+        .maintainer()
+        .await
+        .run("orders", &keep_two)
+        .await
+        .unwrap();
+    // main keeps its 5th and 4th, audit its 2nd and 1st: only the 3rd goes.
+    assert_eq!(r.snapshots_expired, 1, "{r:?}");
+    env.pyiceberg_run(
+        "orders",
+        "seqs = sorted(s.sequence_number for s in t.snapshots())\n\
+         assert seqs == [1, 2, 4, 5], seqs",
+    );
+}

@@ -145,10 +145,10 @@ impl Maintainer {
             if !r.branch {
                 continue;
             }
+            // A branch without its own setting keeps the table's (Java's default for each).
             let line = ancestors(md, r.snapshot_id);
-            if let Some(n) = r.min_snapshots_to_keep {
-                keep.extend(line.iter().take(n).map(|s| s.snapshot_id()));
-            }
+            let n = r.min_snapshots_to_keep.unwrap_or(retain_last);
+            keep.extend(line.iter().take(n).map(|s| s.snapshot_id()));
             if let Some(age) = r.max_snapshot_age_ms {
                 keep.extend(
                     line.iter()
