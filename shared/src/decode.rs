@@ -3525,6 +3525,16 @@ fn parquet_column(
         (f, t) if f.is_nested() && !t.is_nested() => {
             Some(format!("a {}, not {} ({t})", nested_kind(f), plain_kind(t)))
         }
+        // Nor is a plain value a list, map or struct (arrow wrapped it in a one-element list,
+        // cast inside the wrap), nor one kind of nested value another (the matching kinds were
+        // converted above). JSON lines quarantines a scalar where an array belongs.
+        (f, t) if t.is_nested() && (!f.is_nested() || nested_kind(f) != nested_kind(t)) => {
+            let what = match f.is_nested() {
+                true => nested_kind(f),
+                false => plain_kind(f),
+            };
+            Some(format!("{what}, not a {} ({t})", nested_kind(t)))
+        }
         _ => None,
     };
     if let Some(what) = mismatch {
@@ -3676,6 +3686,31 @@ fn has_value(array: &ArrayRef, row: usize) -> bool {
     Present::of(array.as_ref()).at(row)
 }
 
+/// [`parquet_column`] of a nested value (a struct's field, a list's elements, a map's keys or
+/// values): when no conversion fits, the values present there are refused (each reason in
+/// `own`, by value) and the result is null, so the rows around them are not refused with them.
+fn nested_column(
+    named: &Field,
+    src: &ArrayRef,
+    strict: bool,
+    own: &mut [Option<String>],
+) -> ArrayRef {
+    parquet_column(named, src, strict, own).unwrap_or_else(|e| {
+        let has = Present::of(src.as_ref());
+        for (i, slot) in own.iter_mut().enumerate() {
+            if slot.is_none() && has.at(i) {
+                *slot = Some(format!(
+                    "field `{}`: a {} value cannot be read as {}: {e}",
+                    named.name(),
+                    src.data_type(),
+                    named.data_type()
+                ));
+            }
+        }
+        new_null_array(named.data_type(), src.len())
+    })
+}
+
 /// Gives each row of `mine` with a reason that reason in `reasons`, unless it has one.
 fn merge_reasons(reasons: &mut [Option<String>], mine: Vec<Option<String>>) {
     for (slot, why) in reasons.iter_mut().zip(mine) {
@@ -3701,6 +3736,14 @@ fn parquet_struct(
     use arrow::array::{AsArray, StructArray};
     let s = src.as_struct();
     let n = s.len();
+    // A struct naming a field twice: one of the two values would be dropped (as a header or
+    // schema naming a column twice, see `repeated_name`).
+    if let Some(why) = repeated_name(
+        s.fields().iter().map(|f| f.name().as_str()),
+        &Default::default(),
+    ) {
+        return Err(ArrowError::CastError(format!("`{}` {why}", field.name())));
+    }
     let present = Present::of(src.as_ref());
     let mut mine: Vec<Option<String>> = vec![None; n];
     let refuse = |row: usize, why: &dyn Fn() -> String, mine: &mut Vec<Option<String>>| {
@@ -3730,7 +3773,7 @@ fn parquet_struct(
             Some(c) => {
                 let named = Field::new(path.clone(), tf.data_type().clone(), tf.is_nullable());
                 let mut own = vec![None; n];
-                let converted = parquet_column(&named, c, strict, &mut own)?;
+                let converted = nested_column(&named, c, strict, &mut own);
                 for (row, why) in own.into_iter().enumerate() {
                     if let Some(why) = why {
                         refuse(row, &|| why.clone(), &mut mine);
@@ -3832,6 +3875,15 @@ fn parquet_list(
     reasons: &mut [Option<String>],
 ) -> Result<ArrayRef, ArrowError> {
     use arrow::array::{AsArray, ListArray};
+    // arrow builds a fixed-size list's offsets without checking them (and panics past i32).
+    if let DataType::FixedSizeList(_, size) = src.data_type() {
+        if (*size as i64).saturating_mul(src.len() as i64) > i32::MAX as i64 {
+            return Err(ArrowError::CastError(format!(
+                "a fixed-size list of {size} elements in each of {} rows is too long",
+                src.len()
+            )));
+        }
+    }
     let list = match src.data_type() {
         DataType::List(_) => src.clone(),
         DataType::LargeList(f) | DataType::FixedSizeList(f, _) => cast_with_options(
@@ -3849,7 +3901,7 @@ fn parquet_list(
         to_item.is_nullable(),
     );
     let mut own = vec![None; l.values().len()];
-    let values = parquet_column(&named, l.values(), strict, &mut own)?;
+    let values = nested_column(&named, l.values(), strict, &mut own);
     let has = Present::of(values.as_ref());
     let missing = (!to_item.is_nullable()).then(|| {
         (
@@ -3907,10 +3959,10 @@ fn parquet_map(
             to_kv[k].data_type().clone(),
             to_kv[k].is_nullable(),
         );
-        parquet_column(&named, m.entries().column(k), strict, &mut own)
+        nested_column(&named, m.entries().column(k), strict, &mut own)
     };
-    let keys = convert(0, "key")?;
-    let values = convert(1, "value")?;
+    let keys = convert(0, "key");
+    let values = convert(1, "value");
     // A missing key, or a missing value where values are required.
     let entries_missing: Vec<bool> = {
         let (hk, hv) = (Present::of(keys.as_ref()), Present::of(values.as_ref()));
@@ -6402,6 +6454,76 @@ not json\n\
         let bytes = parquet_with("promo", Arc::new(NullArray::new(2)));
         let (seen, rows, rejected, _) = run(&bytes, &s);
         assert_eq!((seen, rows, rejected.len()), (2, 2, 0), "{rejected:?}");
+    }
+
+    /// Review helper-38 #1: a plain value in a list column was wrapped in a one-element list
+    /// (cast inside the wrap: "x" became [null], 1.9 became [1]).
+    #[test]
+    fn parquet_plain_value_in_a_list_column_is_refused_not_wrapped() {
+        use arrow::array::StringArray;
+        let item = Arc::new(Field::new("element", DataType::Int64, true));
+        let s = spec_with(Format::Parquet, Field::new("l", DataType::List(item), true));
+        let bytes = parquet_with(
+            "l",
+            Arc::new(StringArray::from(vec![Some("1"), Some("x"), None])),
+        );
+        let (seen, values, rejected) = landed_as_json(&bytes, &s, "l");
+        assert_eq!(seen, 3);
+        assert_eq!(values, vec!["null"], "{rejected:?}");
+        assert_eq!(
+            rejected.iter().map(|r| r.record).collect::<Vec<_>>(),
+            vec![1, 2]
+        );
+        assert!(rejected[0].reason.contains("not a list"), "{rejected:?}");
+    }
+
+    /// Review helper-38 #2: a nested field of a type no conversion fits refused every row of its
+    /// column, those without a value there too; #3: a struct naming a field twice kept one.
+    #[test]
+    fn parquet_nested_field_no_conversion_fits_refuses_only_the_rows_with_a_value() {
+        use arrow::array::{BinaryArray, StringArray, StructArray};
+        let target = struct_type(&[("a", DataType::Int64), ("b", DataType::Utf8)]);
+        let s = spec_with(Format::Parquet, Field::new("s", target, true));
+        let bytes = parquet_with(
+            "s",
+            struct_of(vec![
+                (
+                    "a",
+                    Arc::new(BinaryArray::from(vec![None, Some(&b"\x01"[..])])),
+                ),
+                ("b", Arc::new(StringArray::from(vec!["p", "q"]))),
+            ]),
+        );
+        let (seen, values, rejected) = landed_as_json(&bytes, &s, "s");
+        assert_eq!(seen, 2);
+        assert_eq!(values, vec![r#"{"b":"p"}"#], "{rejected:?}");
+        assert_eq!(
+            rejected.iter().map(|r| r.record).collect::<Vec<_>>(),
+            vec![2]
+        );
+        assert!(rejected[0].reason.contains("`s.a`"), "{rejected:?}");
+
+        let twice = StructArray::try_new(
+            vec![
+                Field::new("a", DataType::Utf8, true),
+                Field::new("a", DataType::Utf8, true),
+            ]
+            .into(),
+            vec![
+                Arc::new(StringArray::from(vec![None::<&str>])),
+                Arc::new(StringArray::from(vec![Some("secret")])),
+            ],
+            None,
+        )
+        .unwrap();
+        let s = spec_with(
+            Format::Parquet,
+            Field::new("s", struct_type(&[("a", DataType::Utf8)]), true),
+        );
+        let bytes = parquet_with("s", Arc::new(twice));
+        let (seen, values, rejected) = landed_as_json(&bytes, &s, "s");
+        assert_eq!((seen, values.len()), (1, 0), "{values:?}");
+        assert!(rejected[0].reason.contains("twice"), "{rejected:?}");
     }
 
     /// Review helper-35 #2: a row arrow's JSON writer cannot write (a map with integer keys)
