@@ -551,11 +551,14 @@ async fn discard(table: &Table, paths: Vec<String>) {
 /// doubling to 2 s. The pause is drawn between half the cap and the cap.
 fn pause_after(kind: ErrorKind, lost: u32, failed: u32) -> Duration {
     let cap = if kind == ErrorKind::CommitConflict {
-        // 10, 20, 40, 80, 160, 160 ms; then doubling to 2 s (a herd of writers too large for
-        // short pauses to spread keeps losing: it spreads over longer ones).
+        // 10–20 ms for the first ten lost races in a row: the writer that won has just
+        // committed and is preparing its next commit, so the loser's best moment is now (longer
+        // pauses only let the winner's next commit come first again: streaks of 13–19 lost races
+        // and pauses up to 2 s made the 10 objects/s tail). Then doubling to 2 s (a herd of
+        // writers too large for short pauses to spread keeps losing: it spreads over longer ones).
         match lost {
-            0..=6 => 10u64.saturating_mul(1 << lost.saturating_sub(1).min(4)),
-            _ => 160u64.saturating_mul(1 << (lost - 6).min(4)).min(2000),
+            0..=10 => 20,
+            _ => 40u64.saturating_mul(1 << (lost - 10).min(6)).min(2000),
         }
     } else {
         25u64.saturating_mul(1 << failed.min(7)).min(2000)
@@ -575,13 +578,16 @@ mod tests {
             assert!(p <= Duration::from_millis(160), "lost {lost}: {p:?}");
         }
         // A long losing streak (a herd): longer pauses, at most 2 s.
-        let herd = pause_after(ErrorKind::CommitConflict, 12, 0);
+        let herd = pause_after(ErrorKind::CommitConflict, 16, 0);
         assert!(herd >= Duration::from_millis(1000) && herd <= Duration::from_millis(2000));
-        assert!(pause_after(ErrorKind::CommitConflict, 1, 0) <= Duration::from_millis(10));
+        for lost in 1..=10 {
+            let p = pause_after(ErrorKind::CommitConflict, lost, 0);
+            assert!(p <= Duration::from_millis(20), "lost {lost}: {p:?}");
+        }
         // Lost races before do not lengthen the pause after a timeout, nor the reverse.
         assert!(pause_after(ErrorKind::Catalog, 30, 1) <= Duration::from_millis(50));
         let long = pause_after(ErrorKind::Catalog, 0, 10);
         assert!(long >= Duration::from_millis(1000) && long <= Duration::from_millis(2000));
-        assert!(pause_after(ErrorKind::CommitConflict, 1, 10) <= Duration::from_millis(10));
+        assert!(pause_after(ErrorKind::CommitConflict, 1, 10) <= Duration::from_millis(20));
     }
 }
