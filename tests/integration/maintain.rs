@@ -1044,19 +1044,25 @@ async fn a_commit_keeps_the_retention_settings_of_main() {
     );
 }
 
+/// A SQLite table of five appends (10 rows each), then `python` run on it by PyIceberg (`t`).
+async fn five_snapshots_then(python: &str) -> (TestEnv, floe::ingest::Ingestor) {
+    let env = TestEnv::new("sqlite").await;
+    let ingestor = env.ingestor().await;
+    ingest_objects(&env, &ingestor, "b", 5, 10, 1).await;
+    env.pyiceberg_run("orders", python);
+    (env, ingestor)
+}
+
 /// Review helper-36 #1 (the expiration side): main's own `min-snapshots-to-keep` and
 /// `max-snapshot-age-ms`, which Iceberg Java's expiration honours, were ignored: floe kept only
 /// what its options and the table properties asked.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn expiration_keeps_what_main_s_own_retention_asks() {
-    let env = TestEnv::new("sqlite").await;
-    let ingestor = env.ingestor().await;
-    ingest_objects(&env, &ingestor, "m", 5, 10, 1).await;
-    env.pyiceberg_run(
-        "orders",
+    let (env, ingestor) = five_snapshots_then(
         "t.manage_snapshots().create_branch(t.current_snapshot().snapshot_id, 'main', \
          min_snapshots_to_keep=3).commit()",
-    );
+    )
+    .await;
     let maintainer = env.maintainer().await;
     let r = maintainer
         .run("orders", &expire_all_but_the_current())
@@ -1072,15 +1078,12 @@ async fn expiration_keeps_what_main_s_own_retention_asks() {
 /// where Java keeps the table's default number of its latest snapshots for every branch.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn expiration_keeps_the_default_number_of_snapshots_of_every_branch() {
-    let env = TestEnv::new("sqlite").await;
-    let ingestor = env.ingestor().await;
-    ingest_objects(&env, &ingestor, "b", 5, 10, 1).await;
     // `audit` at main's 2nd snapshot: its line is the 2nd and the 1st.
-    env.pyiceberg_run(
-        "orders",
+    let (env, _ingestor) = five_snapshots_then(
         "ids = [s.snapshot_id for s in sorted(t.snapshots(), key=lambda s: s.sequence_number)]\n\
          t.manage_snapshots().create_branch(ids[1], 'audit').commit()",
-    );
+    )
+    .await;
     let keep_two = Options {
         retain_last: Some(2),
         ..expire_all_but_the_current()
