@@ -234,6 +234,15 @@ pub struct Staged {
     pub requirements: Vec<TableRequirement>,
 }
 
+/// The operation of a change adding delete files: `delete` when it adds and removes no data
+/// file (rows deleted only), else `overwrite` (Java's row delta says the same).
+pub(crate) fn row_delta_operation(added: &[DataFile], removed: &[String]) -> Operation {
+    match added.is_empty() && removed.is_empty() {
+        true => Operation::Delete,
+        false => Operation::Overwrite,
+    }
+}
+
 /// Why a staged change cannot apply to its base.
 pub fn conflict(msg: impl Into<String>) -> Error {
     Error::new(ErrorKind::CommitConflict, msg)

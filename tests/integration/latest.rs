@@ -1249,6 +1249,31 @@ async fn a_latest_run_merges_on_read_and_every_reader_applies_its_position_delet
     assert_reconciled(&p, "after a second run with deletes").await;
     assert_eq!(sink_rows(&env), m.live(), "PyIceberg, twice");
 
+    // A run that only deletes (three live keys cancelled, later than all): a `delete` snapshot,
+    // as Java's row delta labels it (review helper-36 #6: it was an `overwrite`, which Spark's
+    // streaming reads cannot skip).
+    let gone: Vec<(i64, String, String, i64)> = m.live()[..3]
+        .iter()
+        .map(|r| {
+            let c: i64 = r[0].parse().unwrap();
+            (c, format!("gone-{c}"), "cancelled".to_string(), 10_850)
+        })
+        .collect();
+    ingest_random(&env, &ingestor, "orders/m3.jsonl", base, &mut m, &gone).await;
+    let r = p.run(LATEST, soon()).await.unwrap();
+    assert!(r.rows_deleted >= 3 && r.rows_out == 0, "{r:?}");
+    let sink = p.committer().load(&ident).await.unwrap();
+    let op = sink
+        .metadata()
+        .current_snapshot()
+        .unwrap()
+        .summary()
+        .operation
+        .clone();
+    assert_eq!(op, iceberg::spec::Operation::Delete);
+    assert_reconciled(&p, "after a run that only deletes").await;
+    assert_eq!(sink_rows(&env), m.live(), "PyIceberg, after deletes only");
+
     // A chained pipeline joining the sink reads it with its deletes applied.
     p.run("latest_copy", soon()).await.unwrap();
     let copy = env.pyiceberg_rows("latest_copy");

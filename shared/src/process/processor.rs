@@ -791,8 +791,10 @@ impl Processor {
         let mut change = sink_change(p, &pos, to, &report, added, removed, schema);
         if !added_deletes.is_empty() {
             // Merge-on-read: the deletes name rows of the sink as planned; a compaction or
-            // another writer's deletes since make the commit `Stale` (the run re-plans).
-            change.operation = iceberg::spec::Operation::Overwrite;
+            // another writer's deletes since make the commit `Stale` (the run re-plans). Only
+            // deletes (every touched key deleted): a `delete`, as Java's row delta says, which
+            // Spark's streaming reads can skip (`streaming-skip-delete-snapshots`).
+            change.operation = crate::snapshot::row_delta_operation(&change.added, &change.removed);
             change.added_deletes = added_deletes;
             change.spec_ids.extend(delete_specs);
             change.planned_on = Some(pos.sink.metadata().current_snapshot_id());

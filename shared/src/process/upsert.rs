@@ -323,7 +323,8 @@ impl Processor {
                     tomb_schema,
                 );
                 if !tomb_deletes.is_empty() {
-                    change.operation = iceberg::spec::Operation::Overwrite;
+                    change.operation =
+                        crate::snapshot::row_delta_operation(&change.added, &change.removed);
                 }
                 change.added_deletes = tomb_deletes.clone();
                 change.spec_ids = tomb_specs.clone();
