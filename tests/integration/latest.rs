@@ -505,15 +505,11 @@ async fn compacting_a_latest_sink_keeps_one_row_per_key() {
     for t in [LATEST, TOMBSTONES] {
         maintainer.run(t, &opts).await.unwrap();
     }
+    assert_eq!(
+        current_operation(&p, &ident).await,
+        iceberg::spec::Operation::Replace
+    );
     let compacted = p.committer().load(&ident).await.unwrap();
-    let op = compacted
-        .metadata()
-        .current_snapshot()
-        .unwrap()
-        .summary()
-        .operation
-        .clone();
-    assert_eq!(op, iceberg::spec::Operation::Replace);
     let after = paths(compacted).await;
     // The second run appended rows and position deletes next to the first run's files: each
     // bucket's files are rewritten into one, its deletes applied.
@@ -1262,15 +1258,10 @@ async fn a_latest_run_merges_on_read_and_every_reader_applies_its_position_delet
     ingest_random(&env, &ingestor, "orders/m3.jsonl", base, &mut m, &gone).await;
     let r = p.run(LATEST, soon()).await.unwrap();
     assert!(r.rows_deleted >= 3 && r.rows_out == 0, "{r:?}");
-    let sink = p.committer().load(&ident).await.unwrap();
-    let op = sink
-        .metadata()
-        .current_snapshot()
-        .unwrap()
-        .summary()
-        .operation
-        .clone();
-    assert_eq!(op, iceberg::spec::Operation::Delete);
+    assert_eq!(
+        current_operation(&p, &ident).await,
+        iceberg::spec::Operation::Delete
+    );
     assert_reconciled(&p, "after a run that only deletes").await;
     assert_eq!(sink_rows(&env), m.live(), "PyIceberg, after deletes only");
 
@@ -1320,6 +1311,17 @@ async fn a_latest_run_merges_on_read_and_every_reader_applies_its_position_delet
         m.live(),
         "DuckDB after compaction"
     );
+}
+
+/// The operation of the table's current snapshot.
+async fn current_operation(p: &Processor, ident: &iceberg::TableIdent) -> iceberg::spec::Operation {
+    let t = p.committer().load(ident).await.unwrap();
+    t.metadata()
+        .current_snapshot()
+        .unwrap()
+        .summary()
+        .operation
+        .clone()
 }
 
 /// Delete files a run wrote to the tombstone table (a run's count is the sink's and theirs).
