@@ -4968,15 +4968,26 @@ mod tests {
             .data_type()
             .clone();
         let mut values = Vec::new();
+        let (seen, rejected) = decode_batches(input, spec, |b| {
+            let c = b.column_by_name(name).unwrap();
+            assert_eq!(c.data_type(), &want);
+            let c = c.as_any().downcast_ref::<PrimitiveArray<T>>().unwrap();
+            values.extend(c.iter());
+        });
+        (seen, values, rejected)
+    }
+
+    /// Decodes `input`, handing each batch to `batch`: the records seen and the rejected
+    /// records in record order.
+    fn decode_batches(
+        input: &[u8],
+        spec: &DecodeSpec,
+        mut batch: impl FnMut(&RecordBatch),
+    ) -> (u64, Vec<Rejected>) {
         let mut rejected = Vec::new();
         let seen = decode(input, spec, &mut |p| {
             match p {
-                Piece::Batch(b) => {
-                    let c = b.column_by_name(name).unwrap();
-                    assert_eq!(c.data_type(), &want);
-                    let c = c.as_any().downcast_ref::<PrimitiveArray<T>>().unwrap();
-                    values.extend(c.iter());
-                }
+                Piece::Batch(b) => batch(&b),
                 Piece::Rejected(r) => rejected.extend(r),
                 _ => {}
             }
@@ -4984,7 +4995,7 @@ mod tests {
         })
         .unwrap();
         rejected.sort_by_key(|r| r.record);
-        (seen, values, rejected)
+        (seen, rejected)
     }
 
     #[test]
@@ -6146,30 +6157,18 @@ not json\n\
         name: &str,
     ) -> (u64, Vec<String>, Vec<Rejected>) {
         let mut values = Vec::new();
-        let mut rejected = Vec::new();
-        let seen = decode(input, spec, &mut |p| {
-            match p {
-                Piece::Batch(b) => {
-                    let i = b.schema().index_of(name).unwrap();
-                    let f = b.schema().field(i).clone();
-                    let one = RecordBatch::try_new(
-                        Arc::new(Schema::new(vec![f])),
-                        vec![b.column(i).clone()],
-                    )
+        let (seen, rejected) = decode_batches(input, spec, |b| {
+            let i = b.schema().index_of(name).unwrap();
+            let f = b.schema().field(i).clone();
+            let one =
+                RecordBatch::try_new(Arc::new(Schema::new(vec![f])), vec![b.column(i).clone()])
                     .unwrap();
-                    for row in 0..one.num_rows() {
-                        let line = json_line(&one.slice(row, 1)).unwrap();
-                        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
-                        values.push(v.get(name).cloned().unwrap_or_default().to_string());
-                    }
-                }
-                Piece::Rejected(r) => rejected.extend(r),
-                _ => {}
+            for row in 0..one.num_rows() {
+                let line = json_line(&one.slice(row, 1)).unwrap();
+                let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+                values.push(v.get(name).cloned().unwrap_or_default().to_string());
             }
-            true
-        })
-        .unwrap();
-        rejected.sort_by_key(|r| r.record);
+        });
         (seen, values, rejected)
     }
 

@@ -123,18 +123,10 @@ impl Maintainer {
                 .unwrap_or(older_than.max(opts.dedup_window))
                 .as_millis() as i64;
         let mut keep: HashSet<i64> = HashSet::new();
-        let ancestry: Vec<i64> = {
-            let mut v = Vec::new();
-            let mut cur = Some(current.clone());
-            while let Some(s) = cur {
-                v.push(s.snapshot_id());
-                cur = s
-                    .parent_snapshot_id()
-                    .and_then(|p| md.snapshot_by_id(p))
-                    .cloned();
-            }
-            v
-        };
+        let ancestry: Vec<i64> = ancestors(md, current.snapshot_id())
+            .iter()
+            .map(|s| s.snapshot_id())
+            .collect();
         keep.extend(ancestry.iter().take(retain_last));
         // Every branch's head and its own retention (main's included), as Iceberg Java honours
         // it: at least its `min-snapshots-to-keep` latest snapshots, and those younger than its
