@@ -14,6 +14,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use iceberg::spec::TableMetadata;
 use iceberg::table::Table;
 use iceberg::{Catalog, TableIdent};
 use serde::{Deserialize, Serialize};
@@ -162,13 +163,25 @@ impl Committer {
     }
 
     /// The table's current version: the cached one if the catalog pointer still names it (one
-    /// cheap pointer read), else a full load.
+    /// cheap pointer read); else, when this process writes the metadata, the version the pointer
+    /// names, read directly (no second catalog call); else a full load through the catalog.
     pub async fn load(&self, ident: &TableIdent) -> Result<Table> {
         let cached = self.cache.lock().ok().and_then(|c| c.get(ident).cloned());
         if let Some(cached) = cached {
             if let Ok(Some(current)) = self.swap.current(ident).await {
                 if cached.metadata_location() == Some(current.as_str()) {
                     return Ok(cached);
+                }
+                if self.swap.writes_metadata() {
+                    match read_version(&cached, &current).await {
+                        Ok(table) => {
+                            self.remember(&table);
+                            return Ok(table);
+                        }
+                        Err(e) => {
+                            tracing::debug!(table = %ident, error = %e, "reading the current version directly failed: loading it through the catalog")
+                        }
+                    }
                 }
             }
         }
@@ -447,6 +460,51 @@ impl Committer {
             location: staged.location,
         })
     }
+}
+
+/// The version at `location` (the pointer just read) of the table `cached` is an older version
+/// of: its metadata.json read with the table's own storage, as the catalog's load would, and
+/// remembered for the metadata fast path (the next version staged on it serializes only what is
+/// new; see [`crate::metadata_json`]). A compressed metadata.json is left to the catalog.
+async fn read_version(cached: &Table, location: &str) -> Result<Table> {
+    let t0 = Instant::now();
+    let read = |e| Error::iceberg(format!("reading {location}"), e).with_retryable(true);
+    let bytes = cached
+        .file_io()
+        .new_input(location)
+        .map_err(read)?
+        .read()
+        .await
+        .map_err(read)?;
+    let get_ms = t0.elapsed().as_secs_f64() * 1e3;
+    if bytes.starts_with(&[0x1F, 0x8B]) {
+        return Err(Error::new(
+            ErrorKind::Internal,
+            format!("{location} is compressed"),
+        ));
+    }
+    let metadata: TableMetadata = serde_json::from_slice(&bytes).map_err(|e| {
+        Error::new(
+            ErrorKind::Internal,
+            format!("table metadata at {location}: {e}"),
+        )
+    })?;
+    crate::metadata_json::remember_loaded(location, &metadata, &bytes);
+    tracing::debug!(
+        get_ms,
+        parse_ms = t0.elapsed().as_secs_f64() * 1e3 - get_ms,
+        bytes = bytes.len(),
+        "read the current version"
+    );
+    let runtime = iceberg::Runtime::try_current().map_err(|e| Error::iceberg("runtime", e))?;
+    Table::builder()
+        .file_io(cached.file_io().clone())
+        .identifier(cached.identifier().clone())
+        .metadata_location(location.to_string())
+        .metadata(metadata)
+        .runtime(runtime)
+        .build()
+        .map_err(|e| Error::iceberg(format!("table at {location}"), e))
 }
 
 /// What one attempt did (the loop turns it into an [`Outcome`]).

@@ -8,10 +8,14 @@
 //! refs, properties).
 //!
 //! Only the plain case takes this path: format v2, no metadata compression, and a version whose
-//! only updates are new snapshots and moved refs, staged on a version this process wrote (so its
-//! refs are known: iceberg 0.10.1 has no accessor for them). Anything else — a version loaded
-//! from the catalog, a schema change, an expiration — is written by iceberg's serializer, and the
-//! refs are read back from those bytes for the next commit. The fast path also requires the
+//! only updates are new snapshots and moved refs, staged on a version this process wrote or read
+//! whole ([`remember_loaded`]: another writer's version, read when a commit lost a race), so its
+//! refs are known (iceberg 0.10.1 has no accessor for them: they are read from its bytes). The
+//! entries of a version read are the ones this process rendered for the same snapshots of the
+//! same table (a snapshot id is never reused), the other writer's new snapshots rendered once.
+//! Anything else — a version loaded through the catalog, a schema change, an expiration — is
+//! written by iceberg's serializer, and the refs are read back from those bytes for the next
+//! commit. The fast path also requires the
 //! new version's metadata log to end at the remembered version and every remembered ref to
 //! still name what the new version says. Debug builds check every fast version against
 //! iceberg's own serialization of the same metadata.
@@ -34,6 +38,8 @@ const REMEMBERED: usize = 16;
 /// What a written version leaves for the next one: its refs and its snapshots' JSON entries.
 struct Written {
     location: String,
+    /// The table's uuid: a version read inherits the entries of the same table's snapshots.
+    table: uuid::Uuid,
     refs: BTreeMap<String, SnapshotReference>,
     /// Entries by snapshot id (empty after a version iceberg serialized: filled on the next
     /// fast write, once).
@@ -97,6 +103,7 @@ pub(crate) fn encode(
             .refs;
         remember(Written {
             location: location.to_string(),
+            table: metadata.uuid(),
             refs,
             snapshots: HashMap::new(),
         });
@@ -125,10 +132,54 @@ pub(crate) fn encode(
     same_as_iceberg(metadata, &bytes)?;
     remember(Written {
         location: location.to_string(),
+        table: metadata.uuid(),
         refs,
         snapshots,
     });
     Ok(Some(bytes))
+}
+
+/// Remembers a version this process read whole — `bytes` at `location`, parsed as `metadata` —
+/// so a version staged on it takes the fast path: its refs are read from the bytes, and the
+/// entries of its snapshots this process rendered for the same table are kept. Not remembered
+/// (iceberg's serializer then writes the next version, as before) when the bytes' refs do not
+/// say what the parsed metadata says (a file without `refs`, whose main iceberg derives from
+/// `current-snapshot-id`) or the version is not a plain v2 one.
+pub(crate) fn remember_loaded(location: &str, metadata: &TableMetadata, bytes: &[u8]) {
+    if metadata.format_version() != FormatVersion::V2 {
+        return;
+    }
+    let Ok(RefsOnly { refs }) = serde_json::from_slice::<RefsOnly>(bytes) else {
+        return;
+    };
+    let main = refs.get(iceberg::spec::MAIN_BRANCH).map(|r| r.snapshot_id);
+    let consistent = main == metadata.current_snapshot_id()
+        && refs.iter().all(|(name, r)| {
+            metadata.snapshot_for_ref(name).map(|s| s.snapshot_id()) == Some(r.snapshot_id)
+        });
+    if !consistent {
+        return;
+    }
+    let table = metadata.uuid();
+    let known = {
+        let written = WRITTEN.lock().unwrap_or_else(|p| p.into_inner());
+        written.iter().rev().find(|w| w.table == table).cloned()
+    };
+    let snapshots = known
+        .map(|w| {
+            w.snapshots
+                .iter()
+                .filter(|(id, _)| metadata.snapshot_by_id(**id).is_some())
+                .map(|(id, e)| (*id, e.clone()))
+                .collect()
+        })
+        .unwrap_or_default();
+    remember(Written {
+        location: location.to_string(),
+        table,
+        refs,
+        snapshots,
+    });
 }
 
 #[derive(Deserialize)]
@@ -350,8 +401,8 @@ mod tests {
     ) -> iceberg::spec::TableMetadataBuildResult {
         let snapshot = Snapshot::builder()
             .with_snapshot_id(id)
-            .with_parent_snapshot_id(Some(3))
-            .with_sequence_number(4)
+            .with_parent_snapshot_id(md.current_snapshot_id())
+            .with_sequence_number(md.next_sequence_number())
             .with_timestamp_ms(chrono::Utc::now().timestamp_millis() + 1000)
             .with_manifest_list(format!("s3://b/t/metadata/snap-{id}.avro"))
             .with_schema_id(1)
@@ -371,6 +422,61 @@ mod tests {
 
     fn read(bytes: &[u8]) -> TableMetadata {
         serde_json::from_slice(bytes).unwrap()
+    }
+
+    /// The fixture's JSON as another table's (its own uuid: entries are shared by table).
+    fn fixture_json(uuid: &str) -> serde_json::Value {
+        let mut v = serde_json::to_value(fixture()).unwrap();
+        v["table-uuid"] = uuid.into();
+        v
+    }
+
+    #[test]
+    fn a_version_another_writer_committed_is_read_and_staged_on_by_the_fast_path() {
+        // Before: a version read after a lost race (the other writer's) was not remembered, so
+        // the next version staged on it went through iceberg's serializer, which writes every
+        // snapshot of the history again.
+        let md: TableMetadata =
+            serde_json::from_value(fixture_json("0b0a5f3e-57a4-4d0e-9b0c-0d1c5b1a0001")).unwrap();
+        encode(&md, "base-r", &[], "loc-r1").unwrap();
+        let mine = appended(md, "loc-r1", 4, HashMap::new());
+        encode(&mine.metadata, "loc-r1", &mine.changes, "loc-r2").unwrap();
+        // The other writer's version on it, with snapshot 5, read whole from the store.
+        let theirs = appended(
+            mine.metadata,
+            "loc-r2",
+            5,
+            HashMap::from([("by".into(), "the other writer".into())]),
+        );
+        let bytes = serde_json::to_vec(&theirs.metadata).unwrap();
+        remember_loaded("loc-r3", &read(&bytes), &bytes);
+        let w = remembered("loc-r3").unwrap();
+        assert_eq!(w.refs.len(), 3);
+        assert_eq!(w.refs["main"], main_at(5));
+        assert_eq!(w.snapshots.len(), 4, "1-4 rendered before; 5 is the other writer's");
+        // This writer's next version on it: the fast path, read back as iceberg writes it.
+        let next = appended(read(&bytes), "loc-r3", 6, HashMap::new());
+        let out = encode(&next.metadata, "loc-r3", &next.changes, "loc-r4")
+            .unwrap()
+            .unwrap();
+        assert_eq!(read(&out), next.metadata);
+        assert_eq!(
+            read(&out).snapshot_by_id(5).unwrap().summary().additional_properties["by"],
+            "the other writer"
+        );
+        assert_eq!(remembered("loc-r4").unwrap().snapshots.len(), 6);
+    }
+
+    #[test]
+    fn a_version_read_whose_refs_iceberg_derives_is_left_to_iceberg() {
+        // A metadata.json without `refs`: iceberg makes main from `current-snapshot-id`, which
+        // the bytes' refs do not hold; the fast path would write the refs without main.
+        let mut v = fixture_json("0b0a5f3e-57a4-4d0e-9b0c-0d1c5b1a0002");
+        v.as_object_mut().unwrap().remove("refs");
+        let md: TableMetadata = serde_json::from_value(v.clone()).unwrap();
+        assert_eq!(md.snapshot_for_ref("main").unwrap().snapshot_id(), 3);
+        remember_loaded("loc-n1", &md, &serde_json::to_vec(&v).unwrap());
+        assert!(remembered("loc-n1").is_none());
     }
 
     #[test]
