@@ -95,6 +95,7 @@ pub(crate) fn encode(
                 }) || metadata.snapshot_for_ref(name).map(|s| s.snapshot_id()) == Some(r.snapshot_id)
             })
     });
+    tracing::debug!(fast = prior.is_some(), "metadata.json encoding");
     let Some(prior) = prior else {
         // iceberg's serializer; the refs read back for the next version.
         let bytes = serde_json::to_vec(metadata).map_err(json_error)?;
@@ -453,7 +454,11 @@ mod tests {
         let w = remembered("loc-r3").unwrap();
         assert_eq!(w.refs.len(), 3);
         assert_eq!(w.refs["main"], main_at(5));
-        assert_eq!(w.snapshots.len(), 4, "1-4 rendered before; 5 is the other writer's");
+        assert_eq!(
+            w.snapshots.len(),
+            4,
+            "1-4 rendered before; 5 is the other writer's"
+        );
         // This writer's next version on it: the fast path, read back as iceberg writes it.
         let next = appended(read(&bytes), "loc-r3", 6, HashMap::new());
         let out = encode(&next.metadata, "loc-r3", &next.changes, "loc-r4")
@@ -461,7 +466,11 @@ mod tests {
             .unwrap();
         assert_eq!(read(&out), next.metadata);
         assert_eq!(
-            read(&out).snapshot_by_id(5).unwrap().summary().additional_properties["by"],
+            read(&out)
+                .snapshot_by_id(5)
+                .unwrap()
+                .summary()
+                .additional_properties["by"],
             "the other writer"
         );
         assert_eq!(remembered("loc-r4").unwrap().snapshots.len(), 6);
