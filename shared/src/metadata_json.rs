@@ -11,8 +11,9 @@
 //! only updates are new snapshots and moved refs, staged on a version this process wrote or read
 //! whole ([`remember_loaded`]: another writer's version, read when a commit lost a race), so its
 //! refs are known (iceberg 0.10.1 has no accessor for them: they are read from its bytes). The
-//! entries of a version read are the ones this process rendered for the same snapshots of the
-//! same table (a snapshot id is never reused), the other writer's new snapshots rendered once.
+//! entries of a version read are the ones this process rendered for the same snapshots of a
+//! version it descends from (a snapshot id is never reused within a table's lineage), the other
+//! writer's new snapshots rendered once.
 //! Anything else — a version loaded through the catalog, a schema change, an expiration — is
 //! written by iceberg's serializer, and the refs are read back from those bytes for the next
 //! commit. The fast path also requires the
@@ -38,8 +39,9 @@ const REMEMBERED: usize = 16;
 /// What a written version leaves for the next one: its refs and its snapshots' JSON entries.
 struct Written {
     location: String,
-    /// The table's uuid: a version read inherits the entries of the same table's snapshots.
-    table: uuid::Uuid,
+    /// The table's uuid and location: a version read inherits the entries of a version of the
+    /// same table (see [`remember_loaded`]).
+    table: (uuid::Uuid, String),
     refs: BTreeMap<String, SnapshotReference>,
     /// Entries by snapshot id (empty after a version iceberg serialized: filled on the next
     /// fast write, once).
@@ -104,7 +106,7 @@ pub(crate) fn encode(
             .refs;
         remember(Written {
             location: location.to_string(),
-            table: metadata.uuid(),
+            table: (metadata.uuid(), metadata.location().to_string()),
             refs,
             snapshots: HashMap::new(),
         });
@@ -133,7 +135,7 @@ pub(crate) fn encode(
     same_as_iceberg(metadata, &bytes)?;
     remember(Written {
         location: location.to_string(),
-        table: metadata.uuid(),
+        table: (metadata.uuid(), metadata.location().to_string()),
         refs,
         snapshots,
     });
@@ -161,10 +163,22 @@ pub(crate) fn remember_loaded(location: &str, metadata: &TableMetadata, bytes: &
     if !consistent {
         return;
     }
-    let table = metadata.uuid();
+    // Entries come from a version this one descends from (named in its metadata log) of the
+    // same table at the same location: a copy of the table made with its paths rewritten
+    // (Java's RewriteTablePath) keeps the uuid and the snapshot ids, not the manifest lists.
+    let table = (metadata.uuid(), metadata.location().to_string());
+    let log: std::collections::HashSet<&str> = metadata
+        .metadata_log()
+        .iter()
+        .map(|l| l.metadata_file.as_str())
+        .collect();
     let known = {
         let written = WRITTEN.lock().unwrap_or_else(|p| p.into_inner());
-        written.iter().rev().find(|w| w.table == table).cloned()
+        written
+            .iter()
+            .rev()
+            .find(|w| w.table == table && log.contains(w.location.as_str()))
+            .cloned()
     };
     let snapshots = known
         .map(|w| {
@@ -474,6 +488,45 @@ mod tests {
             "the other writer"
         );
         assert_eq!(remembered("loc-r4").unwrap().snapshots.len(), 6);
+    }
+
+    #[test]
+    fn a_copy_of_the_table_with_its_paths_rewritten_does_not_inherit_the_original_s_entries() {
+        // Review helper-39: entries were inherited by table uuid alone, and a copy made with
+        // its paths rewritten (Java's RewriteTablePath) keeps the uuid and the snapshot ids: the
+        // copy's next version listed the original's manifest lists.
+        let md: TableMetadata =
+            serde_json::from_value(fixture_json("0b0a5f3e-57a4-4d0e-9b0c-0d1c5b1a0003")).unwrap();
+        encode(&md, "base-p", &[], "s3://b/t/metadata/p1.json").unwrap();
+        let mine = appended(md, "s3://b/t/metadata/p1.json", 4, HashMap::new());
+        encode(
+            &mine.metadata,
+            "s3://b/t/metadata/p1.json",
+            &mine.changes,
+            "s3://b/t/metadata/p2.json",
+        )
+        .unwrap();
+        let text = serde_json::to_string(&mine.metadata)
+            .unwrap()
+            .replace("s3://b/", "s3://c/");
+        let copy_at = "s3://c/t/metadata/p3.json";
+        remember_loaded(copy_at, &read(text.as_bytes()), text.as_bytes());
+        let next = appended(read(text.as_bytes()), copy_at, 6, HashMap::new());
+        let out = encode(
+            &next.metadata,
+            copy_at,
+            &next.changes,
+            "s3://c/t/metadata/p4.json",
+        )
+        .unwrap()
+        .unwrap();
+        let back = read(&out);
+        assert_eq!(back, next.metadata);
+        // (Snapshot 6, this writer's own, names its list as `appended` does.)
+        assert!(back
+            .snapshots()
+            .filter(|s| s.snapshot_id() != 6)
+            .all(|s| s.manifest_list().starts_with("s3://c/")));
     }
 
     #[test]
