@@ -231,9 +231,14 @@ impl Usage {
             (COMPUTE_MS.to_string(), self.compute_ms.to_string()),
             (MEMORY_MB.to_string(), self.memory_mb.to_string()),
         ];
+        // `get` always (it marks that requests were counted); another kind only when some were
+        // made, as [`Usage::read`] takes a missing one for none: a hot table's metadata.json
+        // holds every retained snapshot's summary, and every commit reads and writes it whole.
         if let Some(s3) = &self.s3 {
             for (kind, n) in s3.kinds() {
-                out.push((format!("{S3_PREFIX}{kind}"), n.to_string()));
+                if kind == "get" || n > 0 {
+                    out.push((format!("{S3_PREFIX}{kind}"), n.to_string()));
+                }
             }
         }
         out
@@ -625,6 +630,15 @@ mod tests {
         };
         let s = summary(u.properties());
         assert_eq!(Usage::read(&s), Some(u.clone()));
+        // A kind with no request is left out (read back as 0); `get` marks counted requests.
+        assert!(!s.additional_properties.contains_key("floe.s3.delete"));
+        let none = Usage {
+            s3: Some(S3Requests::default()),
+            ..u.clone()
+        };
+        let s0 = summary(none.properties());
+        assert_eq!(s0.additional_properties["floe.s3.get"], "0");
+        assert_eq!(Usage::read(&s0), Some(none));
         assert_eq!(u.gb_seconds(), 5.0);
         assert_eq!(function_of(&s), Some(FUNCTION_PROCESS));
         // Without request counts; without usage at all.

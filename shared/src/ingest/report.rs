@@ -282,15 +282,19 @@ pub(super) fn commit_summary(
             summary::RECORDS_QUARANTINED.to_string(),
             r.records_quarantined.to_string(),
         ),
-        (
+    ]);
+    // Lateness only when some records were late (none is the common case, and every retained
+    // snapshot's summary is read and written again by each commit of a hot table).
+    if r.late_records > 0 {
+        props.insert(
             summary::LATE_RECORDS.to_string(),
             r.late_records.to_string(),
-        ),
-        (
+        );
+        props.insert(
             summary::MAX_LATENESS_SECONDS.to_string(),
             format!("{:.3}", r.max_lateness_seconds),
-        ),
-    ]);
+        );
+    }
     if let Some(v) = &r.contract_version {
         props.insert(summary::CONTRACT_VERSION.into(), v.clone());
     }
@@ -422,6 +426,21 @@ pub(super) fn commit_detail(reports: &[&ObjectReport]) -> serde_json::Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_summary_leaves_out_lateness_when_nothing_was_late() {
+        let r = report(
+            3,
+            0,
+            ("2026-11-30T09:00:00Z", "2026-11-30T09:01:00Z"),
+            0.0,
+            None,
+        );
+        let s = commit_summary(&r, None, "s3://b/k");
+        assert!(!s.contains_key(summary::LATE_RECORDS), "{s:?}");
+        assert!(!s.contains_key(summary::MAX_LATENESS_SECONDS), "{s:?}");
+        assert_eq!(s[summary::RECORDS_QUARANTINED], "0");
+    }
 
     #[test]
     fn a_summary_lists_the_first_unknown_fields_and_counts_the_rest() {
