@@ -2161,17 +2161,26 @@ fn decode_jsonl(mut reader: Box<dyn Read + '_>, ctx: &mut Ctx<'_>) -> Result<(),
         let eof = read == LineRead::Eof;
         if !eof {
             line_no += 1;
+            // Over a limit: kept by its prefix; no JSON (a raw control character): kept whole,
+            // as a line that fails to decode is.
             let reason = match read {
-                LineRead::TooLong { len } => Some(format!(
-                    "line is {len} bytes, longer than max_line_bytes = {max_line}; skipped"
+                LineRead::TooLong { len } => Some((
+                    format!(
+                        "line is {len} bytes, longer than max_line_bytes = {max_line}; skipped"
+                    ),
+                    false,
                 )),
-                _ if nests_deeper(&chunk.buf[start..], max_depth) => Some(format!(
-                    "JSON nests deeper than max_nesting_depth = {max_depth}"
+                _ if nests_deeper(&chunk.buf[start..], max_depth) => Some((
+                    format!("JSON nests deeper than max_nesting_depth = {max_depth}"),
+                    false,
                 )),
                 _ => raw_control_in_string(&chunk.buf[start..]).map(|b| {
-                    format!(
-                        "a string holds a raw control character U+{b:04X}: JSON requires it \
-                         escaped (\\u{b:04x})"
+                    (
+                        format!(
+                            "a string holds a raw control character U+{b:04X}: JSON requires it \
+                             escaped (\\u{b:04x})"
+                        ),
+                        true,
                     )
                 }),
             };
@@ -2181,7 +2190,8 @@ fn decode_jsonl(mut reader: Box<dyn Read + '_>, ctx: &mut Ctx<'_>) -> Result<(),
                 None if ctx.spec.debezium && !blank => {
                     (flatten_line(&mut chunk, start).err(), true)
                 }
-                other => (other, false),
+                None => (None, false),
+                Some((reason, whole)) => (Some(reason), whole),
             };
             if let Some(reason) = reason {
                 // A malformed envelope is kept whole (within max_line_bytes), as a line that
@@ -4643,6 +4653,18 @@ mod tests {
                 (3, "control character U+0001"),
             ],
         );
+    }
+
+    #[test]
+    fn jsonl_a_long_line_with_a_raw_control_character_is_quarantined_whole() {
+        // Review helper-40: the line was kept by its first KiB, as an over-limit one is.
+        let line = format!(
+            "{{\"id\":\"a\tb\",\"pad\":\"{}\",\"t\":\"2026-11-30T10:00:00Z\"}}",
+            "x".repeat(2000)
+        );
+        let (seen, rows, rejected, _) = run(format!("{line}\n").as_bytes(), &spec(Format::Jsonl));
+        assert_eq!((seen, rows), (1, 0));
+        assert_eq!(rejected[0].raw, line);
     }
 
     #[test]
