@@ -13,13 +13,12 @@
 //! refs are known (iceberg 0.10.1 has no accessor for them: they are read from its bytes). The
 //! entries of a version read are the ones this process rendered for the same snapshots of a
 //! version it descends from (a snapshot id is never reused within a table's lineage), the other
-//! writer's new snapshots rendered once.
-//! Anything else — a version loaded through the catalog, a schema change, an expiration — is
-//! written by iceberg's serializer, and the refs are read back from those bytes for the next
-//! commit. The fast path also requires the
-//! new version's metadata log to end at the remembered version and every remembered ref to
-//! still name what the new version says. Debug builds check every fast version against
-//! iceberg's own serialization of the same metadata.
+//! writer's new snapshots rendered once. Anything else — a version loaded through the
+//! catalog, a schema change, an expiration — is written by iceberg's serializer, and the refs
+//! are read back from those bytes for the next commit. The fast path also requires the new
+//! version's metadata log to end at the remembered version and every remembered ref to still
+//! name what the new version says. Debug builds check every fast version against iceberg's own
+//! serialization of the same metadata.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
