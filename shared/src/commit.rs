@@ -132,7 +132,13 @@ pub struct Committer {
     cache: Arc<std::sync::Mutex<HashMap<TableIdent, Table>>>,
     /// The counters the catalog's FileIO counts on, when it was connected counting.
     requests: Option<Requests>,
+    /// When another writer last committed to each table under this one's feet (a pointer found
+    /// moved, a race lost): such a table's turn marker is read before each attempt.
+    contended: Arc<std::sync::Mutex<HashMap<TableIdent, Instant>>>,
 }
+
+/// How long after another writer's commit was last seen a table's turn marker is still read.
+const CONTENDED_FOR: Duration = Duration::from_secs(60);
 
 impl Committer {
     /// A committer over `catalog`, installing versions with `swap`.
@@ -142,6 +148,7 @@ impl Committer {
             swap,
             cache: Arc::default(),
             requests: None,
+            contended: Arc::default(),
         }
     }
 
@@ -172,6 +179,7 @@ impl Committer {
                 if cached.metadata_location() == Some(current.as_str()) {
                     return Ok(cached);
                 }
+                self.saw_another_writer(ident);
                 if self.swap.writes_metadata() {
                     match read_version(&cached, &current).await {
                         Ok(table) => {
@@ -192,6 +200,74 @@ impl Committer {
             .map_err(|e| Error::iceberg(format!("loading {ident}"), e).with_retryable(true))?;
         self.remember(&table);
         Ok(table)
+    }
+
+    fn saw_another_writer(&self, ident: &TableIdent) {
+        if let Ok(mut c) = self.contended.lock() {
+            c.insert(ident.clone(), Instant::now());
+        }
+    }
+
+    /// The cached version of `ident` when another writer committed to it lately.
+    fn contended(&self, ident: &TableIdent) -> Option<Table> {
+        if !self.swap.writes_metadata() {
+            return None;
+        }
+        let recent = self
+            .contended
+            .lock()
+            .ok()
+            .and_then(|c| c.get(ident).copied())
+            .is_some_and(|at| at.elapsed() < CONTENDED_FOR);
+        if !recent {
+            return None;
+        }
+        self.cache.lock().ok().and_then(|c| c.get(ident).cloned())
+    }
+
+    /// [`Committer::load`] for the commit `me`, first letting through another commit to a
+    /// contended table that asked for its turn ([`crate::turn`]): the marker is read beside the
+    /// load; when another commit asked, this one waits for the pointer to move (at most the
+    /// ask's deadline) and loads again.
+    async fn load_taking_turns(&self, ident: &TableIdent, me: &str) -> Result<Table> {
+        let Some(cached) = self.contended(ident) else {
+            return self.load(ident).await;
+        };
+        let (asked, table) =
+            tokio::join!(crate::turn::asked_by_another(&cached, me), self.load(ident));
+        let table = table?;
+        match asked {
+            None => Ok(table),
+            Some((ask, left)) => self.let_through(ident, &table, &ask, left).await,
+        }
+    }
+
+    /// `base` (a version the caller loaded), or the version after another commit it let
+    /// through first ([`Committer::load_taking_turns`]).
+    async fn taking_turns(&self, ident: &TableIdent, base: Table, me: &str) -> Result<Table> {
+        if self.contended(ident).is_none() {
+            return Ok(base);
+        }
+        match crate::turn::asked_by_another(&base, me).await {
+            None => Ok(base),
+            Some((ask, left)) => self.let_through(ident, &base, &ask, left).await,
+        }
+    }
+
+    /// Waits (at most `left`) for the commit that asked for its turn to move the pointer off
+    /// `table`'s version, then loads the table.
+    async fn let_through(
+        &self,
+        ident: &TableIdent,
+        table: &Table,
+        ask: &crate::turn::Ask,
+        left: Duration,
+    ) -> Result<Table> {
+        let waited =
+            crate::turn::wait_for_move(&*self.swap, table, table.metadata_location(), ask, left)
+                .await;
+        tracing::debug!(table = %ident, waited_ms = waited.as_millis() as u64, "let another writer's commit through");
+        self.load(ident).await
     }
 
     fn remember(&self, table: &Table) {
@@ -242,9 +318,34 @@ impl Committer {
     pub async fn commit_from<F>(
         &self,
         ident: &TableIdent,
+        base: Option<Table>,
+        limits: &CommitLimits,
+        plan: F,
+    ) -> Result<Outcome>
+    where
+        F: FnMut(&Table) -> Result<Plan> + Send,
+    {
+        // This commit's id in turn markers: concurrent commits of one process take turns too.
+        let mut turn = Turn {
+            me: uuid::Uuid::now_v7().to_string(),
+            asks: 0,
+            asked: None,
+        };
+        let outcome = self.attempts(ident, base, limits, plan, &mut turn).await;
+        if let Some(table) = &turn.asked {
+            crate::turn::release(table, &turn.me).await;
+        }
+        outcome
+    }
+
+    /// The attempts of [`Committer::commit_from`], as the commit `turn` ([`crate::turn`]).
+    async fn attempts<F>(
+        &self,
+        ident: &TableIdent,
         mut base: Option<Table>,
         limits: &CommitLimits,
         mut plan: F,
+        turn: &mut Turn,
     ) -> Result<Outcome>
     where
         F: FnMut(&Table) -> Result<Plan> + Send,
@@ -257,7 +358,7 @@ impl Committer {
         loop {
             attempt += 1;
             let error = match self
-                .attempt(ident, base.take(), &mut in_flight, &mut plan)
+                .attempt(ident, base.take(), &mut in_flight, &mut plan, &turn.me)
                 .await
             {
                 Ok(Step::Committed {
@@ -293,6 +394,7 @@ impl Committer {
             };
             if error.kind() == ErrorKind::CommitConflict {
                 lost += 1;
+                self.saw_another_writer(ident);
             } else {
                 failed += 1;
             }
@@ -332,6 +434,19 @@ impl Committer {
                 .min(limits.deadline.saturating_duration_since(Instant::now()));
             tracing::info!(table = %ident, attempt, error = %error, in_flight = in_flight.len(), pause_ms = pause.as_millis() as u64, "commit not installed; re-validating");
             tokio::time::sleep(pause).await;
+            // Asked right before the attempt it is for (an ask made before a long pause would
+            // hold the others for a writer that sleeps).
+            if error.kind() == ErrorKind::CommitConflict
+                && lost >= crate::turn::ASK_AFTER_LOST
+                && turn.asks < crate::turn::MAX_ASKS
+                && self.swap.writes_metadata()
+            {
+                if let Some(table) = self.cache.lock().ok().and_then(|c| c.get(ident).cloned()) {
+                    crate::turn::ask(&table, &turn.me).await;
+                    turn.asks += 1;
+                    turn.asked = Some(table);
+                }
+            }
         }
     }
 
@@ -378,14 +493,15 @@ impl Committer {
         base: Option<Table>,
         in_flight: &mut Vec<InFlight>,
         plan: &mut F,
+        me: &str,
     ) -> Result<Step>
     where
         F: FnMut(&Table) -> Result<Plan> + Send,
     {
         let t0 = Instant::now();
         let table = match base {
-            Some(t) => t,
-            None => self.load(ident).await?,
+            Some(t) => self.taking_turns(ident, t, me).await?,
+            None => self.load_taking_turns(ident, me).await?,
         };
         // Files of attempts that can no longer land are deleted after this attempt's swap, not
         // before it: the time between the load and the swap is the window another writer's
@@ -483,17 +599,40 @@ async fn read_version(cached: &Table, location: &str) -> Result<Table> {
             format!("{location} is compressed"),
         ));
     }
-    let metadata: TableMetadata = serde_json::from_slice(&bytes).map_err(|e| {
-        Error::new(
-            ErrorKind::Internal,
-            format!("table metadata at {location}: {e}"),
-        )
-    })?;
+    let whole = || -> Result<TableMetadata> {
+        serde_json::from_slice(&bytes).map_err(|e| {
+            Error::new(
+                ErrorKind::Internal,
+                format!("table metadata at {location}: {e}"),
+            )
+        })
+    };
+    // Usually the version another writer committed on the one cached: read on it.
+    let on_cached = cached
+        .metadata_location()
+        .and_then(|prior| crate::metadata_json::read_on(cached.metadata(), prior, &bytes));
+    let read_on_cached = on_cached.is_some();
+    let metadata = match on_cached {
+        Some(md) => md,
+        None => whole()?,
+    };
+    // Debug builds (the tests) stop on any difference from the whole parse, which a returned
+    // error would hide (the caller falls back to the catalog's load).
+    #[cfg(debug_assertions)]
+    if read_on_cached {
+        let whole = whole();
+        assert!(
+            whole.as_ref().is_ok_and(|w| *w == metadata),
+            "{location} read on the cached version differs from the whole file: {:?}",
+            whole.err()
+        );
+    }
     crate::metadata_json::remember_loaded(location, &metadata, &bytes);
     tracing::debug!(
         get_ms,
         parse_ms = t0.elapsed().as_secs_f64() * 1e3 - get_ms,
         bytes = bytes.len(),
+        read_on_cached,
         "read the current version"
     );
     let runtime = iceberg::Runtime::try_current().map_err(|e| Error::iceberg("runtime", e))?;
@@ -505,6 +644,16 @@ async fn read_version(cached: &Table, location: &str) -> Result<Table> {
         .runtime(runtime)
         .build()
         .map_err(|e| Error::iceberg(format!("table at {location}"), e))
+}
+
+/// One commit's part in a table's turn-taking ([`crate::turn`]).
+struct Turn {
+    /// The commit's id in turn markers.
+    me: String,
+    /// Asks made so far (at most [`crate::turn::MAX_ASKS`]).
+    asks: u32,
+    /// The table it asked on, if it did: the ask is withdrawn when the commit is done.
+    asked: Option<Table>,
 }
 
 /// What one attempt did (the loop turns it into an [`Outcome`]).

@@ -13,7 +13,8 @@
 //! through a ranged reader is fetched whole when its first read ends within `max_entry` bytes
 //! (the Parquet reader's first read is the footer, at the end: the file is that small); a
 //! larger file's reads pass through untouched. Concurrent misses on one path make one request.
-//! Nothing else is cached: `exists` and `metadata` ask the store, and a delete forgets the path.
+//! Nothing else is cached: `exists` and `metadata` ask the store, a delete forgets the path,
+//! and a commit-turn marker (`crate::turn`), the one file floe rewrites in place, passes through.
 
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -28,6 +29,10 @@ use iceberg::io::{
     StorageFactory,
 };
 use serde::{Deserialize, Serialize};
+
+/// The name of the one file floe rewrites in place, the commit-turn marker (`crate::turn`): it
+/// is never cached.
+pub(crate) const REWRITTEN_IN_PLACE: &str = "floe-commit-turn.json";
 
 /// Files up to this size are cached (larger ones pass through): small enough that fetching
 /// one whole costs about what its footer and one column chunk would.
@@ -294,6 +299,9 @@ impl Storage for CachingStorage {
     }
 
     async fn read(&self, path: &str) -> iceberg::Result<Bytes> {
+        if path.ends_with(REWRITTEN_IN_PLACE) {
+            return self.inner.read(path).await;
+        }
         self.cache.whole(path, self.inner.read(path)).await
     }
 
@@ -307,6 +315,9 @@ impl Storage for CachingStorage {
     }
 
     async fn write(&self, path: &str, bs: Bytes) -> iceberg::Result<()> {
+        if path.ends_with(REWRITTEN_IN_PLACE) {
+            return self.inner.write(path, bs).await;
+        }
         // Forgotten first: whatever the write's outcome, an older copy is not served.
         self.cache.forget(path).await;
         self.inner.write(path, bs.clone()).await?;

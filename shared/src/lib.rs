@@ -40,6 +40,7 @@ pub(crate) mod file_cache;
 pub(crate) mod metadata_json;
 pub mod scan;
 pub mod snapshot;
+pub(crate) mod turn;
 pub(crate) mod write;
 
 pub mod baseline;

@@ -196,6 +196,236 @@ pub(crate) fn remember_loaded(location: &str, metadata: &TableMetadata, bytes: &
     });
 }
 
+/// `bytes`, a version other writers committed on `prior` (the version at `prior_location`,
+/// which this process wrote or read and so remembers), read as `prior` plus what those commits
+/// added: the metadata a whole parse of `bytes` gives, for a fraction of its cost. iceberg 0.10.1
+/// reads a metadata.json through an untagged enum, so serde buffers the whole document and then
+/// decodes it again (20–50 ms for the 3 MB of a hot table's history); here the entries of the
+/// snapshots `prior` holds are only skipped, and the new ones parsed.
+///
+/// `None` (read it whole) unless the version is a plain v2 one that holds every snapshot of
+/// `prior` and was made from it by commits that each added one snapshot (the versions between
+/// named in its metadata log, main moved to each), the last one also moving refs: replaying
+/// those commits on `prior` must give metadata that serializes, snapshots aside, to what `bytes`
+/// hold field for field (both logs, schemas, specs, properties, refs, sequence number and times).
+/// A snapshot id is never reused within a table's lineage, and the metadata log ties the version
+/// to `prior`, so the entries skipped are those of `prior`.
+pub(crate) fn read_on(
+    prior: &TableMetadata,
+    prior_location: &str,
+    bytes: &[u8],
+) -> Option<TableMetadata> {
+    if prior.format_version() != FormatVersion::V2 {
+        return None;
+    }
+    let prior_refs = remembered(prior_location)?.refs.clone();
+    let Outline { fields, snapshots } = serde_json::from_slice(bytes).ok()?;
+    let field = |name: &str| fields.iter().find(|(k, _)| *k == name).map(|(_, v)| *v);
+    if field("format-version")?.get() != "2" {
+        return None;
+    }
+    let refs: BTreeMap<String, SnapshotReference> =
+        serde_json::from_str(field("refs")?.get()).ok()?;
+    let mut ids = std::collections::HashSet::with_capacity(snapshots.len());
+    let mut new = Vec::new();
+    for entry in &snapshots {
+        // Every entry read as far as what names its content (the summary only skipped), so an
+        // entry of a snapshot `prior` holds must be that snapshot's.
+        let head: EntryHead = serde_json::from_str(entry.get()).ok()?;
+        let id = head.snapshot_id;
+        if !ids.insert(id) {
+            return None;
+        }
+        if let Some(known) = prior.snapshot_by_id(id) {
+            let same = known.parent_snapshot_id() == head.parent_snapshot_id
+                && known.sequence_number() == head.sequence_number
+                && known.timestamp_ms() == head.timestamp_ms
+                && known.manifest_list() == head.manifest_list
+                && known.schema_id() == head.schema_id;
+            if !same {
+                return None;
+            }
+        } else {
+            let e: EntryIn = serde_json::from_str(entry.get()).ok()?;
+            new.push(
+                Snapshot::builder()
+                    .with_snapshot_id(e.snapshot_id)
+                    .with_parent_snapshot_id(e.parent_snapshot_id)
+                    .with_sequence_number(e.sequence_number)
+                    .with_timestamp_ms(e.timestamp_ms)
+                    .with_manifest_list(e.manifest_list)
+                    .with_summary(e.summary)
+                    .schema_id_opt(e.schema_id)
+                    .build(),
+            );
+        }
+    }
+    if new.is_empty()
+        || prior.snapshots().any(|s| !ids.contains(&s.snapshot_id()))
+        || prior_refs.keys().any(|name| !refs.contains_key(name))
+    {
+        return None;
+    }
+    new.sort_by_key(|s| s.sequence_number());
+    // The versions between `prior` and this one, from its metadata log.
+    let log: Vec<MetadataLog> = serde_json::from_str(field("metadata-log")?.get()).ok()?;
+    let at = log
+        .iter()
+        .rposition(|l| l.metadata_file == prior_location)?;
+    let between = &log[at + 1..];
+    if between.len() + 1 != new.len() {
+        return None;
+    }
+    let main = refs.get(iceberg::spec::MAIN_BRANCH)?;
+    let mut md = prior.clone();
+    let mut location = prior_location.to_string();
+    let last = new.pop()?;
+    for (s, next) in new.into_iter().zip(between) {
+        let moved = SnapshotReference::new(s.snapshot_id(), main.retention.clone());
+        md = md
+            .into_builder(Some(location))
+            .add_snapshot(s)
+            .ok()?
+            .set_ref(iceberg::spec::MAIN_BRANCH, moved)
+            .ok()?
+            .build()
+            .ok()?
+            .metadata;
+        location = next.metadata_file.clone();
+    }
+    let mut builder = md.into_builder(Some(location)).add_snapshot(last).ok()?;
+    for (name, r) in &refs {
+        if name == iceberg::spec::MAIN_BRANCH || prior_refs.get(name) != Some(r) {
+            builder = builder.set_ref(name, r.clone()).ok()?;
+        }
+    }
+    let md = builder.build().ok()?.metadata;
+    if md.snapshots().len() != snapshots.len()
+        || refs.iter().any(|(name, r)| {
+            md.snapshot_for_ref(name).map(|s| s.snapshot_id()) != Some(r.snapshot_id)
+        })
+    {
+        return None;
+    }
+    let ours = comparable(serde_json::to_value(rest(&md, &refs)).ok()?);
+    let theirs = comparable(serde_json::Value::Object(
+        fields
+            .iter()
+            .map(|(k, v)| Ok((k.to_string(), serde_json::from_str(v.get())?)))
+            .collect::<std::result::Result<_, serde_json::Error>>()
+            .ok()?,
+    ));
+    (ours == theirs).then_some(md)
+}
+
+/// A metadata.json's top-level fields (snapshots aside) as one compares them: lists whose order
+/// is not meaningful sorted, and empty optional fields left out (absent and empty read the same).
+fn comparable(mut v: serde_json::Value) -> serde_json::Value {
+    if let Some(fields) = v.as_object_mut() {
+        for key in [
+            "schemas",
+            "partition-specs",
+            "sort-orders",
+            "statistics",
+            "partition-statistics",
+        ] {
+            if let Some(serde_json::Value::Array(items)) = fields.get_mut(key) {
+                items.sort_by_cached_key(|item| item.to_string());
+            }
+        }
+        for key in [
+            "properties",
+            "snapshot-log",
+            "metadata-log",
+            "statistics",
+            "partition-statistics",
+        ] {
+            let empty = match fields.get(key) {
+                Some(serde_json::Value::Array(a)) => a.is_empty(),
+                Some(serde_json::Value::Object(o)) => o.is_empty(),
+                _ => false,
+            };
+            if empty {
+                fields.remove(key);
+            }
+        }
+    }
+    v
+}
+
+/// A metadata.json's top-level fields but its snapshots, their values unparsed, and its snapshot
+/// entries unparsed; `None`-like (an error) when a key is given twice.
+struct Outline<'a> {
+    fields: Vec<(&'a str, &'a serde_json::value::RawValue)>,
+    snapshots: Vec<&'a serde_json::value::RawValue>,
+}
+
+impl<'de> Deserialize<'de> for Outline<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = Outline<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> std::result::Result<Outline<'de>, A::Error> {
+                let mut fields: Vec<(&str, &serde_json::value::RawValue)> = Vec::new();
+                let mut snapshots = None;
+                while let Some(key) = map.next_key::<&str>()? {
+                    let twice = if key == "snapshots" {
+                        snapshots.replace(map.next_value()?).is_some()
+                    } else {
+                        let twice = fields.iter().any(|(k, _)| *k == key);
+                        fields.push((key, map.next_value()?));
+                        twice
+                    };
+                    if twice {
+                        return Err(serde::de::Error::custom(format!("`{key}` given twice")));
+                    }
+                }
+                Ok(Outline {
+                    fields,
+                    snapshots: snapshots.unwrap_or_default(),
+                })
+            }
+        }
+        d.deserialize_map(Visit)
+    }
+}
+
+/// A v2 snapshot entry but its summary (skipped, though required as iceberg requires it).
+#[derive(Deserialize)]
+#[serde(rename_all = "kebab-case")]
+struct EntryHead<'a> {
+    snapshot_id: i64,
+    parent_snapshot_id: Option<i64>,
+    #[serde(default)]
+    sequence_number: i64,
+    timestamp_ms: i64,
+    #[serde(borrow)]
+    manifest_list: std::borrow::Cow<'a, str>,
+    #[allow(dead_code)] // read to require it, as iceberg does
+    summary: serde::de::IgnoredAny,
+    schema_id: Option<i32>,
+}
+
+/// A v2 snapshot entry, read as iceberg reads it.
+#[derive(Deserialize)]
+#[serde(rename_all = "kebab-case")]
+struct EntryIn {
+    snapshot_id: i64,
+    parent_snapshot_id: Option<i64>,
+    #[serde(default)]
+    sequence_number: i64,
+    timestamp_ms: i64,
+    manifest_list: String,
+    summary: Summary,
+    schema_id: Option<i32>,
+}
+
 #[derive(Deserialize)]
 struct RefsOnly {
     #[serde(default)]
@@ -262,12 +492,9 @@ struct Rest<'a> {
     partition_statistics: Vec<&'a PartitionStatisticsFile>,
 }
 
-fn render(
-    md: &TableMetadata,
-    refs: &BTreeMap<String, SnapshotReference>,
-    snapshots: &HashMap<i64, Arc<str>>,
-) -> Result<Vec<u8>> {
-    let rest = Rest {
+/// Everything of `md` but its snapshots, with `refs` as its refs.
+fn rest<'a>(md: &'a TableMetadata, refs: &'a BTreeMap<String, SnapshotReference>) -> Rest<'a> {
+    Rest {
         format_version: 2,
         table_uuid: md.uuid(),
         location: md.location(),
@@ -288,7 +515,15 @@ fn render(
         refs,
         statistics: md.statistics_iter().collect(),
         partition_statistics: md.partition_statistics_iter().collect(),
-    };
+    }
+}
+
+fn render(
+    md: &TableMetadata,
+    refs: &BTreeMap<String, SnapshotReference>,
+    snapshots: &HashMap<i64, Arc<str>>,
+) -> Result<Vec<u8>> {
+    let rest = rest(md, refs);
     let mut out = serde_json::to_vec(&rest).map_err(json_error)?;
     if snapshots.is_empty() {
         return Ok(out);
@@ -443,6 +678,172 @@ mod tests {
         let mut v = serde_json::to_value(fixture()).unwrap();
         v["table-uuid"] = uuid.into();
         v
+    }
+
+    /// [`read_on`], checked against the whole parse whenever it reads.
+    fn read_on_checked(prior: &TableMetadata, at: &str, bytes: &[u8]) -> Option<TableMetadata> {
+        let md = read_on(prior, at, bytes);
+        if let Some(md) = &md {
+            assert_eq!(
+                md,
+                &read(bytes),
+                "read on the prior version differs from the file"
+            );
+        }
+        md
+    }
+
+    #[test]
+    fn another_writer_s_version_on_the_cached_one_is_read_on_it() {
+        let prior: TableMetadata =
+            serde_json::from_value(fixture_json("0b0a5f3e-57a4-4d0e-9b0c-0d1c5b1a0011")).unwrap();
+        encode(&prior, "base-o", &[], "loc-o1").unwrap();
+        let theirs = appended(
+            prior.clone(),
+            "loc-o1",
+            4,
+            HashMap::from([("floe.source-objects".into(), "[\"s3://l/b#2\"]".into())]),
+        );
+        // As iceberg's serializer writes it, and as the fast path writes it.
+        let iceberg_bytes = serde_json::to_vec(&theirs.metadata).unwrap();
+        let md = read_on_checked(&prior, "loc-o1", &iceberg_bytes).expect("read on the prior");
+        assert_eq!(md.current_snapshot_id(), Some(4));
+        let fast_bytes = encode(&theirs.metadata, "loc-o1", &theirs.changes, "loc-o2")
+            .unwrap()
+            .unwrap();
+        assert!(read_on_checked(&prior, "loc-o1", &fast_bytes).is_some());
+        // A new snapshot on a branch beside main, main unchanged.
+        let on_audit = Snapshot::builder()
+            .with_snapshot_id(7)
+            .with_parent_snapshot_id(Some(2))
+            .with_sequence_number(prior.next_sequence_number())
+            .with_timestamp_ms(chrono::Utc::now().timestamp_millis())
+            .with_manifest_list("s3://b/t/metadata/snap-7.avro")
+            .with_schema_id(1)
+            .with_summary(Summary {
+                operation: iceberg::spec::Operation::Append,
+                additional_properties: HashMap::new(),
+            })
+            .build();
+        let moved = prior
+            .clone()
+            .into_builder(Some("loc-o1".into()))
+            .add_snapshot(on_audit)
+            .unwrap()
+            .set_ref(
+                "audit",
+                SnapshotReference::new(
+                    7,
+                    iceberg::spec::SnapshotRetention::branch(Some(2), Some(3_600_000), None),
+                ),
+            )
+            .unwrap()
+            .build()
+            .unwrap();
+        let bytes = serde_json::to_vec(&moved.metadata).unwrap();
+        assert!(read_on_checked(&prior, "loc-o1", &bytes).is_some());
+        // A ref moved with no new snapshot takes its time from the writer's clock, which this
+        // reader cannot know: read whole.
+        let tagged = prior
+            .clone()
+            .into_builder(Some("loc-o1".into()))
+            .set_ref(
+                "v2",
+                SnapshotReference::new(
+                    2,
+                    iceberg::spec::SnapshotRetention::Tag {
+                        max_ref_age_ms: None,
+                    },
+                ),
+            )
+            .unwrap()
+            .build()
+            .unwrap();
+        let mut bytes = serde_json::to_value(&tagged.metadata).unwrap();
+        bytes["last-updated-ms"] = (prior.last_updated_ms() + 5).into();
+        assert!(read_on_checked(&prior, "loc-o1", &serde_json::to_vec(&bytes).unwrap()).is_none());
+    }
+
+    #[test]
+    fn a_version_that_is_more_than_new_snapshots_on_the_cached_one_is_read_whole() {
+        let prior: TableMetadata =
+            serde_json::from_value(fixture_json("0b0a5f3e-57a4-4d0e-9b0c-0d1c5b1a0012")).unwrap();
+        encode(&prior, "base-p", &[], "loc-p1").unwrap();
+        let first = appended(prior.clone(), "loc-p1", 4, HashMap::new());
+        // Two commits on it, the version between named in the metadata log: replayed.
+        let second = appended(first.metadata.clone(), "loc-p2", 5, HashMap::new());
+        let bytes = serde_json::to_vec(&second.metadata).unwrap();
+        assert!(read_on_checked(&prior, "loc-p1", &bytes).is_some());
+        // ... but not when the log does not tie it to the prior version.
+        encode(&prior, "base-p", &[], "loc-p9").unwrap();
+        assert!(read_on_checked(&prior, "loc-p9", &bytes).is_none());
+        // A commit between that added no snapshot (a property set): its time is unknown.
+        let between = first
+            .metadata
+            .clone()
+            .into_builder(Some("loc-p2".into()))
+            .set_properties(HashMap::from([("a".into(), "b".into())]))
+            .unwrap()
+            .build()
+            .unwrap();
+        let third = appended(between.metadata, "loc-p3", 6, HashMap::new());
+        let bytes = serde_json::to_vec(&third.metadata).unwrap();
+        assert!(read_on_checked(&prior, "loc-p1", &bytes).is_none());
+        // A property changed beside the new snapshot.
+        let props = first
+            .metadata
+            .clone()
+            .into_builder(None)
+            .set_properties(HashMap::from([("a".into(), "b".into())]))
+            .unwrap()
+            .build()
+            .unwrap();
+        let bytes = serde_json::to_vec(&props.metadata).unwrap();
+        assert!(read_on_checked(&prior, "loc-p1", &bytes).is_none());
+        // A snapshot expired.
+        let expired = first
+            .metadata
+            .clone()
+            .into_builder(None)
+            .remove_snapshots(&[1])
+            .build()
+            .unwrap();
+        let bytes = serde_json::to_vec(&expired.metadata).unwrap();
+        assert!(read_on_checked(&prior, "loc-p1", &bytes).is_none());
+        // A copy of the table at another location (Java's RewriteTablePath keeps the ids).
+        let mut copy = serde_json::to_value(&first.metadata).unwrap();
+        copy["location"] = "s3://elsewhere/t".into();
+        let bytes = serde_json::to_vec(&copy).unwrap();
+        assert!(read_on_checked(&prior, "loc-p1", &bytes).is_none());
+        // Review helper-41: an entry of a snapshot the prior version holds, changed in the file
+        // (another manifest list), or cut to its id, was skipped unread and taken as the prior's.
+        let mut changed = serde_json::to_value(&first.metadata).unwrap();
+        for entry in changed["snapshots"].as_array_mut().unwrap() {
+            if entry["snapshot-id"] == 2 {
+                entry["manifest-list"] = "s3://b/t/metadata/snap-2-rewritten.avro".into();
+            }
+        }
+        let bytes = serde_json::to_vec(&changed).unwrap();
+        assert!(read_on_checked(&prior, "loc-p1", &bytes).is_none());
+        let mut cut = serde_json::to_value(&first.metadata).unwrap();
+        for entry in cut["snapshots"].as_array_mut().unwrap() {
+            if entry["snapshot-id"] == 1 {
+                *entry = serde_json::json!({"snapshot-id": 1});
+            }
+        }
+        let bytes = serde_json::to_vec(&cut).unwrap();
+        assert!(serde_json::from_slice::<TableMetadata>(&bytes).is_err());
+        assert!(read_on(&prior, "loc-p1", &bytes).is_none());
+        // A prior version this process does not remember (its refs are unknown).
+        let bytes = serde_json::to_vec(&first.metadata).unwrap();
+        assert!(read_on_checked(&prior, "loc-never-seen", &bytes).is_none());
+        // A key given twice, and a format other than v2.
+        let text = String::from_utf8(bytes).unwrap();
+        let twice = text.replacen('{', "{\"location\":\"s3://b/t\",", 1);
+        assert!(read_on_checked(&prior, "loc-p1", twice.as_bytes()).is_none());
+        let mut v3 = serde_json::to_value(&first.metadata).unwrap();
+        v3["format-version"] = 3.into();
+        assert!(read_on(&prior, "loc-p1", &serde_json::to_vec(&v3).unwrap()).is_none());
     }
 
     #[test]

@@ -284,6 +284,13 @@ async fn a_redelivered_payload_adds_nothing_and_a_partly_committed_one_adds_the_
     );
 }
 
+/// Ingests `key` through a new ingestor of `env` whose swaps `races` precede, one each.
+async fn ingest_racing(env: &TestEnv, races: Vec<Race>, key: &str) -> (Ingestor, ObjectReport) {
+    let ingestor = env.ingestor_with(race_before_swaps(races)).await;
+    let r = ingestor.ingest(&env.object(key), soon()).await.unwrap();
+    (ingestor, r)
+}
+
 /// Another writer of the table commits just before each of our first six swaps: more lost races
 /// than `max_commit_attempts` (3). A lost race is that writer's progress, not a fault, so the
 /// commit goes on (each attempt re-validated on the new version) until it lands; giving up made
@@ -310,14 +317,79 @@ async fn a_commit_losing_more_races_than_max_attempts_still_lands() {
             race
         })
         .collect();
-    let ingestor = env.ingestor_with(race_before_swaps(races)).await;
-    let r = ingestor
-        .ingest(&env.object(&keys[0]), soon())
-        .await
-        .unwrap();
+    let (ingestor, r) = ingest_racing(&env, races, &keys[0]).await;
     assert_eq!((r.status, r.attempts), (Status::Committed, 7), "{r:?}");
     assert_eq!(snapshots(&env, &ingestor, "orders").await.len(), 7);
     assert_eq!(env.count_rows(ingestor.catalog().as_ref()).await, 140);
+}
+
+/// Two writers of one table, the other one committing just before our swaps: after our second
+/// lost race we ask for our turn, and the other writer, which has seen our commits, waits for
+/// ours to land before committing again. Before, its commit started in our window landed first
+/// and we lost a third time (and on, while it had objects to commit).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_that_keeps_losing_races_is_let_through_by_the_other() {
+    let env = TestEnv::new("sqlite").await;
+    let keys: Vec<String> = (0..6).map(|i| format!("orders/t{i}.jsonl")).collect();
+    for (i, k) in keys.iter().enumerate() {
+        put(&env, k, 20, 950 + i as u64).await;
+    }
+    let other = Arc::new(env.ingestor().await);
+    let plain = env.ingestor().await;
+    // Each has seen the other commit: the other writer's table is a contended one.
+    for (writer, k) in [(&*other, &keys[1]), (&plain, &keys[2])] {
+        let r = writer.ingest(&env.object(k), soon()).await.unwrap();
+        assert_eq!(r.status, Status::Committed);
+    }
+    let late: Arc<std::sync::Mutex<Vec<tokio::task::JoinHandle<Status>>>> = Arc::default();
+    let races: Vec<Race> = keys[3..]
+        .iter()
+        .enumerate()
+        .map(|(i, k)| {
+            let (other, obj, late) = (other.clone(), env.object(k), late.clone());
+            let race: Race = Box::new(move || {
+                Box::pin(async move {
+                    let mut run =
+                        tokio::spawn(
+                            async move { other.ingest(&obj, soon()).await.unwrap().status },
+                        );
+                    if i < 2 {
+                        // The first two: the other writer commits first.
+                        assert_eq!(run.await.unwrap(), Status::Committed);
+                        return;
+                    }
+                    // The third, after our ask: it waits for our commit instead.
+                    match tokio::time::timeout(Duration::from_millis(500), &mut run).await {
+                        Ok(status) => panic!(
+                            "the other writer committed in our window: {:?}",
+                            status.unwrap()
+                        ),
+                        Err(_) => late.lock().unwrap().push(run),
+                    }
+                })
+            });
+            race
+        })
+        .collect();
+    let (ingestor, r) = ingest_racing(&env, races, &keys[0]).await;
+    assert_eq!((r.status, r.attempts), (Status::Committed, 3), "{r:?}");
+    let waiting = late.lock().unwrap().pop().expect("the other writer waited");
+    assert_eq!(waiting.await.unwrap(), Status::Committed);
+    // Ours landed before the one the other writer held back.
+    let snaps = snapshots(&env, &ingestor, "orders").await;
+    assert_eq!(snaps.len(), 6);
+    let order: Vec<String> = snaps.iter().flat_map(source_objects).collect();
+    let at = |k: &str| order.iter().position(|id| id.contains(k)).unwrap();
+    assert!(at("t0.jsonl") < at("t5.jsonl"), "{order:?}");
+    assert_eq!(env.count_rows(ingestor.catalog().as_ref()).await, 120);
+    // The ask was withdrawn once our commit was done.
+    assert!(
+        !env.keys("warehouse/")
+            .await
+            .iter()
+            .any(|k| k.ends_with("floe-commit-turn.json")),
+        "turn marker left behind"
+    );
 }
 
 /// Another delivery of a member commits while the batch commit is in flight: the batch's swap
