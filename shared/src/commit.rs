@@ -267,7 +267,9 @@ impl Committer {
             crate::turn::wait_for_move(&*self.swap, table, table.metadata_location(), ask, left)
                 .await;
         tracing::debug!(table = %ident, waited_ms = waited.as_millis() as u64, "let another writer's commit through");
-        self.load(ident).await
+        // The version waited on is still a sound base (the swap decides): a failed load after
+        // the wait is no failed attempt.
+        Ok(self.load(ident).await.unwrap_or_else(|_| table.clone()))
     }
 
     fn remember(&self, table: &Table) {
@@ -358,7 +360,7 @@ impl Committer {
         loop {
             attempt += 1;
             let error = match self
-                .attempt(ident, base.take(), &mut in_flight, &mut plan, &turn.me)
+                .attempt(ident, base.take(), &mut in_flight, &mut plan, turn)
                 .await
             {
                 Ok(Step::Committed {
@@ -493,15 +495,15 @@ impl Committer {
         base: Option<Table>,
         in_flight: &mut Vec<InFlight>,
         plan: &mut F,
-        me: &str,
+        turn: &Turn,
     ) -> Result<Step>
     where
         F: FnMut(&Table) -> Result<Plan> + Send,
     {
         let t0 = Instant::now();
         let table = match base {
-            Some(t) => self.taking_turns(ident, t, me).await?,
-            None => self.load_taking_turns(ident, me).await?,
+            Some(t) => self.taking_turns(ident, t, &turn.me).await?,
+            None => self.load_taking_turns(ident, &turn.me).await?,
         };
         // Files of attempts that can no longer land are deleted after this attempt's swap, not
         // before it: the time between the load and the swap is the window another writer's
@@ -515,7 +517,12 @@ impl Committer {
             });
         }
         let load_ms = t0.elapsed().as_secs_f64() * 1e3;
-        let step = self.apply(ident, &table, in_flight, plan, load_ms).await;
+        // A commit that asked for its turn renews the ask right before its swap, so the ask
+        // holds the others through the swap however long the load and the staging took.
+        let asking = turn.asked.is_some().then_some(turn.me.as_str());
+        let step = self
+            .apply(ident, &table, in_flight, plan, load_ms, asking)
+            .await;
         discard(&table, garbage).await;
         step
     }
@@ -528,6 +535,7 @@ impl Committer {
         in_flight: &mut Vec<InFlight>,
         plan: &mut F,
         load_ms: f64,
+        asking: Option<&str>,
     ) -> Result<Step>
     where
         F: FnMut(&Table) -> Result<Plan> + Send,
@@ -540,6 +548,9 @@ impl Committer {
         let t1 = Instant::now();
         let staged = snapshot::stage(table, &change, swap.writes_metadata()).await?;
         let stage_ms = t1.elapsed().as_secs_f64() * 1e3;
+        if let Some(me) = asking {
+            crate::turn::ask(table, me).await;
+        }
         let t2 = Instant::now();
         let swapped = swap.swap(ident, &staged).await;
         tracing::debug!(table = %ident, load_ms, stage_ms, swap_ms = t2.elapsed().as_secs_f64() * 1e3, "commit attempt");

@@ -237,16 +237,27 @@ pub(crate) fn read_on(
             return None;
         }
         if let Some(known) = prior.snapshot_by_id(id) {
+            let summary = known.summary();
             let same = known.parent_snapshot_id() == head.parent_snapshot_id
                 && known.sequence_number() == head.sequence_number
                 && known.timestamp_ms() == head.timestamp_ms
                 && known.manifest_list() == head.manifest_list
-                && known.schema_id() == head.schema_id;
+                && known.schema_id() == head.schema_id
+                && head.summary.len() == summary.additional_properties.len() + 1
+                && head.summary.iter().all(|(k, v)| match k.as_ref() {
+                    "operation" => v.as_ref() == summary.operation.as_str(),
+                    k => summary.additional_properties.get(k).map(String::as_str) == Some(v),
+                });
             if !same {
                 return None;
             }
         } else {
             let e: EntryIn = serde_json::from_str(entry.get()).ok()?;
+            // iceberg's builder subtracts times (debug builds check the overflow); a whole
+            // parse takes any.
+            if !(0..=i64::MAX / 2).contains(&e.timestamp_ms) {
+                return None;
+            }
             new.push(
                 Snapshot::builder()
                     .with_snapshot_id(e.snapshot_id)
@@ -396,7 +407,7 @@ impl<'de> Deserialize<'de> for Outline<'de> {
     }
 }
 
-/// A v2 snapshot entry but its summary (skipped, though required as iceberg requires it).
+/// A v2 snapshot entry, its text borrowed where it has no escapes (no allocation per value).
 #[derive(Deserialize)]
 #[serde(rename_all = "kebab-case")]
 struct EntryHead<'a> {
@@ -407,8 +418,8 @@ struct EntryHead<'a> {
     timestamp_ms: i64,
     #[serde(borrow)]
     manifest_list: std::borrow::Cow<'a, str>,
-    #[allow(dead_code)] // read to require it, as iceberg does
-    summary: serde::de::IgnoredAny,
+    #[serde(borrow)]
+    summary: HashMap<std::borrow::Cow<'a, str>, std::borrow::Cow<'a, str>>,
     schema_id: Option<i32>,
 }
 
@@ -834,6 +845,29 @@ mod tests {
         let bytes = serde_json::to_vec(&cut).unwrap();
         assert!(serde_json::from_slice::<TableMetadata>(&bytes).is_err());
         assert!(read_on(&prior, "loc-p1", &bytes).is_none());
+        // Review helper-42: a known entry's summary was skipped unread (null, changed).
+        for summary in [
+            serde_json::Value::Null,
+            serde_json::json!({"operation": "append"}),
+            serde_json::json!({"operation": "overwrite", "a\\b": "é\n", "n": 1}),
+        ] {
+            let mut v = serde_json::to_value(&first.metadata).unwrap();
+            for entry in v["snapshots"].as_array_mut().unwrap() {
+                if entry["snapshot-id"] == 2 {
+                    entry["summary"] = summary.clone();
+                }
+            }
+            let bytes = serde_json::to_vec(&v).unwrap();
+            assert!(read_on(&prior, "loc-p1", &bytes).is_none(), "{summary}");
+        }
+        // ... and a new snapshot timed at the end of time.
+        let mut v = serde_json::to_value(&first.metadata).unwrap();
+        for entry in v["snapshots"].as_array_mut().unwrap() {
+            if entry["snapshot-id"] == 4 {
+                entry["timestamp-ms"] = i64::MIN.into();
+            }
+        }
+        assert!(read_on(&prior, "loc-p1", &serde_json::to_vec(&v).unwrap()).is_none());
         // A prior version this process does not remember (its refs are unknown).
         let bytes = serde_json::to_vec(&first.metadata).unwrap();
         assert!(read_on_checked(&prior, "loc-never-seen", &bytes).is_none());

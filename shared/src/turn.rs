@@ -10,7 +10,9 @@
 //!
 //! So after [`ASK_AFTER_LOST`] lost races in a row a writer writes a small marker beside the
 //! table's metadata (`metadata/floe-commit-turn.json`: the id of its commit call and a deadline
-//! [`TURN`] ahead), at most [`MAX_ASKS`] times per commit, right before its next attempt. A
+//! [`TURN`] ahead), at most [`MAX_ASKS`] times per commit, right before its next attempt, and
+//! renews it right before that attempt's swap (the deadline then covers the swap however long
+//! the load and the staging took). A
 //! writer that has lately seen others commit to the table reads the marker before each attempt
 //! (beside its pointer read): when another commit has asked and the deadline has not passed, it
 //! waits until the pointer moves (that commit landed), the ask is withdrawn or replaced, or the
