@@ -173,8 +173,7 @@ impl Committer {
     /// cheap pointer read); else, when this process writes the metadata, the version the pointer
     /// names, read directly (no second catalog call); else a full load through the catalog.
     pub async fn load(&self, ident: &TableIdent) -> Result<Table> {
-        let cached = self.cache.lock().ok().and_then(|c| c.get(ident).cloned());
-        if let Some(cached) = cached {
+        if let Some(cached) = self.cached(ident) {
             if let Ok(Some(current)) = self.swap.current(ident).await {
                 if cached.metadata_location() == Some(current.as_str()) {
                     return Ok(cached);
@@ -202,6 +201,11 @@ impl Committer {
         Ok(table)
     }
 
+    /// The last version of `ident` this committer knew.
+    fn cached(&self, ident: &TableIdent) -> Option<Table> {
+        self.cache.lock().ok().and_then(|c| c.get(ident).cloned())
+    }
+
     fn saw_another_writer(&self, ident: &TableIdent) {
         if let Ok(mut c) = self.contended.lock() {
             c.insert(ident.clone(), Instant::now());
@@ -222,35 +226,37 @@ impl Committer {
         if !recent {
             return None;
         }
-        self.cache.lock().ok().and_then(|c| c.get(ident).cloned())
+        self.cached(ident)
     }
 
-    /// [`Committer::load`] for the commit `me`, first letting through another commit to a
-    /// contended table that asked for its turn ([`crate::turn`]): the marker is read beside the
-    /// load; when another commit asked, this one waits for the pointer to move (at most the
-    /// ask's deadline) and loads again.
-    async fn load_taking_turns(&self, ident: &TableIdent, me: &str) -> Result<Table> {
+    /// `base` (a version the caller loaded) or a fresh [`Committer::load`], for the commit `me`,
+    /// first letting through another commit to a contended table that asked for its turn
+    /// ([`crate::turn`]): the marker is read (beside the load, when there is one); when another
+    /// commit asked, this one waits for the pointer to move (at most the ask's deadline) and
+    /// loads again.
+    async fn taking_turns(
+        &self,
+        ident: &TableIdent,
+        base: Option<Table>,
+        me: &str,
+    ) -> Result<Table> {
         let Some(cached) = self.contended(ident) else {
-            return self.load(ident).await;
+            return match base {
+                Some(t) => Ok(t),
+                None => self.load(ident).await,
+            };
         };
-        let (asked, table) =
-            tokio::join!(crate::turn::asked_by_another(&cached, me), self.load(ident));
-        let table = table?;
+        let (asked, table) = match base {
+            Some(t) => (crate::turn::asked_by_another(&t, me).await, t),
+            None => {
+                let (asked, table) =
+                    tokio::join!(crate::turn::asked_by_another(&cached, me), self.load(ident));
+                (asked, table?)
+            }
+        };
         match asked {
             None => Ok(table),
             Some((ask, left)) => self.let_through(ident, &table, &ask, left).await,
-        }
-    }
-
-    /// `base` (a version the caller loaded), or the version after another commit it let
-    /// through first ([`Committer::load_taking_turns`]).
-    async fn taking_turns(&self, ident: &TableIdent, base: Table, me: &str) -> Result<Table> {
-        if self.contended(ident).is_none() {
-            return Ok(base);
-        }
-        match crate::turn::asked_by_another(&base, me).await {
-            None => Ok(base),
-            Some((ask, left)) => self.let_through(ident, &base, &ask, left).await,
         }
     }
 
@@ -443,7 +449,7 @@ impl Committer {
                 && turn.asks < crate::turn::MAX_ASKS
                 && self.swap.writes_metadata()
             {
-                if let Some(table) = self.cache.lock().ok().and_then(|c| c.get(ident).cloned()) {
+                if let Some(table) = self.cached(ident) {
                     crate::turn::ask(&table, &turn.me).await;
                     turn.asks += 1;
                     turn.asked = Some(table);
@@ -501,10 +507,7 @@ impl Committer {
         F: FnMut(&Table) -> Result<Plan> + Send,
     {
         let t0 = Instant::now();
-        let table = match base {
-            Some(t) => self.taking_turns(ident, t, &turn.me).await?,
-            None => self.load_taking_turns(ident, &turn.me).await?,
-        };
+        let table = self.taking_turns(ident, base, &turn.me).await?;
         // Files of attempts that can no longer land are deleted after this attempt's swap, not
         // before it: the time between the load and the swap is the window another writer's
         // commit makes this attempt lose in, and the loser of a race is the one deleting.
