@@ -201,7 +201,8 @@ pub(crate) fn remember_loaded(location: &str, metadata: &TableMetadata, bytes: &
 /// added: the metadata a whole parse of `bytes` gives, for a fraction of its cost. iceberg 0.10.1
 /// reads a metadata.json through an untagged enum, so serde buffers the whole document and then
 /// decodes it again (20–50 ms for the 3 MB of a hot table's history); here the entries of the
-/// snapshots `prior` holds are only skipped, and the new ones parsed.
+/// snapshots `prior` holds are read borrowed and compared with them, and only the new ones are
+/// parsed into snapshots.
 ///
 /// `None` (read it whole) unless the version is a plain v2 one that holds every snapshot of
 /// `prior` and was made from it by commits that each added one snapshot (the versions between
@@ -229,8 +230,8 @@ pub(crate) fn read_on(
     let mut ids = std::collections::HashSet::with_capacity(snapshots.len());
     let mut new = Vec::new();
     for entry in &snapshots {
-        // Every entry read as far as what names its content (the summary only skipped), so an
-        // entry of a snapshot `prior` holds must be that snapshot's.
+        // Every entry read (borrowed), so an entry of a snapshot `prior` holds must be that
+        // snapshot's, summary included.
         let head: EntryHead = serde_json::from_str(entry.get()).ok()?;
         let id = head.snapshot_id;
         if !ids.insert(id) {
