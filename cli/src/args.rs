@@ -747,6 +747,10 @@ pub struct BenchArgs {
     /// Number of small objects of 500 lines (ingest benchmark).
     #[arg(long, value_name = "N", default_value = "300", conflicts_with = "mode")]
     pub small: usize,
+    /// Rounds of the ingest benchmark: the plain conversion and floe alternate on the big
+    /// object, and floe ingests the small objects, this many times; medians are reported.
+    #[arg(long, value_name = "N", default_value = "3", conflicts_with = "mode")]
+    pub rounds: NonZeroUsize,
     /// Also ingest an object of N MiB to check memory stays flat (ingest benchmark; 0: skip).
     #[arg(long, value_name = "N", default_value = "0", conflicts_with = "mode")]
     pub huge_mb: usize,
@@ -1241,6 +1245,7 @@ mod tests {
             panic!()
         };
         assert_eq!((b.big_mb, b.small, b.huge_mb), (200, 300, 0));
+        assert_eq!(b.rounds.get(), 3);
         assert_eq!(
             (b.appends, b.every.get(), b.commits.get(), b.rows),
             (5000, 100, 120, 200)
@@ -1256,6 +1261,8 @@ mod tests {
             "30",
             "--huge-mb",
             "64",
+            "--rounds",
+            "1",
             "--dir",
             "d",
             "--python",
@@ -1267,6 +1274,7 @@ mod tests {
             panic!()
         };
         assert_eq!((b.big_mb, b.small, b.huge_mb), (20, 30, 64));
+        assert_eq!(b.rounds.get(), 1);
         assert_eq!(b.dir, Some(PathBuf::from("d")));
         assert_eq!(b.python.as_deref(), Some("py"));
         assert!(b.skip_pyiceberg);

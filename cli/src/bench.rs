@@ -441,12 +441,36 @@ pub async fn run(args: BenchArgs) -> Result<()> {
         c
     };
 
-    let mut big_runs = vec![
-        run_child(
+    // The plain conversion and floe alternate, each round in fresh directories: the machine's
+    // load moves both alike within a round, so each round's ratio is steadier than one run's.
+    let rounds = args.rounds.get();
+    let (mut plains, mut floes) = (Vec::new(), Vec::new());
+    for round in 1..=rounds {
+        let (plain_dir, floe_dir) = (format!("plain-{round}"), format!("floe-big-{round}"));
+        let plain = run_child(
             "arrow-rs plain (no Iceberg)",
-            &mut child("plain", &big, "plain"),
-        )?,
-        run_child("floe", &mut child("floe-big", &big, "floe-big"))?,
+            &mut child("plain", &big, &plain_dir),
+        );
+        let _ = std::fs::remove_dir_all(dir.join(&plain_dir));
+        plains.push(plain?);
+        let floe = run_child("floe", &mut child("floe-big", &big, &floe_dir));
+        let _ = std::fs::remove_dir_all(dir.join(&floe_dir));
+        floes.push(floe?);
+    }
+    let cpu_ratios: Vec<f64> = plains
+        .iter()
+        .zip(&floes)
+        .map(|(p, fl)| f(&fl.out, "cpu_secs") / f(&p.out, "cpu_secs").max(1e-9))
+        .collect();
+    let time_ratios: Vec<f64> = plains
+        .iter()
+        .zip(&floes)
+        .map(|(p, fl)| f(&fl.out, "secs") / f(&p.out, "secs").max(1e-9))
+        .collect();
+    let of = |name: &str, runs: &[Run]| median_run(name.to_string(), runs);
+    let mut big_runs = vec![
+        of("arrow-rs plain (no Iceberg)", &plains),
+        of("floe", &floes),
     ];
     if !skip_py {
         big_runs.push(run_child("PyIceberg", &mut py("big", &big, "py-big"))?);
@@ -460,19 +484,38 @@ pub async fn run(args: BenchArgs) -> Result<()> {
     // What the children may run on (`taskset -c 0` makes it one): their CPU time is the figure
     // a one-vCPU Lambda is billed for, their wall time depends on the cores.
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let medians = if rounds > 1 {
+        format!(", medians of {rounds} alternating rounds")
+    } else {
+        String::new()
+    };
     println!(
-        "\n## Big object: {big_mb} MiB JSON lines ({big_gz:.0} MiB gzip, {big_rows} rows), {build}, {cores} core(s)\n"
+        "\n## Big object: {big_mb} MiB JSON lines ({big_gz:.0} MiB gzip, {big_rows} rows), {build}, {cores} core(s){medians}\n"
     );
     let cpu: Column<'_> = ("CPU (s)", &|r: &Run| {
         format!("{:.2}", f(&r.out, "cpu_secs"))
     });
     print_runs_with(&big_runs, &[cpu]);
     let floe_secs = f(&big_runs[1].out, "secs");
-    let plain_secs = f(&big_runs[0].out, "secs");
+    if rounds > 1 {
+        let each: Vec<String> = plains
+            .iter()
+            .zip(&floes)
+            .zip(&cpu_ratios)
+            .map(|((p, fl), r)| {
+                format!(
+                    "{:.2} / {:.2} s ({r:.2}×)",
+                    f(&p.out, "cpu_secs"),
+                    f(&fl.out, "cpu_secs")
+                )
+            })
+            .collect();
+        println!("\nCPU per round, plain / floe: {}", each.join(", "));
+    }
     println!(
-        "\nfloe / plain arrow-rs: work time {:.2}× (target ≤ 1.25×), CPU {:.2}× (target ≤ 1.2×)",
-        floe_secs / plain_secs,
-        f(&big_runs[1].out, "cpu_secs") / f(&big_runs[0].out, "cpu_secs").max(1e-9)
+        "\nfloe / plain arrow-rs (median of the rounds' ratios): work time {:.2}× (target ≤ 1.25×), CPU {:.2}× (target ≤ 1.2×)",
+        median(time_ratios),
+        median(cpu_ratios)
     );
     if let Some(py) = big_runs.get(2) {
         println!(
@@ -501,10 +544,17 @@ pub async fn run(args: BenchArgs) -> Result<()> {
     }
 
     let small_dir = bucket.join("small");
-    let mut small_runs = vec![run_child(
-        "floe",
-        &mut child("floe-small", &small_dir, "floe-small"),
-    )?];
+    let mut small_runs = Vec::new();
+    for round in 1..=rounds {
+        let work = format!("floe-small-{round}");
+        let run = run_child("floe", &mut child("floe-small", &small_dir, &work));
+        let _ = std::fs::remove_dir_all(dir.join(&work));
+        let mut run = run?;
+        if rounds > 1 {
+            run.name = format!("floe, round {round}");
+        }
+        small_runs.push(run);
+    }
     if !skip_py {
         small_runs.push(run_child(
             "PyIceberg",
@@ -516,24 +566,37 @@ pub async fn run(args: BenchArgs) -> Result<()> {
     );
     println!("| contender | total (s) | p50 (ms) | p99 (ms) | first 30 median (ms) | last 30 median (ms) | last/first | peak RSS (MiB) | CPU per object (ms) |");
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
-    for r in &small_runs {
+    // (p50, last/first) of each floe round.
+    let mut floe_small: Vec<(f64, f64)> = Vec::new();
+    for (i, r) in small_runs.iter().enumerate() {
         let lat: Vec<f64> = r.out["latencies_ms"]
             .as_array()
             .map(|a| a.iter().filter_map(Value::as_f64).collect())
             .unwrap_or_default();
         let first = percentile(lat[..lat.len().min(30)].to_vec(), 0.5);
         let last = percentile(lat[lat.len().saturating_sub(30)..].to_vec(), 0.5);
+        let p50 = percentile(lat.clone(), 0.5);
+        if i < rounds {
+            floe_small.push((p50, last / first.max(1e-9)));
+        }
         println!(
             "| {} | {:.2} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2}× | {:.0} | {:.1} |",
             r.name,
             f(&r.out, "secs"),
-            percentile(lat.clone(), 0.5),
+            p50,
             percentile(lat.clone(), 0.99),
             first,
             last,
             last / first.max(1e-9),
             f(&r.out, "rss_mb"),
             f(&r.out, "cpu_secs") * 1e3 / lat.len().max(1) as f64
+        );
+    }
+    if rounds > 1 {
+        println!(
+            "\nfloe, median of the {rounds} rounds: p50 {:.1} ms, last/first {:.2}×",
+            median(floe_small.iter().map(|r| r.0).collect()),
+            median(floe_small.iter().map(|r| r.1).collect())
         );
     }
     println!("\ntargets (floe): p50 ≤ 10 ms, last 30 / first 30 ≤ 1.5×");

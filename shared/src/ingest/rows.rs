@@ -7,8 +7,12 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, RecordBatch, StringArray, TimestampMicrosecondArray};
-use arrow_schema::{DataType, SchemaRef, TimeUnit};
+use arrow::array::{
+    Array, ArrayRef, DictionaryArray, Int32Array, RecordBatch, StringArray,
+    TimestampMicrosecondArray,
+};
+use arrow::datatypes::Int32Type;
+use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use chrono::{DateTime, Utc};
 use iceberg::arrow::schema_to_arrow_schema;
 use iceberg::spec::{DataFile, PrimitiveType};
@@ -157,6 +161,7 @@ pub(super) async fn write_object(
             .map_err(|e| Error::iceberg(format!("schema of {}", tctx.ident), e))?,
     );
     let decode_schema = schema::decode_schema(&arrow_schema);
+    let written_schema = written_schema(table, &arrow_schema);
     let held = crate::evolve::held_by_partitions(table.metadata());
     let mut required: Vec<String> = iceberg_schema
         .as_struct()
@@ -262,7 +267,7 @@ pub(super) async fn write_object(
                     event_time_stats(batch.column(idx), ingested_us, late_us, &mut w);
                 }
                 let full = match crate::protect::protect(&batch, &tctx.cfg, hash_key)
-                    .and_then(|b| with_floe_columns(&b, &arrow_schema, ingested_us, source_id))
+                    .and_then(|b| with_floe_columns(&b, &written_schema, ingested_us, source_id))
                 {
                     Ok(b) => b,
                     Err(e) => {
@@ -398,8 +403,48 @@ fn event_time_stats(col: &ArrayRef, ingested_us: i64, late_us: i64, w: &mut Writ
     }
 }
 
+/// The schema an object's batches are written with: the table's (`arrow_schema`), `_source` as
+/// a dictionary of one value. Every row of an object carries the same identity; as a plain
+/// string column each batch copied it once per row, and Parquet's writer then hashed and
+/// compared each copy (~6 % of ingesting a big object on one core, spread over memory). The
+/// file is the same: Parquet's dictionary encoding, the column's own type (the file's schema
+/// comes from the table's, not from the batch). A table partitioned by `_source` keeps the
+/// plain column, which partition transforms read.
+fn written_schema(table: &Table, arrow_schema: &SchemaRef) -> SchemaRef {
+    let md = table.metadata();
+    let partitioned_by_source = md.current_schema().field_by_name(SOURCE).is_some_and(|f| {
+        md.default_partition_spec()
+            .fields()
+            .iter()
+            .any(|p| p.source_id == f.id)
+    });
+    if partitioned_by_source {
+        return arrow_schema.clone();
+    }
+    let fields: Vec<Arc<Field>> = arrow_schema
+        .fields()
+        .iter()
+        .map(|f| match f.data_type() {
+            DataType::Utf8 if f.name() == SOURCE => Arc::new(
+                Field::new(
+                    f.name(),
+                    DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8)),
+                    f.is_nullable(),
+                )
+                .with_metadata(f.metadata().clone()),
+            ),
+            _ => f.clone(),
+        })
+        .collect();
+    Arc::new(Schema::new_with_metadata(
+        fields,
+        arrow_schema.metadata().clone(),
+    ))
+}
+
 /// Adds `_ingested_at` and `_source` (the object's identity `s3://bucket/key#version`, the
-/// durable duplicate check's key) and puts the columns in the table's order and types.
+/// durable duplicate check's key) and puts the columns in the table's order and types
+/// (`target`, from [`written_schema`]).
 fn with_floe_columns(
     batch: &RecordBatch,
     target: &SchemaRef,
@@ -416,7 +461,22 @@ fn with_floe_columns(
             };
             Arc::new(TimestampMicrosecondArray::from_value(ingested_us, n).with_timezone_opt(tz))
         } else if f.name() == SOURCE {
-            Arc::new(StringArray::from_iter_values(std::iter::repeat_n(uri, n)))
+            if matches!(f.data_type(), DataType::Dictionary(..)) {
+                let one = DictionaryArray::<Int32Type>::try_new(
+                    Int32Array::from_value(0, n),
+                    Arc::new(StringArray::from_iter_values([uri])),
+                )
+                .map_err(|e| {
+                    Error::new(
+                        ErrorKind::Internal,
+                        format!("the `{SOURCE}` column of {uri}"),
+                    )
+                    .with_source(e)
+                })?;
+                Arc::new(one)
+            } else {
+                Arc::new(StringArray::from_iter_values(std::iter::repeat_n(uri, n)))
+            }
         } else if f.name() == QUALITY && batch.column_by_name(QUALITY).is_none() {
             // The table flags (or once did) but this contract has no flag check: none failed.
             arrow::array::new_null_array(f.data_type(), n)
@@ -587,6 +647,109 @@ mod tests {
         for line in written.lines() {
             let v: serde_json::Value = serde_json::from_str(line).unwrap();
             assert_eq!(v["reason"], format!("bad; {note}"));
+        }
+    }
+
+    /// An in-memory table of (id long, _ingested_at timestamptz, _source string), partitioned
+    /// by `partition` (a partition spec's fields, JSON).
+    fn source_table(partition: serde_json::Value) -> Table {
+        use iceberg::spec::TableMetadata;
+        let md: TableMetadata = serde_json::from_value(json!({
+            "format-version": 2, "table-uuid": "9c12d441-03fe-4693-9a96-a0705ddf69c3",
+            "location": "memory:///w/src", "last-sequence-number": 0, "last-updated-ms": 1000,
+            "last-column-id": 3, "current-schema-id": 0,
+            "schemas": [{"type": "struct", "schema-id": 0, "fields": [
+                {"id": 1, "name": "id", "required": false, "type": "long"},
+                {"id": 2, "name": INGESTED_AT, "required": false, "type": "timestamptz"},
+                {"id": 3, "name": SOURCE, "required": false, "type": "string"}]}],
+            "default-spec-id": 0, "partition-specs": [{"spec-id": 0, "fields": partition}],
+            "last-partition-id": 1000, "default-sort-order-id": 0,
+            "sort-orders": [{"order-id": 0, "fields": []}],
+            "properties": {}, "snapshots": [], "snapshot-log": [], "metadata-log": [],
+            "refs": {}
+        }))
+        .unwrap();
+        Table::builder()
+            .metadata(md)
+            .metadata_location("memory:///w/src/metadata/00000-x.metadata.json".to_string())
+            .identifier(iceberg::TableIdent::from_strs(["floe", "src"]).unwrap())
+            .file_io(iceberg::io::FileIO::new_with_memory())
+            .runtime(iceberg::Runtime::try_current().unwrap())
+            .build()
+            .unwrap()
+    }
+
+    /// `_source` is written from a one-value dictionary, yet the file is what a plain column
+    /// makes: a string column (as the table's schema and any reader have it) holding the
+    /// object's identity in every row, with exact bounds for the duplicate check; a table
+    /// partitioned by `_source` gets the plain column its partition transform reads.
+    #[tokio::test]
+    async fn every_row_carries_the_object_identity_as_a_plain_string_column() {
+        use arrow::array::{AsArray, Int64Array};
+        use iceberg::spec::Datum;
+        let uri = "s3://landing/orders/2026/12/07/part-0001.json.gz#3HL4kqtJlcpXroDTDmJ";
+        for (partition, dictionary) in [
+            (json!([]), true),
+            (
+                json!([{"source-id": 3, "field-id": 1000, "name": "src", "transform": "identity"}]),
+                false,
+            ),
+        ] {
+            let t = source_table(partition);
+            let arrow = Arc::new(schema_to_arrow_schema(t.metadata().current_schema()).unwrap());
+            let target = written_schema(&t, &arrow);
+            assert_eq!(
+                matches!(
+                    target.field_with_name(SOURCE).unwrap().data_type(),
+                    DataType::Dictionary(..)
+                ),
+                dictionary
+            );
+            let mut sink = build_sink(&t, 1 << 30, "w").unwrap();
+            let n = 20_000;
+            for start in [0, n] {
+                let ids = Int64Array::from_iter_values(start..start + n);
+                let decoded =
+                    RecordBatch::try_from_iter([("id", Arc::new(ids) as ArrayRef)]).unwrap();
+                let full =
+                    with_floe_columns(&decoded, &target, 1_765_000_000_000_000, uri).unwrap();
+                sink.write(full).await.unwrap();
+            }
+            let files = sink.close().await.unwrap();
+            assert_eq!(files.len(), 1);
+            let f = &files[0];
+            assert_eq!(f.record_count(), 2 * n as u64);
+            let exact = Datum::string(uri);
+            assert_eq!(f.lower_bounds().get(&3), Some(&exact));
+            assert_eq!(f.upper_bounds().get(&3), Some(&exact));
+            let bytes = t
+                .file_io()
+                .new_input(f.file_path())
+                .unwrap()
+                .read()
+                .await
+                .unwrap();
+            let reader =
+                parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(bytes)
+                    .unwrap();
+            let column = reader.metadata().row_group(0).column(2);
+            assert_eq!(column.column_path().string(), SOURCE);
+            assert!(
+                column
+                    .encodings()
+                    .any(|e| e == parquet::basic::Encoding::RLE_DICTIONARY),
+                "{:?}",
+                column.encodings().collect::<Vec<_>>()
+            );
+            let mut rows = 0;
+            for b in reader.build().unwrap() {
+                let b = b.unwrap();
+                let c = b.column_by_name(SOURCE).unwrap();
+                assert_eq!(c.data_type(), &DataType::Utf8, "as the table has it");
+                assert!(c.as_string::<i32>().iter().all(|v| v == Some(uri)));
+                rows += b.num_rows();
+            }
+            assert_eq!(rows, 2 * n as usize);
         }
     }
 }
