@@ -60,7 +60,11 @@ pub(crate) fn walk(
         }
         match snap.parent_snapshot_id() {
             // The first snapshot of the table: the whole history was seen.
-            None => return Walk::Absent,
+            None if is_first_commit(metadata, snap) => return Walk::Absent,
+            // A snapshot without a parent that is not the table's first: its ancestors were
+            // expired by a writer that clears the parent of what it keeps (PyIceberg, and
+            // REST catalogs built on it), or another engine replaced the table.
+            None => return Walk::Unknown,
             Some(p) if Some(p) == proven => return Walk::Absent,
             Some(p) => match metadata.snapshot_by_id(p) {
                 Some(parent) => current = Some(parent),
@@ -70,6 +74,17 @@ pub(crate) fn walk(
         }
     }
     Walk::Absent
+}
+
+/// Whether `snap`, a snapshot of main without a parent, is the table's first commit, so that
+/// nothing older was ever committed. Iceberg Java and iceberg-rust keep a snapshot's parent id
+/// when they expire the parent (the walk then meets a missing snapshot: expired history), but
+/// PyIceberg clears the parent id of every snapshot it keeps, which made a table's oldest
+/// retained snapshot read as its first and a redelivered object committed long ago as never
+/// seen. In format v2 and later the first commit has sequence number 1; a v1 table carries no
+/// sequence numbers, so there a snapshot without a parent proves nothing.
+fn is_first_commit(metadata: &TableMetadata, snap: &iceberg::spec::Snapshot) -> bool {
+    metadata.format_version() != iceberg::spec::FormatVersion::V1 && snap.sequence_number() == 1
 }
 
 /// One object [`walk_all`] looks for: its identity, its age bound and its proven snapshot (as
@@ -125,7 +140,14 @@ pub(crate) fn walk_all(metadata: &TableMetadata, sought: &[Sought<'_>]) -> Vec<W
         }
         current = match snap.parent_snapshot_id() {
             // The first snapshot of the table: the whole history was seen.
-            None => None,
+            None if is_first_commit(metadata, snap) => None,
+            // Its ancestors expired, their parent links cleared (see `walk`).
+            None => {
+                for k in 0..sought.len() {
+                    decide(k, Walk::Unknown, &mut out);
+                }
+                None
+            }
             Some(p) => {
                 for (k, s) in sought.iter().enumerate() {
                     if s.proven == Some(p) {
@@ -281,7 +303,7 @@ mod tests {
             .iter()
             .map(|(id, parent, ts, obj)| {
                 let mut s = serde_json::json!({
-                    "snapshot-id": id, "timestamp-ms": ts, "sequence-number": 1,
+                    "snapshot-id": id, "timestamp-ms": ts, "sequence-number": id,
                     "manifest-list": format!("s3://b/t/metadata/snap-{id}.avro"),
                     "summary": {"operation": "append",
                         SUMMARY_SOURCE_OBJECTS: serde_json::to_string(&[obj]).unwrap()},
@@ -294,9 +316,10 @@ mod tests {
             })
             .collect();
         let current = snaps.last().map(|s| s.0).unwrap_or(-1);
+        let last_sequence = snaps.iter().map(|s| s.0).max().unwrap_or(0);
         serde_json::from_value(serde_json::json!({
             "format-version": 2, "table-uuid": "9c12d441-03fe-4693-9a96-a0705ddf69c1",
-            "location": "s3://b/t", "last-sequence-number": 1, "last-updated-ms": 1,
+            "location": "s3://b/t", "last-sequence-number": last_sequence, "last-updated-ms": 1,
             "last-column-id": 1, "current-schema-id": 0,
             "schemas": [{"type": "struct", "schema-id": 0, "fields": [
                 {"id": 1, "name": "x", "required": false, "type": "string"}]}],
@@ -336,6 +359,13 @@ mod tests {
             "parent proven"
         );
         assert!(matches!(walk(&expired, "b", 50, None), Walk::Found(f) if f.snapshot_id == 2));
+        // 1 expired by PyIceberg, which clears the parent of what it keeps: 2 has none, yet it
+        // is not the table's first commit (sequence number 2).
+        let cleared = metadata(&[(2, None, 200, "b"), (3, Some(2), 300, "c")]);
+        assert_eq!(walk(&cleared, "a", 50, None), Walk::Unknown);
+        assert_eq!(walk(&cleared, "a", 250, None), Walk::Absent);
+        assert_eq!(walk(&cleared, "a", 50, Some(2)), Walk::Absent, "proven");
+        assert!(matches!(walk(&cleared, "b", 50, None), Walk::Found(f) if f.snapshot_id == 2));
     }
 
     #[test]
@@ -346,6 +376,7 @@ mod tests {
             (3, Some(2), 300, "c"),
         ]);
         let expired = metadata(&[(2, Some(1), 200, "b"), (3, Some(2), 300, "c")]);
+        let cleared = metadata(&[(2, None, 200, "b"), (3, Some(2), 300, "c")]);
         let mut sought = Vec::new();
         for id in ["a", "b", "c", "z"] {
             for not_before_ms in [50, 150, 250, 350] {
@@ -358,7 +389,7 @@ mod tests {
                 }
             }
         }
-        for md in [&full, &expired] {
+        for md in [&full, &expired, &cleared] {
             let each: Vec<Walk> = sought
                 .iter()
                 .map(|s| walk(md, s.id, s.not_before_ms, s.proven))
