@@ -349,6 +349,44 @@ async fn a_latest_pipeline_names_the_key_its_sql_does_not_output() {
     );
 }
 
+/// A latest pipeline's SQL runs over each run's delta and, for `reconcile` and a refresh, over
+/// the whole source: only a row-wise SQL gives the same per key both ways. A `GROUP BY` over
+/// the delta kept the last delta's count per key (the run succeeded); it is now refused by its
+/// first run, naming why, and nothing is committed.
+#[tokio::test]
+async fn a_latest_pipeline_whose_sql_is_not_row_wise_is_refused() {
+    let sql = "SELECT customer_id, order_id, status, amount, region, event_time\nFROM source\n";
+    assert!(
+        pipeline().contains(sql),
+        "the sample latest pipeline's SQL changed"
+    );
+    let grouped = pipeline().replace(
+        sql,
+        "SELECT customer_id, max(order_id) AS order_id, max(status) AS status, \
+         sum(amount) AS amount, max(region) AS region, max(event_time) AS event_time\n\
+         FROM source GROUP BY customer_id\n",
+    );
+    let env = TestEnv::with_pipelines("sqlite", &grouped).await;
+    let ingestor = env.ingestor().await;
+    let base = Utc::now();
+    env.put("orders/x.jsonl", version(base, 1, "o", "placed", 0))
+        .await;
+    env.ingest(&ingestor, "orders/x.jsonl").await.unwrap();
+    let p = env.processor().await;
+    let e = p.run(LATEST, soon()).await.unwrap_err();
+    assert_eq!(e.kind(), floe::ErrorKind::Config, "{e}");
+    assert!(
+        e.to_string().contains("row-wise") && e.to_string().contains("Aggregate"),
+        "{e}"
+    );
+    let sink = floe::catalog::table_ident(&env.config, LATEST).unwrap();
+    let committed = match ingestor.catalog().load_table(&sink).await {
+        Ok(t) => t.metadata().current_snapshot().is_some(),
+        Err(_) => false,
+    };
+    assert!(!committed, "nothing committed to the sink");
+}
+
 /// `n` versions over `keys` customers, statuses (a quarter cancelled) and times drawn from
 /// `seed`, times spread over an hour (so later objects hold older versions too).
 pub(crate) fn random_versions(n: usize, keys: u64, seed: u64) -> Vec<(i64, String, String, i64)> {
@@ -1112,7 +1150,7 @@ async fn tombstones_of_a_recreated_source_are_not_applied_to_a_new_sink() {
 fn chained() -> String {
     format!(
         "{}\n[[pipelines]]\nname = \"latest_copy\"\nsource = \"orders\"\nsink = \"latest_copy\"\n\
-         mode = \"append\"\njoins = [\"{LATEST}\"]\nsql = \"\"\"\nSELECT DISTINCT c.customer_id, \
+         mode = \"append\"\njoins = [\"{LATEST}\"]\nsql = \"\"\"\nSELECT c.customer_id, \
          c.order_id, c.status FROM source o JOIN {LATEST} c ON o.customer_id = c.customer_id\n\"\"\"\n",
         pipeline()
     )
@@ -1279,7 +1317,9 @@ async fn a_latest_run_merges_on_read_and_every_reader_applies_its_position_delet
                 .collect()
         })
         .collect();
+    // One copy per source row of a live key (an append pipeline's SQL is row-wise: no DISTINCT).
     copied.sort();
+    copied.dedup();
     assert_eq!(
         copied,
         m.live(),

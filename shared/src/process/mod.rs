@@ -42,6 +42,7 @@ mod processor;
 mod reconcile;
 mod refresh;
 mod retract;
+mod row_wise;
 pub(crate) mod transform;
 mod trigger;
 mod upsert;

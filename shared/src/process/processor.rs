@@ -625,6 +625,20 @@ impl Processor {
         if p.mode == PipelineMode::Latest {
             Latest::new(p, &out)?;
         }
+        if matches!(p.mode, PipelineMode::Append | PipelineMode::Latest) {
+            let (schema, _) = self.batch_input(p, source, None, true).await?;
+            let (plan, _) =
+                transform::logical_plan(&p.sql, schema, &joined.relations, &context).await?;
+            if let Err(why) = super::row_wise::check(&plan) {
+                return Err(Error::new(
+                    ErrorKind::Config,
+                    format!(
+                        "{context}: a `{}` pipeline's SQL must be row-wise over `source` (filter, project, enrich: each output row from one source row), so that runs over deltas and the batch over the whole source agree; {why}",
+                        if p.mode == PipelineMode::Latest { "mode = \"latest\"" } else { "mode = \"append\"" }
+                    ),
+                ));
+            }
+        }
         let merge = match p.mode {
             PipelineMode::Aggregate if !p.merge => {
                 tracing::info!(pipeline = %p.name, strategy = "recompute", reason = "merge = false", "aggregate windows are recomputed from the source");
