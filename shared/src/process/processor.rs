@@ -771,7 +771,21 @@ impl Processor {
                 (added, removed, schema)
             }
             PipelineMode::Latest => {
-                let retraction = super::retract::Retraction::of(&delta, rebuild_by);
+                let mut retraction = super::retract::Retraction::of(&delta, rebuild_by);
+                // Tombstones without a checkpoint: a first run committed them and stopped
+                // before its sink commit. They were read at a source state this run may not
+                // see (corrected since, with no row change in a first run's plan of the current
+                // state), so the batch decides every bucket instead of trusting them.
+                if pos.checkpoint.is_none()
+                    && pos
+                        .tombstones
+                        .as_ref()
+                        .is_some_and(|t| summary::total(t.metadata(), "total-records") > 0)
+                {
+                    retraction.rebuild_all(
+                        "tombstones without a checkpoint: a first run's that stopped before its sink commit",
+                    );
+                }
                 match Box::pin(self.upsert_latest(
                     p,
                     &pos,

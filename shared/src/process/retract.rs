@@ -57,6 +57,8 @@ pub(super) struct Retraction {
     /// Files another engine's position deletes deleted rows from, with those rows' positions.
     deleted: Vec<(LiveFile, Vec<i64>)>,
     unknown: bool,
+    /// Why every bucket is rebuilt whatever the row changes (see [`Retraction::rebuild_all`]).
+    all_because: Option<&'static str>,
     /// When the rebuild must have read the source (checked between chunks).
     by: Instant,
 }
@@ -83,7 +85,14 @@ impl Retraction {
                 .map(|(f, positions)| (LiveFile::new(f.file.clone(), f.spec_id), positions.clone()))
                 .collect(),
             unknown: delta.removed_unknown,
+            all_because: None,
         }
+    }
+
+    /// Every bucket rebuilt from the source, as a refresh does, whatever the delta's row
+    /// changes, for `why`.
+    pub(super) fn rebuild_all(&mut self, why: &'static str) {
+        self.all_because = Some(why);
     }
 }
 
@@ -166,7 +175,7 @@ impl Processor {
         r: &Retraction,
         report: &mut RunReport,
     ) -> Result<Option<Rebuilt>> {
-        if r.snapshots == 0 {
+        if r.snapshots == 0 && r.all_because.is_none() {
             return Ok(None);
         }
         // Position deletes are applied by every floe read; equality deletes are not read.
@@ -342,6 +351,11 @@ async fn affected(
     context: &str,
     report: &mut RunReport,
 ) -> Result<Affected> {
+    if let Some(why) = r.all_because {
+        tracing::warn!(pipeline = %p.name, source = %pos.source.identifier(), why,
+            "rebuilding every bucket from the source");
+        return Ok(Affected::All);
+    }
     if r.unknown {
         tracing::warn!(source = %pos.source.identifier(),
             "a row change's removed files are not all in its manifests: rebuilding every bucket");

@@ -541,7 +541,8 @@ async fn refuse_delete_files(p: &PipelineConfig, table: &Table) -> Result<()> {
 /// For a sink without a checkpoint on the source: `Stale` when the tombstone table holds
 /// tombstones not read from this source (the source was re-created: their sequence numbers and
 /// deletes belong to another table). Tombstones of this source (a first run that committed its
-/// tombstones, then crashed before the sink commit) are facts of it and apply.
+/// tombstones, then crashed before the sink commit) may apply: such a run rebuilds every bucket
+/// from the source (processor.rs), since a correction since then shows in no row change.
 fn refuse_foreign_tombstones(p: &PipelineConfig, table: &Table, source_uuid: &str) -> Result<()> {
     let md = table.metadata();
     if summary::total(md, "total-records") == 0 {
