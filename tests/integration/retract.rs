@@ -142,6 +142,11 @@ async fn a_first_runs_orphaned_tombstones_do_not_outlive_a_correction() {
     let m = model_of(kept.iter().copied());
     let r = p.run(LATEST, soon()).await.unwrap();
     assert!(r.sink_snapshot.is_some(), "{r:?}");
+    assert_eq!(
+        r.delta_files_read, 0,
+        "the rebuild read the source once, the delta not again: {r:?}"
+    );
+    assert!(r.recompute_files_read > 0, "{r:?}");
     let rows = sink_rows(&env);
     assert_eq!(rows, m.live(), "c2 back at its surviving version");
     assert!(rows.contains(&row("2", "o2", "placed")), "{rows:?}");

@@ -110,6 +110,11 @@ pub(super) struct Rebuilt {
 }
 
 impl Rebuilt {
+    /// Whether every bucket is rebuilt (the delta need not be read).
+    pub(super) fn covers_all(&self) -> bool {
+        matches!(self.affected, Affected::All)
+    }
+
     /// Whether `bucket` is rebuilt (the delta's merge leaves it alone).
     pub(super) fn covers(&self, bucket: &Bucket) -> bool {
         match &self.affected {

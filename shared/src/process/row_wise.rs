@@ -19,7 +19,40 @@ pub(crate) fn check(plan: &LogicalPlan) -> std::result::Result<(), String> {
     if !reads_source(plan) {
         return Err("the SQL does not read `source`".into());
     }
-    over_source(plan)
+    over_source(plan)?;
+    stable_everywhere(plan)
+}
+
+/// No function that is not immutable anywhere in `plan`, joined tables and subqueries included:
+/// `now()` in a subquery or a one-row derived table filters or enriches each run's rows by that
+/// run's clock just the same.
+fn stable_everywhere(plan: &LogicalPlan) -> std::result::Result<(), String> {
+    let mut bad: Option<String> = None;
+    let walked = plan.apply_with_subqueries(|node| {
+        for e in node.expressions() {
+            e.apply(|e| {
+                if let Expr::ScalarFunction(f) = e {
+                    if f.func.signature().volatility != Volatility::Immutable {
+                        bad = Some(format!(
+                            "`{}`: a function that is not immutable (volatile or stable, as now())",
+                            e.schema_name()
+                        ));
+                        return Ok(TreeNodeRecursion::Stop);
+                    }
+                }
+                Ok(TreeNodeRecursion::Continue)
+            })?;
+            if bad.is_some() {
+                return Ok(TreeNodeRecursion::Stop);
+            }
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    match (bad, walked) {
+        (Some(why), _) => Err(why),
+        (None, Err(e)) => Err(format!("the plan could not be checked: {e}")),
+        (None, Ok(_)) => Ok(()),
+    }
 }
 
 /// Whether `plan`, its subqueries included, reads `source`.
@@ -208,6 +241,9 @@ mod tests {
             ("SELECT customer_id, row_number() OVER (PARTITION BY customer_id ORDER BY event_time) AS n FROM source", "Window"),
             ("SELECT * FROM source LIMIT 10", "Limit"),
             ("SELECT * FROM source WHERE event_time > now() - INTERVAL '30 days'", "not immutable"),
+            ("SELECT * FROM source WHERE event_time > (SELECT now() - INTERVAL '30 days')", "not immutable"),
+            ("SELECT s.*, n.t FROM source s CROSS JOIN (SELECT now() AS t) n", "not immutable"),
+            ("SELECT s.customer_id, c.segment FROM source s JOIN (SELECT * FROM customers WHERE random() < 0.5) c ON s.customer_id = c.customer_id", "not immutable"),
             ("SELECT a.customer_id FROM source a JOIN source b ON a.customer_id = b.customer_id", "itself"),
             ("SELECT s.customer_id, c.segment FROM source s FULL JOIN customers c ON s.customer_id = c.customer_id", "unmatched"),
             ("SELECT c.segment FROM customers c LEFT JOIN source s ON s.customer_id = c.customer_id", "unmatched"),

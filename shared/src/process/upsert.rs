@@ -133,7 +133,13 @@ impl Processor {
         let context = format!("pipeline `{}` over `{}`", p.name, p.source);
         let t0 = Instant::now();
         let mut reduced: Vec<RecordBatch> = Vec::new();
-        for chunk in input::chunks(files) {
+        // A rebuild of every bucket is the batch over the whole source: the delta's rows would
+        // all be left to it (a first run's delta is the whole source again).
+        let delta_files = match &rebuilt {
+            Some(r) if r.covers_all() => &[][..],
+            _ => files,
+        };
+        for chunk in input::chunks(delta_files) {
             let t1 = Instant::now();
             let (schema, rows, cost) = input::read_rows_costed(&pos.source, chunk).await?;
             report.delta_files_read += cost.files;
