@@ -659,19 +659,34 @@ pub(crate) async fn read_position_deletes(
     Ok(out)
 }
 
+/// An in-memory table of `metadata` (JSON), named by the last segment of its location (tests).
+#[cfg(test)]
+pub(crate) fn memory_table(metadata: serde_json::Value) -> Table {
+    let md: iceberg::spec::TableMetadata = serde_json::from_value(metadata).unwrap();
+    let name = md.location().rsplit('/').next().unwrap_or("t").to_string();
+    let location = format!("{}/metadata/00000-x.metadata.json", md.location());
+    Table::builder()
+        .metadata(md)
+        .metadata_location(location)
+        .identifier(iceberg::TableIdent::from_strs(["floe", name.as_str()]).unwrap())
+        .file_io(iceberg::io::FileIO::new_with_memory())
+        .runtime(iceberg::Runtime::try_current().unwrap())
+        .build()
+        .unwrap()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use arrow::array::{Int64Array, TimestampMicrosecondArray};
-    use iceberg::spec::{Literal, TableMetadata};
-    use iceberg::TableIdent;
+    use iceberg::spec::Literal;
     use std::sync::Arc;
 
     const DAY_US: i64 = 86_400_000_000;
 
     /// An empty table of (id long, ts timestamptz) partitioned by day(ts), in memory.
     fn table() -> Table {
-        let md: TableMetadata = serde_json::from_value(serde_json::json!({
+        memory_table(serde_json::json!({
             "format-version": 2, "table-uuid": "9c12d441-03fe-4693-9a96-a0705ddf69c1",
             "location": "memory:///w/t", "last-sequence-number": 0, "last-updated-ms": 1000,
             "last-column-id": 2, "current-schema-id": 0,
@@ -685,15 +700,6 @@ mod tests {
             "properties": {}, "snapshots": [], "snapshot-log": [], "metadata-log": [],
             "refs": {}
         }))
-        .unwrap();
-        Table::builder()
-            .metadata(md)
-            .metadata_location("memory:///w/t/metadata/00000-x.metadata.json".to_string())
-            .identifier(TableIdent::from_strs(["floe", "t"]).unwrap())
-            .file_io(iceberg::io::FileIO::new_with_memory())
-            .runtime(iceberg::Runtime::try_current().unwrap())
-            .build()
-            .unwrap()
     }
 
     fn batch(table: &Table, ts: Vec<Option<i64>>) -> RecordBatch {
@@ -737,7 +743,7 @@ mod tests {
     async fn bounds_cover_every_row_when_a_row_group_has_a_value_too_long_for_exact_statistics() {
         use arrow::array::StringArray;
         use iceberg::spec::{Datum, PrimitiveLiteral};
-        let md: TableMetadata = serde_json::from_value(serde_json::json!({
+        let t = memory_table(serde_json::json!({
             "format-version": 2, "table-uuid": "9c12d441-03fe-4693-9a96-a0705ddf69c2",
             "location": "memory:///w/s", "last-sequence-number": 0, "last-updated-ms": 1000,
             "last-column-id": 2, "current-schema-id": 0,
@@ -749,16 +755,7 @@ mod tests {
             "sort-orders": [{"order-id": 0, "fields": []}],
             "properties": {}, "snapshots": [], "snapshot-log": [], "metadata-log": [],
             "refs": {}
-        }))
-        .unwrap();
-        let t = Table::builder()
-            .metadata(md)
-            .metadata_location("memory:///w/s/metadata/00000-x.metadata.json".to_string())
-            .identifier(TableIdent::from_strs(["floe", "s"]).unwrap())
-            .file_io(iceberg::io::FileIO::new_with_memory())
-            .runtime(iceberg::Runtime::try_current().unwrap())
-            .build()
-            .unwrap();
+        }));
         let schema = Arc::new(
             iceberg::arrow::schema_to_arrow_schema(t.metadata().current_schema()).unwrap(),
         );

@@ -5,7 +5,7 @@
 
 use floe::process::Processor;
 
-use crate::faults::{faulty, faulty_on, Fault};
+use crate::faults::{faulty, faulty_on, race_before_swap, Fault, Race};
 use crate::harness::TestEnv;
 use crate::latest::{
     assert_reconciled, commit_row_deletes, ingest, ingest_random, pipeline, random_versions,
@@ -158,6 +158,37 @@ async fn a_first_runs_orphaned_tombstones_do_not_outlive_a_correction() {
     assert_reconciled(&p, "after the correction").await;
     let c: [Version; 2] = [(2, "o2", "paid", 5), (1, "o1", "paid", 50)];
     no_commit_then_later_versions_merge(&env, &ingestor, &p, base, m, &c).await;
+}
+
+/// Two first runs overlap (review helper-45): one that read the source before a correction
+/// commits its tombstones after the other read the (empty) tombstone table; the other's sink
+/// commit then set the checkpoint over them, and no later run would ever rebuild. A first
+/// run's tombstone commit is now guarded on the version it read: here another first run's
+/// tombstones land (and its sink commit crashes) right before this run's tombstone swap, so
+/// this run re-plans and, finding tombstones without a checkpoint, rebuilds every bucket.
+#[tokio::test]
+async fn a_first_runs_tombstone_commit_yields_to_tombstones_that_landed_meanwhile() {
+    let (env, ingestor, _, base, mut m) = setup("sqlite", &pipeline(), 2).await;
+    ingest(&env, &ingestor, "orders/a.jsonl", base, &mut m, &A).await;
+    ingest(&env, &ingestor, "orders/b.jsonl", base, &mut m, &B).await;
+    let other = env
+        .processor_with(faulty_on(LATEST, Fault::AfterMetadata))
+        .await;
+    let race: Race = Box::new(move || {
+        Box::pin(async move {
+            let e = other.run(LATEST, soon()).await.unwrap_err();
+            assert!(e.to_string().contains("injected crash"), "{e}");
+        })
+    });
+    let p = env.processor_with(race_before_swap(race)).await;
+    let r = p.run(LATEST, soon()).await.unwrap();
+    assert!(
+        r.replans >= 1 && r.buckets_rebuilt > 0 && r.sink_snapshot.is_some(),
+        "re-planned and rebuilt: {r:?}"
+    );
+    assert_eq!(sink_rows(&env), m.live());
+    assert_eq!(env.pyiceberg_rows(TOMBSTONES)["rows"], 1, "c2's tombstone");
+    assert_reconciled(&p, "after overlapping first runs").await;
 }
 
 #[tokio::test]

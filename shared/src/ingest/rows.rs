@@ -653,8 +653,7 @@ mod tests {
     /// An in-memory table of (id long, _ingested_at timestamptz, _source string), partitioned
     /// by `partition` (a partition spec's fields, JSON).
     fn source_table(partition: serde_json::Value) -> Table {
-        use iceberg::spec::TableMetadata;
-        let md: TableMetadata = serde_json::from_value(json!({
+        crate::write::memory_table(json!({
             "format-version": 2, "table-uuid": "9c12d441-03fe-4693-9a96-a0705ddf69c3",
             "location": "memory:///w/src", "last-sequence-number": 0, "last-updated-ms": 1000,
             "last-column-id": 3, "current-schema-id": 0,
@@ -668,15 +667,6 @@ mod tests {
             "properties": {}, "snapshots": [], "snapshot-log": [], "metadata-log": [],
             "refs": {}
         }))
-        .unwrap();
-        Table::builder()
-            .metadata(md)
-            .metadata_location("memory:///w/src/metadata/00000-x.metadata.json".to_string())
-            .identifier(iceberg::TableIdent::from_strs(["floe", "src"]).unwrap())
-            .file_io(iceberg::io::FileIO::new_with_memory())
-            .runtime(iceberg::Runtime::try_current().unwrap())
-            .build()
-            .unwrap()
     }
 
     /// `_source` is written from a one-value dictionary, yet the file is what a plain column

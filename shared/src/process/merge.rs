@@ -29,6 +29,7 @@ use arrow_schema::{DataType, SchemaRef, TimeUnit};
 use datafusion::common::tree_node::TreeNode;
 use datafusion::logical_expr::{Expr, LogicalPlan, Volatility};
 
+use super::row_wise::node_name;
 use super::transform::{self, Relation, WINDOW_START};
 use crate::config::{PipelineConfig, RowChange, Start};
 use crate::error::{Error, ErrorKind, Result};
@@ -183,15 +184,6 @@ fn strip_alias(e: &Expr) -> &Expr {
         Expr::Alias(a) => strip_alias(&a.expr),
         e => e,
     }
-}
-
-fn node_name(p: &LogicalPlan) -> String {
-    p.display()
-        .to_string()
-        .split(':')
-        .next()
-        .unwrap_or_default()
-        .to_string()
 }
 
 fn role_of(e: &Expr, name: &str) -> std::result::Result<Role, String> {

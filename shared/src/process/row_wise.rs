@@ -173,7 +173,8 @@ fn per_row(expr: &Expr) -> std::result::Result<(), String> {
     }
 }
 
-fn node_name(p: &LogicalPlan) -> String {
+/// A plan node's name (`Aggregate`, `Window`, …) for messages.
+pub(super) fn node_name(p: &LogicalPlan) -> String {
     p.display()
         .to_string()
         .split(':')

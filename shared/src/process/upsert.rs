@@ -36,6 +36,13 @@
 //! its own, a rebuild whose buckets' tombstones did not change would leave no mark, B's false
 //! tombstone would land after it, and the next merge of its bucket would delete the key. The
 //! sink commits need no more: both start from the same checkpoint, and the loser re-plans.
+//!
+//! A first run (no checkpoint yet) makes that commit too, guarded on the tombstone version it
+//! read: two first runs may overlap, one having read the source before a correction; were its
+//! tombstones to land beside the other's commit, the other's sink commit would set the
+//! checkpoint over facts the source took back, and no later run would rebuild their buckets.
+//! Refused, the run re-plans and, finding tombstones without a checkpoint, rebuilds every
+//! bucket (processor.rs).
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Instant;
@@ -317,8 +324,15 @@ impl Processor {
             tomb_removed.extend(w.tomb_removed);
             tomb_schema = tomb_schema.or(w.tomb_schema);
         }
+        // A first run's too (no checkpoint yet), guarded on the tombstone version it read:
+        // another first run may have read the source before a correction and committed its
+        // tombstones after this run read the (empty) table. Landing beside them would set the
+        // checkpoint over facts the source took back; refused, this run re-plans and, finding
+        // tombstones without a checkpoint, rebuilds every bucket from the source.
+        let first = pos.checkpoint.is_none();
         if let Some(t) = &pos.tombstones {
             if rebuilding
+                || first
                 || !(tomb_added.is_empty() && tomb_removed.is_empty() && tomb_deletes.is_empty())
             {
                 let mut change = tombstone_change(
@@ -336,12 +350,17 @@ impl Processor {
                 change.spec_ids = tomb_specs.clone();
                 change.planned_on = Some(t.metadata().current_snapshot_id());
                 let change = change.written_with(t.metadata().default_partition_spec_id());
-                let committed = match rebuilding {
-                    true => {
-                        Box::pin(self.commit_rebuilt_tombstones(p, t, change, seq, deadline))
-                            .await?
-                    }
-                    false => self.commit_tombstones(p, t, change, deadline).await?,
+                let committed = if rebuilding {
+                    Box::pin(self.commit_rebuilt_tombstones(p, t, change, seq, deadline)).await?
+                } else if first {
+                    let base = t.metadata().current_snapshot_id();
+                    self.commit_tombstones_unless(p, t, change, deadline, move |t: &Table| {
+                        (t.metadata().current_snapshot_id() != base)
+                            .then_some("tombstones landed since this first run read them")
+                    })
+                    .await?
+                } else {
+                    self.commit_tombstones(p, t, change, deadline).await?
                 };
                 if !committed {
                     crate::write::delete_uncommitted(t, &tomb_added).await;
