@@ -191,6 +191,65 @@ async fn a_first_runs_tombstone_commit_yields_to_tombstones_that_landed_meanwhil
     assert_reconciled(&p, "after overlapping first runs").await;
 }
 
+/// The same race when the later first run has no output at all (review helper-46): its only
+/// source row, c2's `cancelled` version, was deleted by a correction after the earlier run
+/// read it. The later run made no tombstone commit (nothing to write), so the earlier run's
+/// guarded commit found the version it read and landed c2's stale tombstone under the later
+/// run's checkpoint. A first run now makes its guarded commit even with no output.
+#[tokio::test]
+async fn a_first_run_without_output_still_fences_an_earlier_first_runs_tombstones() {
+    let (env, ingestor, _, base, mut m) = setup("sqlite", &pipeline(), 2).await;
+    ingest(
+        &env,
+        &ingestor,
+        "orders/a.jsonl",
+        base,
+        &mut m,
+        &[(2, "o2", "cancelled", 20)],
+    )
+    .await;
+    // Right before the earlier run's tombstone swap: the correction, then a whole first run.
+    let later = env.processor().await;
+    let corrected = std::sync::Arc::new(std::sync::Mutex::new(None));
+    let seen = corrected.clone();
+    let env_delete = env.pyiceberg_runner("orders", "t.delete(\"status = 'cancelled'\")");
+    let race: Race = Box::new(move || {
+        Box::pin(async move {
+            env_delete();
+            let r = later.run(LATEST, soon()).await.unwrap();
+            *seen.lock().unwrap() = Some(r);
+        })
+    });
+    let earlier = env.processor_with(race_before_swap(race)).await;
+    let _ = earlier.run(LATEST, soon()).await.unwrap();
+    let later_run = corrected.lock().unwrap().take().expect("the later run ran");
+    assert!(later_run.sink_snapshot.is_some(), "{later_run:?}");
+    assert_eq!(
+        env.pyiceberg_rows(TOMBSTONES)["rows"],
+        0,
+        "no tombstone of a version the source took back"
+    );
+    // An older version of c2 arrives: nothing hides it.
+    let mut m = Model::default();
+    ingest(
+        &env,
+        &ingestor,
+        "orders/b.jsonl",
+        base,
+        &mut m,
+        &[(2, "o2", "placed", 10)],
+    )
+    .await;
+    let p = env.processor().await;
+    p.run(LATEST, soon()).await.unwrap();
+    assert_eq!(
+        sink_rows(&env),
+        m.live(),
+        "c2 at its only surviving version"
+    );
+    assert_reconciled(&p, "after the race").await;
+}
+
 #[tokio::test]
 async fn a_source_overwrite_with_corrected_values_amid_appends_reaches_the_sink() {
     let (env, ingestor, p, base, mut m) = setup("sqlite", &pipeline(), 2).await;

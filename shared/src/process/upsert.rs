@@ -169,7 +169,9 @@ impl Processor {
             delete_specs: HashMap::new(),
             schema: None,
         };
-        if reduced.is_empty() && rebuilt.is_none() {
+        // A first run makes its guarded tombstone commit even with no output (below).
+        let first_with_tombstones = pos.checkpoint.is_none() && pos.tombstones.is_some();
+        if reduced.is_empty() && rebuilt.is_none() && !first_with_tombstones {
             return Ok(Some(done));
         }
         let delta = match reduced.is_empty() {
