@@ -619,16 +619,21 @@ impl Processor {
         let (schema, _) = self.batch_input(p, source, None, true).await?;
         let joined = self.joined(p, false).await?;
         let context = format!("pipeline `{}` over `{}` (schema id {id})", p.name, p.source);
-        let (out, _) =
-            transform::run_sql_joined(&p.sql, schema, Vec::new(), &joined.relations, &context)
-                .await?;
+        let (out, _) = transform::run_sql_joined(
+            &p.sql,
+            schema.clone(),
+            Vec::new(),
+            &joined.relations,
+            &context,
+        )
+        .await?;
         if p.mode == PipelineMode::Latest {
             Latest::new(p, &out)?;
         }
         if matches!(p.mode, PipelineMode::Append | PipelineMode::Latest) {
-            let (schema, _) = self.batch_input(p, source, None, true).await?;
             let (plan, _) =
-                transform::logical_plan(&p.sql, schema, &joined.relations, &context).await?;
+                transform::logical_plan(&p.sql, schema.clone(), &joined.relations, &context)
+                    .await?;
             if let Err(why) = super::row_wise::check(&plan) {
                 return Err(Error::new(
                     ErrorKind::Config,
@@ -645,7 +650,6 @@ impl Processor {
                 None
             }
             PipelineMode::Aggregate => {
-                let (schema, _) = self.batch_input(p, source, None, true).await?;
                 let verdict = match merge::settings_forbid(p) {
                     Some(why) => Err(why),
                     None => merge::analyze(&p.sql, schema, &joined.relations, &context).await?,
@@ -771,26 +775,12 @@ impl Processor {
                 (added, removed, schema)
             }
             PipelineMode::Latest => {
-                let mut retraction = super::retract::Retraction::of(&delta, rebuild_by);
-                // Tombstones without a checkpoint: a first run committed them and stopped
-                // before its sink commit. They were read at a source state this run may not
-                // see (corrected since, with no row change in a first run's plan of the current
-                // state), so the batch decides every bucket instead of trusting them.
-                if pos.checkpoint.is_none()
-                    && pos
-                        .tombstones
-                        .as_ref()
-                        .is_some_and(|t| summary::total(t.metadata(), "total-records") > 0)
-                {
-                    retraction.rebuild_all(
-                        "tombstones without a checkpoint: a first run's that stopped before its sink commit",
-                    );
-                }
+                let retraction = super::retract::Retraction::of(&delta, rebuild_by);
                 match Box::pin(self.upsert_latest(
                     p,
                     &pos,
                     &files,
-                    &retraction,
+                    retraction,
                     to,
                     &mut report,
                     deadline,

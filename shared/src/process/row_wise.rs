@@ -133,17 +133,14 @@ fn over_source(plan: &LogicalPlan) -> std::result::Result<(), String> {
     }
 }
 
-/// An expression over a source row: no aggregate or window function, no function that is not
-/// immutable, and no subquery that reads `source`.
+/// An expression over a source row: no aggregate or window function and no subquery that reads
+/// `source` (functions that are not immutable are refused anywhere: [`stable_everywhere`]).
 fn per_row(expr: &Expr) -> std::result::Result<(), String> {
     let mut bad: Option<String> = None;
     let walked = expr.apply(|e| {
         let why = match e {
             Expr::AggregateFunction(_) => Some("an aggregate function"),
             Expr::WindowFunction(_) => Some("a window function"),
-            Expr::ScalarFunction(f) if f.func.signature().volatility != Volatility::Immutable => {
-                Some("a function that is not immutable (volatile or stable, as now())")
-            }
             Expr::ScalarSubquery(s) if reads_source(&s.subquery) => {
                 Some("a subquery over `source`")
             }

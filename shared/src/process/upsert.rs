@@ -42,7 +42,7 @@
 //! tombstones to land beside the other's commit, the other's sink commit would set the
 //! checkpoint over facts the source took back, and no later run would rebuild their buckets.
 //! Refused, the run re-plans and, finding tombstones without a checkpoint, rebuilds every
-//! bucket (processor.rs).
+//! bucket.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Instant;
@@ -106,7 +106,7 @@ impl Processor {
         p: &PipelineConfig,
         pos: &Position,
         files: &[LiveFile],
-        retraction: &Retraction,
+        mut retraction: Retraction,
         to: i64,
         report: &mut RunReport,
         deadline: Instant,
@@ -116,9 +116,18 @@ impl Processor {
             layout.check(t)?;
             refuse_delete_files(p, t).await?;
         }
-        if pos.checkpoint.is_none() {
-            if let Some(t) = &pos.tombstones {
-                refuse_foreign_tombstones(p, t, &pos.source_uuid)?;
+        // A first run (no checkpoint yet) with a tombstone table: its tombstone commit is
+        // guarded on the version it read (below), and tombstones it finds are a first run's
+        // that stopped before its sink commit. They were read at a source state this run may
+        // not see (corrected since, with no row change in a first run's plan of the current
+        // state), so the batch decides every bucket instead of trusting them.
+        let first = pos.checkpoint.is_none() && pos.tombstones.is_some();
+        if let Some(t) = pos.tombstones.as_ref().filter(|_| first) {
+            refuse_foreign_tombstones(p, t, &pos.source_uuid)?;
+            if holds_tombstones(t) {
+                retraction.rebuild_all(
+                    "tombstones without a checkpoint: a first run's that stopped before its sink commit",
+                );
             }
         }
         let mut took = Took::default();
@@ -136,7 +145,7 @@ impl Processor {
             }
         }
         // Boxed: a rebuild's state would otherwise sit in every run's future (worker stacks).
-        let rebuilt = Box::pin(self.rebuild_buckets(p, pos, &latest, retraction, report)).await?;
+        let rebuilt = Box::pin(self.rebuild_buckets(p, pos, &latest, &retraction, report)).await?;
         let context = format!("pipeline `{}` over `{}`", p.name, p.source);
         let t0 = Instant::now();
         let mut reduced: Vec<RecordBatch> = Vec::new();
@@ -170,8 +179,7 @@ impl Processor {
             schema: None,
         };
         // A first run makes its guarded tombstone commit even with no output (below).
-        let first_with_tombstones = pos.checkpoint.is_none() && pos.tombstones.is_some();
-        if reduced.is_empty() && rebuilt.is_none() && !first_with_tombstones {
+        if reduced.is_empty() && rebuilt.is_none() && !first {
             return Ok(Some(done));
         }
         let delta = match reduced.is_empty() {
@@ -326,12 +334,11 @@ impl Processor {
             tomb_removed.extend(w.tomb_removed);
             tomb_schema = tomb_schema.or(w.tomb_schema);
         }
-        // A first run's too (no checkpoint yet), guarded on the tombstone version it read:
-        // another first run may have read the source before a correction and committed its
-        // tombstones after this run read the (empty) table. Landing beside them would set the
-        // checkpoint over facts the source took back; refused, this run re-plans and, finding
-        // tombstones without a checkpoint, rebuilds every bucket from the source.
-        let first = pos.checkpoint.is_none();
+        // A first run's too, guarded on the tombstone version it read: another first run may
+        // have read the source before a correction and committed its tombstones after this run
+        // read the (empty) table. Landing beside them would set the checkpoint over facts the
+        // source took back; refused, this run re-plans and, finding tombstones without a
+        // checkpoint, rebuilds every bucket from the source.
         if let Some(t) = &pos.tombstones {
             if rebuilding
                 || first
@@ -565,16 +572,21 @@ async fn refuse_delete_files(p: &PipelineConfig, table: &Table) -> Result<()> {
     .await
 }
 
+/// Whether the tombstone table holds any tombstone.
+fn holds_tombstones(table: &Table) -> bool {
+    summary::total(table.metadata(), "total-records") > 0
+}
+
 /// For a sink without a checkpoint on the source: `Stale` when the tombstone table holds
 /// tombstones not read from this source (the source was re-created: their sequence numbers and
 /// deletes belong to another table). Tombstones of this source (a first run that committed its
-/// tombstones, then crashed before the sink commit) may apply: such a run rebuilds every bucket
-/// from the source (processor.rs), since a correction since then shows in no row change.
+/// tombstones, then crashed before the sink commit) pass: the run rebuilds every bucket from
+/// the source, since a correction since then shows in no row change.
 fn refuse_foreign_tombstones(p: &PipelineConfig, table: &Table, source_uuid: &str) -> Result<()> {
-    let md = table.metadata();
-    if summary::total(md, "total-records") == 0 {
+    if !holds_tombstones(table) {
         return Ok(());
     }
+    let md = table.metadata();
     let of = md.current_snapshot().and_then(|s| {
         s.summary()
             .additional_properties
