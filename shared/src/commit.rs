@@ -117,6 +117,11 @@ pub enum Outcome {
         attempts: u32,
         /// The new metadata location.
         location: String,
+        /// The version the change was applied on, when known ([`crate::catalog::Swapped`]):
+        /// the planned-on base for a compare-and-swap; on REST the server's previous version,
+        /// which another writer's commit may have replaced meanwhile; `None` for an earlier
+        /// attempt whose answer was lost, found landed on REST.
+        applied_on: Option<String>,
     },
     /// The plan said there was nothing to do.
     Skipped(Skipped),
@@ -372,11 +377,13 @@ impl Committer {
                 Ok(Step::Committed {
                     snapshot_id,
                     location,
+                    applied_on,
                 }) => {
                     return Ok(Outcome::Committed {
                         snapshot_id,
                         attempts: attempt,
                         location,
+                        applied_on,
                     })
                 }
                 // A skip is safe to report unless an unknown attempt added a snapshot: callers
@@ -424,7 +431,7 @@ impl Committer {
                         let landed = self.settle(&table, &mut in_flight, &mut garbage);
                         discard(&table, garbage).await;
                         if let Some(landed) = landed {
-                            return Ok(landed.committed(attempt));
+                            return Ok(landed.committed(attempt, self.swap.writes_metadata()));
                         }
                     }
                 }
@@ -515,6 +522,7 @@ impl Committer {
         if let Some(landed) = self.settle(&table, in_flight, &mut garbage) {
             tracing::info!(table = %ident, location = %landed.location, "an earlier attempt whose answer was lost did land");
             return Ok(Step::Committed {
+                applied_on: landed.applied_on(self.swap.writes_metadata()),
                 snapshot_id: landed.snapshot_id,
                 location: landed.location,
             });
@@ -557,19 +565,23 @@ impl Committer {
         let t2 = Instant::now();
         let swapped = swap.swap(ident, &staged).await;
         tracing::debug!(table = %ident, load_ms, stage_ms, swap_ms = t2.elapsed().as_secs_f64() * 1e3, "commit attempt");
-        if let Err(e) = swapped {
-            // Even a "conflict" is only believed once the table is seen without this version: an
-            // SDK-level retry of a swap that took effect answers with a conflict too.
-            in_flight.push(InFlight {
-                refused: e.kind() == ErrorKind::CommitConflict,
-                base_main: table.metadata().current_snapshot_id(),
-                base: staged.previous,
-                location: staged.location,
-                snapshot_id: staged.snapshot_id,
-                written: staged.written,
-            });
-            return Err(e);
-        }
+        let swapped = match swapped {
+            Ok(swapped) => swapped,
+            Err(e) => {
+                // Even a "conflict" is only believed once the table is seen without this
+                // version: an SDK-level retry of a swap that took effect answers with a
+                // conflict too.
+                in_flight.push(InFlight {
+                    refused: e.kind() == ErrorKind::CommitConflict,
+                    base_main: table.metadata().current_snapshot_id(),
+                    base: staged.previous,
+                    location: staged.location,
+                    snapshot_id: staged.snapshot_id,
+                    written: staged.written,
+                });
+                return Err(e);
+            }
+        };
         if swap.writes_metadata() {
             self.remember_staged(table, &staged);
         }
@@ -587,7 +599,8 @@ impl Committer {
         }
         Ok(Step::Committed {
             snapshot_id: staged.snapshot_id,
-            location: staged.location,
+            location: swapped.location,
+            applied_on: swapped.applied_on,
         })
     }
 }
@@ -675,6 +688,7 @@ enum Step {
     Committed {
         snapshot_id: Option<i64>,
         location: String,
+        applied_on: Option<String>,
     },
     Skipped(Skipped),
 }
@@ -730,12 +744,19 @@ impl InFlight {
         }
     }
 
-    fn committed(self, attempts: u32) -> Outcome {
+    fn committed(self, attempts: u32, writes_metadata: bool) -> Outcome {
         Outcome::Committed {
+            applied_on: self.applied_on(writes_metadata),
             snapshot_id: self.snapshot_id,
             attempts,
             location: self.location,
         }
+    }
+
+    /// The version this attempt, found landed, was applied on: its base for a compare-and-swap;
+    /// unknown on REST (the server's answer was lost).
+    fn applied_on(&self, writes_metadata: bool) -> Option<String> {
+        writes_metadata.then(|| self.base.clone())
     }
 }
 

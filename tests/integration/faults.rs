@@ -76,7 +76,11 @@ impl PointerSwap for Inject {
         self.inner.writes_metadata()
     }
 
-    async fn swap(&self, ident: &TableIdent, staged: &Staged) -> floe::Result<()> {
+    async fn swap(
+        &self,
+        ident: &TableIdent,
+        staged: &Staged,
+    ) -> floe::Result<floe::catalog::Swapped> {
         if self.only.as_deref().is_some_and(|t| t != ident.name()) {
             return self.inner.swap(ident, staged).await;
         }
@@ -243,7 +247,11 @@ impl PointerSwap for RaceBeforeSwap {
         self.inner.writes_metadata()
     }
 
-    async fn swap(&self, ident: &TableIdent, staged: &Staged) -> floe::Result<()> {
+    async fn swap(
+        &self,
+        ident: &TableIdent,
+        staged: &Staged,
+    ) -> floe::Result<floe::catalog::Swapped> {
         let race = self.races.lock().ok().and_then(|mut r| r.pop_front());
         if let Some(race) = race {
             race().await;
@@ -303,7 +311,11 @@ impl PointerSwap for LostThenDark {
         self.inner.writes_metadata()
     }
 
-    async fn swap(&self, ident: &TableIdent, staged: &Staged) -> floe::Result<()> {
+    async fn swap(
+        &self,
+        ident: &TableIdent,
+        staged: &Staged,
+    ) -> floe::Result<floe::catalog::Swapped> {
         self.inner.swap(ident, staged).await?;
         self.blackout.loads_left.store(self.loads, Ordering::SeqCst);
         self.blackout.armed.store(true, Ordering::SeqCst);
@@ -375,7 +387,11 @@ impl PointerSwap for RaceBeforeEachCommit {
         self.inner.writes_metadata()
     }
 
-    async fn swap(&self, ident: &TableIdent, staged: &Staged) -> floe::Result<()> {
+    async fn swap(
+        &self,
+        ident: &TableIdent,
+        staged: &Staged,
+    ) -> floe::Result<floe::catalog::Swapped> {
         if self.armed.swap(false, Ordering::SeqCst) {
             (self.race)().await;
         }

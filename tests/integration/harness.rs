@@ -425,10 +425,16 @@ format = "jsonl"
 
     /// [`TestEnv::pyiceberg_run`] to run later (in a race, say), without the environment.
     pub fn pyiceberg_runner(&self, table: &str, code: &str) -> impl FnOnce() + Send + 'static {
+        // On REST, the server's own SQL catalog, written directly (its compare-and-swap is the
+        // server's too).
+        let (name, db) = match self.catalog_kind {
+            "rest" => ("rest", "rest.db"),
+            _ => ("floe", "catalog.db"),
+        };
         let script = format!(
             r#"
 from pyiceberg.catalog.sql import SqlCatalog
-cat = SqlCatalog("floe", uri="sqlite:///{dir}/catalog.db", warehouse="s3://{bucket}/warehouse",
+cat = SqlCatalog("{name}", uri="sqlite:///{dir}/{db}", warehouse="s3://{bucket}/warehouse",
     **{{"s3.endpoint": "{endpoint}", "s3.access-key-id": "test", "s3.secret-access-key": "test",
         "s3.region": "us-east-1"}})
 t = cat.load_table("{ns}.{table}")

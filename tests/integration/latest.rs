@@ -1432,7 +1432,7 @@ impl floe::catalog::PointerSwap for CompactFirst {
         &self,
         ident: &iceberg::TableIdent,
         staged: &floe::snapshot::Staged,
-    ) -> floe::Result<()> {
+    ) -> floe::Result<floe::catalog::Swapped> {
         if ident.name() == LATEST && !self.done.swap(true, std::sync::atomic::Ordering::SeqCst) {
             let maintainer = floe::maintain::Maintainer::new(self.config.clone()).await?;
             let opts = floe::maintain::Options {

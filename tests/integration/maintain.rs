@@ -296,6 +296,71 @@ async fn expiration_deletes_nothing_the_version_it_landed_on_references() {
     assert_eq!(py["rows"], 160, "{py}");
 }
 
+/// Review helper-43 #2: a REST server applies an expiry's removal on whatever version is current
+/// while main's snapshot matches, and drops every ref naming a removed snapshot with it. Another
+/// engine tagged a snapshot being expired between the expiration's plan and its commit: the tag
+/// went with the snapshot, and floe then deleted the tagged snapshot's files. The tag is the
+/// server's to lose; the files are now kept (left to orphan cleanup) unless the removal was
+/// applied on the version it was planned on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rest_expiration_deletes_nothing_when_a_commit_came_between_plan_and_removal() {
+    let env = TestEnv::new("rest").await;
+    let ingestor = env.ingestor().await;
+    ingest_objects(&env, &ingestor, "t", 3, 30, 1300).await;
+    let t = ingestor.catalog().load_table(&env.ident()).await.unwrap();
+    let first = t
+        .metadata()
+        .snapshots()
+        .min_by_key(|s| s.sequence_number())
+        .unwrap()
+        .snapshot_id();
+    let appended: Vec<String> = floe::scan::live_files(&t)
+        .await
+        .unwrap()
+        .iter()
+        .map(|f| f.file.file_path().to_string())
+        .collect();
+    assert_eq!(appended.len(), 3);
+    let r = env
+        .maintainer()
+        .await
+        .run("orders", &compact_groups_of_two())
+        .await
+        .unwrap();
+    assert_eq!(r.groups_compacted, 1, "{r:?}");
+    let tag = env.pyiceberg_runner(
+        "orders",
+        &format!("t.manage_snapshots().create_tag({first}, 'audit').commit()"),
+    );
+    let race: crate::faults::Race = Box::new(move || {
+        Box::pin(async move {
+            tag();
+        })
+    });
+    let maintainer = racing_maintainer(&env, race).await;
+    let r = maintainer
+        .run("orders", &expire_all_but_the_current())
+        .await
+        .unwrap();
+    assert_eq!(r.snapshots_expired, 3, "{r:?}");
+    assert_eq!(r.expired_files_deleted, 0, "{r:?}");
+    // The appended files are referenced by the expired snapshots only (the compaction replaced
+    // them), the tagged one among them: still there.
+    for path in &appended {
+        let (bucket, key) = path.trim_start_matches("s3://").split_once('/').unwrap();
+        let head = crate::harness::s3()
+            .await
+            .head_object()
+            .bucket(bucket)
+            .key(key)
+            .send()
+            .await;
+        assert!(head.is_ok(), "{path} was deleted");
+    }
+    let py = env.pyiceberg();
+    assert_eq!(py["rows"], 90, "{py}");
+}
+
 /// Review helper-32 #1: another engine commits an equality delete while a compaction runs,
 /// after the run checked for them: the next group, loaded after it, was rewritten without
 /// applying it, and its new files (numbered after the delete) brought the deleted rows back.

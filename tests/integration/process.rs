@@ -339,7 +339,7 @@ impl floe::catalog::PointerSwap for Overtaken {
         &self,
         ident: &iceberg::TableIdent,
         staged: &floe::snapshot::Staged,
-    ) -> floe::Result<()> {
+    ) -> floe::Result<floe::catalog::Swapped> {
         let n = self.round.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         if ident.name() == self.sink && self.behind {
             if n == 0 {

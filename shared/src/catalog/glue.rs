@@ -20,7 +20,7 @@ use iceberg::{
 };
 use iceberg_catalog_glue::GlueCatalogBuilder;
 
-use super::{connect_error, Hooked, PointerSwap, UpdateHook};
+use super::{connect_error, Hooked, PointerSwap, Swapped, UpdateHook};
 use crate::config::{CatalogKind, Config};
 use crate::error::{Error, ErrorKind, Result};
 use crate::snapshot::{conflict, Staged};
@@ -339,7 +339,7 @@ impl PointerSwap for GlueSwap {
             .cloned())
     }
 
-    async fn swap(&self, ident: &TableIdent, staged: &Staged) -> Result<()> {
+    async fn swap(&self, ident: &TableIdent, staged: &Staged) -> Result<Swapped> {
         let db = ident.namespace().join(".");
         let out = self.get(ident).await?;
         let table = out.table();
@@ -375,7 +375,7 @@ impl PointerSwap for GlueSwap {
         let no_retries = aws_sdk_glue::config::Builder::default()
             .retry_config(aws_smithy_types::retry::RetryConfig::disabled());
         match req.customize().config_override(no_retries).send().await {
-            Ok(_) => Ok(()),
+            Ok(_) => Ok(Swapped::as_staged(staged)),
             Err(e) => {
                 let svc = e.as_service_error();
                 if svc

@@ -128,12 +128,34 @@ fn connect_error(kind: CatalogKind) -> impl Fn(iceberg::Error) -> Error {
     move |e| Error::iceberg(format!("connecting to the {kind:?} catalog"), e)
 }
 
+/// What a swap installed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Swapped {
+    /// The new version's metadata location.
+    pub location: String,
+    /// The version the change was applied on, when known. A compare-and-swap applies it on
+    /// exactly `staged.previous`; a REST server applies the updates on whatever version is
+    /// current when the requirements hold (another writer's commit may have come between the
+    /// base and this one), and its metadata log names that version.
+    pub applied_on: Option<String>,
+}
+
+impl Swapped {
+    /// `staged` installed by a compare-and-swap on its base.
+    pub fn as_staged(staged: &Staged) -> Self {
+        Self {
+            location: staged.location.clone(),
+            applied_on: Some(staged.previous.clone()),
+        }
+    }
+}
+
 /// Installs staged versions atomically.
 #[async_trait]
 pub trait PointerSwap: std::fmt::Debug + Send + Sync {
     /// Moves the pointer of `ident` from `staged.previous` to `staged.location`; a
     /// `CommitConflict` error if the pointer is no longer `staged.previous`.
-    async fn swap(&self, ident: &TableIdent, staged: &Staged) -> Result<()>;
+    async fn swap(&self, ident: &TableIdent, staged: &Staged) -> Result<Swapped>;
 
     /// The current metadata location of `ident` (a cheap read: no metadata is parsed).
     async fn current(&self, ident: &TableIdent) -> Result<Option<String>>;

@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use iceberg::{Catalog, CatalogBuilder, TableIdent};
 use iceberg_catalog_rest::RestCatalogBuilder;
 
-use super::{connect_error, PointerSwap};
+use super::{connect_error, PointerSwap, Swapped};
 use crate::config::{CatalogKind, Config};
 use crate::error::{Error, ErrorKind, Result};
 use crate::snapshot::{conflict, Staged};
@@ -75,6 +75,21 @@ impl RestSwap {
     }
 }
 
+/// What a commit the server accepted installed, from its answer (`CommitTableResponse`): the new
+/// metadata location, and the version it was applied on (the last metadata-log entry).
+fn landed(staged: &Staged, body: Option<&serde_json::Value>) -> Swapped {
+    let text = |v: Option<&serde_json::Value>| v.and_then(|v| v.as_str()).map(str::to_string);
+    let location = text(body.and_then(|b| b.get("metadata-location")));
+    let applied_on = location.as_ref().and_then(|_| {
+        let log = body?.get("metadata")?.get("metadata-log")?.as_array()?;
+        text(log.last()?.get("metadata-file"))
+    });
+    Swapped {
+        location: location.unwrap_or_else(|| staged.location.clone()),
+        applied_on,
+    }
+}
+
 fn rest_error(what: String, e: reqwest::Error) -> Error {
     // A transport failure leaves the outcome unknown: retry, re-validating what landed.
     Error::new(ErrorKind::Catalog, what)
@@ -108,7 +123,7 @@ impl PointerSwap for RestSwap {
             .map(str::to_string))
     }
 
-    async fn swap(&self, ident: &TableIdent, staged: &Staged) -> Result<()> {
+    async fn swap(&self, ident: &TableIdent, staged: &Staged) -> Result<Swapped> {
         let body = serde_json::json!({
             "identifier": { "namespace": ident.namespace().iter().collect::<Vec<_>>(), "name": ident.name() },
             "requirements": staged.requirements,
@@ -123,7 +138,10 @@ impl PointerSwap for RestSwap {
             .map_err(|e| rest_error(format!("REST commit {ident}"), e))?;
         let status = resp.status();
         if status.is_success() {
-            return Ok(());
+            // Landed. What on, the server's answer says (its metadata log's last entry); an
+            // answer that cannot be read leaves that unknown, not the commit.
+            let body: Option<serde_json::Value> = resp.json().await.ok();
+            return Ok(landed(staged, body.as_ref()));
         }
         let text = resp.text().await.unwrap_or_default();
         if status == reqwest::StatusCode::CONFLICT {

@@ -11,7 +11,7 @@ use iceberg_catalog_sql::SqlCatalogBuilder;
 use sqlx::any::AnyPoolOptions;
 use sqlx::AnyPool;
 
-use super::{connect_error, PointerSwap};
+use super::{connect_error, PointerSwap, Swapped};
 use crate::config::{CatalogKind, Config};
 use crate::error::{Error, ErrorKind, Result};
 use crate::snapshot::{conflict, Staged};
@@ -132,7 +132,7 @@ impl SqliteSwap {
 
 #[async_trait]
 impl PointerSwap for SqliteSwap {
-    async fn swap(&self, ident: &TableIdent, staged: &Staged) -> Result<()> {
+    async fn swap(&self, ident: &TableIdent, staged: &Staged) -> Result<Swapped> {
         let ns = ident.namespace().join(".");
         let result = sqlx::query(
             "UPDATE iceberg_tables SET metadata_location = ?, previous_metadata_location = ? \
@@ -156,7 +156,7 @@ impl PointerSwap for SqliteSwap {
                 staged.previous
             )));
         }
-        Ok(())
+        Ok(Swapped::as_staged(staged))
     }
 
     async fn current(&self, ident: &TableIdent) -> Result<Option<String>> {

@@ -199,8 +199,16 @@ impl Maintainer {
             .collect();
         let (keep_lists, keep_manifests, keep_data) = referenced_files(&table, &kept).await?;
         let plan_ids = expired.clone();
-        self.committer
+        // The version the last plan was made on: the expiry's files are deleted only if it was
+        // applied on exactly that one.
+        let planned_on = std::sync::Arc::new(std::sync::Mutex::new(None::<String>));
+        let planned = planned_on.clone();
+        let outcome = self
+            .committer
             .commit(ident, &self.limits(opts), move |t: &Table| {
+                if let Ok(mut p) = planned.lock() {
+                    *p = t.metadata_location().map(str::to_string);
+                }
                 // A branch or tag created meanwhile keeps its snapshot (removing the snapshot
                 // would silently drop the ref).
                 let refs = ref_snapshot_ids(t.metadata());
@@ -216,6 +224,26 @@ impl Maintainer {
                 })
             })
             .await?;
+        // A REST server applies the removal on whatever version is current when main's
+        // snapshot still matches, and drops every ref naming a removed snapshot with it: a tag
+        // another writer put on an expired snapshot meanwhile is gone, and its files must not
+        // go too. So files are deleted only when the removal was applied on the version it was
+        // planned on (always so for a compare-and-swap). A skip means another expiry (or an
+        // attempt whose answer was lost) removed them: its applied-on is unknown, and orphan
+        // cleanup finds the files once nothing references them.
+        let planned_on = planned_on.lock().ok().and_then(|p| p.clone());
+        match &outcome {
+            Outcome::Committed { applied_on, .. }
+                if applied_on.is_some() && *applied_on == planned_on => {}
+            Outcome::Committed { applied_on, .. } => {
+                tracing::warn!(table = %ident, planned_on = ?planned_on, applied_on = ?applied_on, "the expiry was applied on another version than planned (a commit came between); its files are left to orphan cleanup");
+                return Ok(());
+            }
+            Outcome::Skipped(why) => {
+                tracing::info!(table = %ident, ?why, "the planned snapshots were already gone; their files are left to orphan cleanup");
+                return Ok(());
+            }
+        }
         // Files are deleted only for exactly the planned expiry: had anything kept a planned
         // snapshot (a ref created meanwhile), its files are left to orphan cleanup.
         let after = self.committer.load(ident).await?;
