@@ -75,18 +75,43 @@ impl RestSwap {
     }
 }
 
-/// What a commit the server accepted installed, from its answer (`CommitTableResponse`): the new
-/// metadata location, and the version it was applied on (the last metadata-log entry).
-fn landed(staged: &Staged, body: Option<&serde_json::Value>) -> Swapped {
-    let text = |v: Option<&serde_json::Value>| v.and_then(|v| v.as_str()).map(str::to_string);
-    let location = text(body.and_then(|b| b.get("metadata-location")));
-    let applied_on = location.as_ref().and_then(|_| {
-        let log = body?.get("metadata")?.get("metadata-log")?.as_array()?;
-        text(log.last()?.get("metadata-file"))
-    });
+/// The parts of a commit's answer (`CommitTableResponse`) floe reads: the rest of the metadata
+/// is skipped, not built.
+#[derive(Debug, serde::Deserialize)]
+struct CommitAnswer {
+    #[serde(rename = "metadata-location")]
+    location: Option<String>,
+    metadata: Option<AnswerMetadata>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct AnswerMetadata {
+    #[serde(rename = "metadata-log", default)]
+    log: Vec<AnswerLogEntry>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct AnswerLogEntry {
+    #[serde(rename = "metadata-file")]
+    file: String,
+}
+
+/// What a commit the server accepted installed, from its answer: the new metadata location, and
+/// the version it was applied on (the last metadata-log entry).
+fn landed(staged: &Staged, answer: Option<CommitAnswer>) -> Swapped {
+    let Some(CommitAnswer {
+        location: Some(location),
+        metadata,
+    }) = answer
+    else {
+        return Swapped {
+            location: staged.location.clone(),
+            applied_on: None,
+        };
+    };
     Swapped {
-        location: location.unwrap_or_else(|| staged.location.clone()),
-        applied_on,
+        location,
+        applied_on: metadata.and_then(|m| m.log.into_iter().next_back().map(|e| e.file)),
     }
 }
 
@@ -140,8 +165,8 @@ impl PointerSwap for RestSwap {
         if status.is_success() {
             // Landed. What on, the server's answer says (its metadata log's last entry); an
             // answer that cannot be read leaves that unknown, not the commit.
-            let body: Option<serde_json::Value> = resp.json().await.ok();
-            return Ok(landed(staged, body.as_ref()));
+            let answer: Option<CommitAnswer> = resp.json().await.ok();
+            return Ok(landed(staged, answer));
         }
         let text = resp.text().await.unwrap_or_default();
         if status == reqwest::StatusCode::CONFLICT {
@@ -156,5 +181,28 @@ impl PointerSwap for RestSwap {
             format!("REST commit of {ident} failed with {status}: {text}"),
         )
         .with_retryable(retryable))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_commit_answer_names_the_version_it_was_applied_on_by_its_last_log_entry() {
+        let answer: CommitAnswer = serde_json::from_str(
+            r#"{"metadata-location": "s3://b/t/3.json", "metadata": {"format-version": 2,
+                "metadata-log": [{"metadata-file": "s3://b/t/1.json", "timestamp-ms": 1},
+                                 {"metadata-file": "s3://b/t/2.json", "timestamp-ms": 2}],
+                "snapshots": [{"snapshot-id": 1}]}}"#,
+        )
+        .unwrap();
+        let log = answer.metadata.unwrap().log;
+        assert_eq!(log.last().unwrap().file, "s3://b/t/2.json");
+        assert_eq!(answer.location.as_deref(), Some("s3://b/t/3.json"));
+        // No log (`write.metadata.previous-versions-max` = 0): what it was applied on is unknown.
+        let answer: CommitAnswer =
+            serde_json::from_str(r#"{"metadata-location": "x", "metadata": {}}"#).unwrap();
+        assert!(answer.metadata.unwrap().log.is_empty());
     }
 }
