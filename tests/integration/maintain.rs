@@ -344,6 +344,8 @@ async fn rest_expiration_deletes_nothing_when_a_commit_came_between_plan_and_rem
         .unwrap();
     assert_eq!(r.snapshots_expired, 3, "{r:?}");
     assert_eq!(r.expired_files_deleted, 0, "{r:?}");
+    // The server dropped the tag with its snapshot: the report says so.
+    assert_eq!(r.refs_dropped, vec!["audit".to_string()], "{r:?}");
     // The appended files are referenced by the expired snapshots only (the compaction replaced
     // them), the tagged one among them: still there.
     for path in &appended {

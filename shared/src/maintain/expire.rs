@@ -199,16 +199,14 @@ impl Maintainer {
             .collect();
         let (keep_lists, keep_manifests, keep_data) = referenced_files(&table, &kept).await?;
         let plan_ids = expired.clone();
-        // The version the last plan was made on: the expiry's files are deleted only if it was
-        // applied on exactly that one.
-        let planned_on = std::sync::Arc::new(std::sync::Mutex::new(None::<String>));
+        // The version the last plan was made on and the snapshots it removes: the expiry's
+        // files are deleted only if it was applied on exactly that version.
+        let planned_on = std::sync::Arc::new(std::sync::Mutex::new((None::<String>, Vec::new())));
         let planned = planned_on.clone();
         let outcome = self
             .committer
             .commit(ident, &self.limits(opts), move |t: &Table| {
-                if let Ok(mut p) = planned.lock() {
-                    *p = t.metadata_location().map(str::to_string);
-                }
+                let on = t.metadata_location().map(str::to_string);
                 // A branch or tag created meanwhile keeps its snapshot (removing the snapshot
                 // would silently drop the ref).
                 let refs = ref_snapshot_ids(t.metadata());
@@ -217,6 +215,9 @@ impl Maintainer {
                     .copied()
                     .filter(|id| t.metadata().snapshot_by_id(*id).is_some() && !refs.contains(id))
                     .collect();
+                if let Ok(mut p) = planned.lock() {
+                    *p = (on, present.clone());
+                }
                 Ok(if present.is_empty() {
                     Plan::Skip(Skipped::Obsolete("already expired".into()))
                 } else {
@@ -231,12 +232,23 @@ impl Maintainer {
         // planned on (always so for a compare-and-swap). A skip means another expiry (or an
         // attempt whose answer was lost) removed them: its applied-on is unknown, and orphan
         // cleanup finds the files once nothing references them.
-        let planned_on = planned_on.lock().ok().and_then(|p| p.clone());
+        let (planned_on, removed) = planned_on.lock().map(|p| p.clone()).unwrap_or_default();
         match &outcome {
             Outcome::Committed { applied_on, .. }
                 if applied_on.is_some() && *applied_on == planned_on => {}
             Outcome::Committed { applied_on, .. } => {
                 tracing::warn!(table = %ident, planned_on = ?planned_on, applied_on = ?applied_on, "the expiry was applied on another version than planned (a commit came between); its files are left to orphan cleanup");
+                if let Some(on) = applied_on {
+                    match refs_dropped(&table, on, &removed).await {
+                        Ok(refs) => report.refs_dropped = refs,
+                        Err(e) => {
+                            tracing::error!(table = %ident, error = %e, "whether the catalog dropped refs with the expired snapshots is unknown: the version it applied the expiry on cannot be read");
+                        }
+                    }
+                    if !report.refs_dropped.is_empty() {
+                        tracing::error!(table = %ident, refs = ?report.refs_dropped, "the catalog dropped refs created meanwhile on the expired snapshots; their files are kept");
+                    }
+                }
                 return Ok(());
             }
             Outcome::Skipped(why) => {
@@ -299,6 +311,36 @@ impl Maintainer {
         delete_paths(&table, doomed.into_iter()).await;
         Ok(())
     }
+}
+
+/// The branches and tags of the version at `on` (the one a catalog applied an expiry on) that
+/// named a snapshot in `removed`: the catalog dropped them with the snapshots.
+async fn refs_dropped(table: &Table, on: &str, removed: &[i64]) -> Result<Vec<String>> {
+    let read = |e| Error::iceberg(format!("reading {on}"), e).with_retryable(true);
+    let bytes = table
+        .file_io()
+        .new_input(on)
+        .map_err(read)?
+        .read()
+        .await
+        .map_err(read)?;
+    let bytes = if bytes.starts_with(&[0x1F, 0x8B]) {
+        let mut text = Vec::new();
+        std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&bytes[..]), &mut text)
+            .map_err(|e| Error::new(ErrorKind::Internal, format!("{on}: {e}")))?;
+        text
+    } else {
+        bytes.to_vec()
+    };
+    let md: TableMetadata = serde_json::from_slice(&bytes)
+        .map_err(|e| Error::new(ErrorKind::Internal, format!("table metadata at {on}: {e}")))?;
+    let mut names: Vec<String> = refs(&md)
+        .into_iter()
+        .filter(|r| removed.contains(&r.snapshot_id))
+        .map(|r| r.name)
+        .collect();
+    names.sort();
+    Ok(names)
 }
 
 /// `head` and its ancestors, newest first (as far as the table still has them).

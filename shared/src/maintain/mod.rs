@@ -199,6 +199,12 @@ pub struct Report {
     pub snapshots_expired: usize,
     /// Files deleted after expiration (data files, manifests, manifest lists).
     pub expired_files_deleted: usize,
+    /// Branches and tags the catalog dropped with the expired snapshots: created by another
+    /// writer between the expiry's plan and its commit on a snapshot it removed (a REST server
+    /// applies the removal on the version current then and drops every ref naming a removed
+    /// snapshot). Their snapshots' files are kept, and orphan cleanup is skipped in this run.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub refs_dropped: Vec<String>,
     /// Orphan files found (older than the window, unreferenced).
     pub orphans_found: Vec<String>,
     /// Orphan files deleted.
@@ -338,7 +344,9 @@ impl Maintainer {
         if opts.expire && Instant::now() < opts.deadline {
             self.expire(&ident, opts, &mut report).await?;
         }
-        if opts.orphans && Instant::now() < opts.deadline {
+        if opts.orphans && !report.refs_dropped.is_empty() {
+            tracing::error!(table = %ident, refs = ?report.refs_dropped, "orphan cleanup skipped: refs were dropped with expired snapshots, whose files are kept");
+        } else if opts.orphans && Instant::now() < opts.deadline {
             self.remove_orphans(&ident, opts, &mut report).await?;
         }
         let t = self.committer.load(&ident).await?;
@@ -369,6 +377,7 @@ pub(crate) fn same_object_key(path: &str) -> String {
 /// A branch or tag, with a branch's own retention settings.
 #[derive(Debug, Clone, Default)]
 struct Ref {
+    name: String,
     snapshot_id: i64,
     branch: bool,
     min_snapshots_to_keep: Option<usize>,
@@ -381,9 +390,10 @@ fn refs(md: &TableMetadata) -> Vec<Ref> {
         .ok()
         .and_then(|v| v.get("refs").and_then(|r| r.as_object()).cloned())
         .map(|refs| {
-            refs.values()
-                .filter_map(|r| {
+            refs.iter()
+                .filter_map(|(name, r)| {
                     Some(Ref {
+                        name: name.clone(),
                         snapshot_id: r.get("snapshot-id")?.as_i64()?,
                         branch: r.get("type").and_then(|t| t.as_str()) == Some("branch"),
                         min_snapshots_to_keep: r
