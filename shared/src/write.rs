@@ -7,10 +7,11 @@ use arrow::array::RecordBatch;
 use arrow::array::{Array, ArrayRef, Scalar, StructArray};
 use iceberg::arrow::{PartitionValueCalculator, RecordBatchPartitionSplitter};
 use iceberg::spec::{DataFile, DataFileFormat, Datum};
+use iceberg::spec::{PartitionKey, PartitionSpec, Schema, Struct, TableMetadata};
 use iceberg::table::Table;
 use iceberg::writer::base_writer::data_file_writer::DataFileWriterBuilder;
 use iceberg::writer::file_writer::location_generator::{
-    DefaultFileNameGenerator, DefaultLocationGenerator,
+    DefaultFileNameGenerator, LocationGenerator,
 };
 use iceberg::writer::file_writer::rolling_writer::RollingFileWriterBuilder;
 use iceberg::writer::file_writer::ParquetWriterBuilder;
@@ -23,7 +24,75 @@ use parquet::file::properties::WriterProperties;
 use crate::error::{Error, Result};
 
 type DataWriterBuilder =
-    DataFileWriterBuilder<ParquetWriterBuilder, DefaultLocationGenerator, DefaultFileNameGenerator>;
+    DataFileWriterBuilder<ParquetWriterBuilder, Locations, DefaultFileNameGenerator>;
+
+/// Where a table's data files go: `write.data.path` (else `write.folder-storage.path`, else
+/// `<location>/data`), then the partition path with each field's name and value URL-encoded as
+/// Iceberg Java writes it (`region=eu%2F`). iceberg's own generator writes values raw: a value
+/// holding `/` made directories, one ending in `/` a `//` in the path, which the storage layer
+/// stores as `/` (one object, two spellings: orphan cleanup then took the live file for an
+/// orphan), and Java's S3FileIO reads as another key.
+#[derive(Clone, Debug)]
+pub(crate) struct Locations {
+    data: String,
+}
+
+impl Locations {
+    pub(crate) fn new(md: &TableMetadata) -> Self {
+        let props = md.properties();
+        let data = props
+            .get("write.data.path")
+            .or_else(|| props.get("write.folder-storage.path"))
+            .map(|p| p.trim_end_matches('/').to_string())
+            .unwrap_or_else(|| format!("{}/data", md.location().trim_end_matches('/')));
+        Self { data }
+    }
+
+    /// The directory of the files of `partition` (values of `spec` over `schema`): the data
+    /// directory itself for an unpartitioned spec.
+    pub(crate) fn dir(&self, spec: &PartitionSpec, schema: &Schema, partition: &Struct) -> String {
+        let Ok(kind) = spec.partition_type(schema) else {
+            return self.data.clone();
+        };
+        let parts: Vec<String> = spec
+            .fields()
+            .iter()
+            .zip(kind.fields())
+            .enumerate()
+            .map(|(i, (field, typed))| {
+                let value = partition.fields().get(i).and_then(|v| v.as_ref());
+                let value = field.transform.to_human_string(&typed.field_type, value);
+                format!("{}={}", escape(&field.name), escape(&value))
+            })
+            .collect();
+        if parts.is_empty() {
+            self.data.clone()
+        } else {
+            format!("{}/{}", self.data, parts.join("/"))
+        }
+    }
+}
+
+impl LocationGenerator for Locations {
+    fn generate_location(&self, key: Option<&PartitionKey>, file_name: &str) -> String {
+        let dir = match key {
+            Some(key) => self.dir(key.spec(), key.schema(), key.data()),
+            None => self.data.clone(),
+        };
+        format!("{dir}/{file_name}")
+    }
+}
+
+/// A partition path segment as Java's `URLEncoder` keeps it: letters, digits and `.-*_` as they
+/// are, everything else (`/`, `=`, spaces, `%`, non-ASCII) percent-encoded.
+fn escape(text: &str) -> String {
+    const KEEP: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+        .remove(b'.')
+        .remove(b'-')
+        .remove(b'*')
+        .remove(b'_');
+    percent_encoding::utf8_percent_encode(text, KEEP).to_string()
+}
 
 /// Where rows go ([`Writers`]), and the string/binary columns that held a value too long for
 /// exact Parquet statistics (their bounds are left out of the files' entries, see
@@ -371,7 +440,7 @@ pub(crate) fn build_sink(
     let md = table.metadata();
     let schema = md.current_schema().clone();
     let pw = ParquetWriterBuilder::new(writer_properties(), schema.clone());
-    let loc = DefaultLocationGenerator::new(md)?;
+    let loc = Locations::new(md);
     let names =
         DefaultFileNameGenerator::new(format!("floe-{writer_id}"), None, DataFileFormat::Parquet);
     let rolling =
@@ -494,19 +563,11 @@ pub(crate) async fn write_position_deletes(
             format!("unknown partition spec {spec_id}"),
         )
     })?;
-    let part_path = spec.partition_to_path(&partition, md.current_schema().clone());
-    let dir = format!("{}/data", md.location().trim_end_matches('/'));
-    let path = if part_path.is_empty() {
-        format!(
-            "{dir}/floe-{writer_id}-deletes-{}.parquet",
-            uuid::Uuid::now_v7()
-        )
-    } else {
-        format!(
-            "{dir}/{part_path}/floe-{writer_id}-deletes-{}.parquet",
-            uuid::Uuid::now_v7()
-        )
-    };
+    let dir = Locations::new(md).dir(&spec, md.current_schema(), &partition);
+    let path = format!(
+        "{dir}/floe-{writer_id}-deletes-{}.parquet",
+        uuid::Uuid::now_v7()
+    );
     let size = buf.len() as u64;
     table
         .file_io()
@@ -734,6 +795,61 @@ mod tests {
             .collect();
         out.sort();
         out
+    }
+
+    /// Partition values are URL-encoded in file paths as Iceberg Java writes them: a value
+    /// holding or ending in `/` neither makes directories nor a `//` (which the storage layer
+    /// stores as one `/`, so the recorded path and the object's key differed).
+    #[test]
+    fn partition_paths_encode_their_values_and_the_data_path_has_no_trailing_slash() {
+        let md: TableMetadata = serde_json::from_value(serde_json::json!({
+            "format-version": 2, "table-uuid": "9c12d441-03fe-4693-9a96-a0705ddf69c1",
+            "location": "s3://b/w/t/", "last-sequence-number": 0, "last-updated-ms": 1000,
+            "last-column-id": 1, "current-schema-id": 0,
+            "schemas": [{"type": "struct", "schema-id": 0, "fields": [
+                {"id": 1, "name": "region", "required": false, "type": "string"}]}],
+            "default-spec-id": 0, "partition-specs": [{"spec-id": 0, "fields": [
+                {"source-id": 1, "field-id": 1000, "name": "re gion", "transform": "identity"}]}],
+            "last-partition-id": 1000, "default-sort-order-id": 0,
+            "sort-orders": [{"order-id": 0, "fields": []}],
+            "properties": {}, "snapshots": [], "snapshot-log": [], "metadata-log": [],
+            "refs": {}
+        }))
+        .unwrap();
+        let spec = md.default_partition_spec().as_ref().clone();
+        let dir = |value: Option<&str>| {
+            let data = Struct::from_iter([value.map(Literal::string)]);
+            Locations::new(&md).dir(&spec, md.current_schema(), &data)
+        };
+        assert_eq!(dir(Some("eu/")), "s3://b/w/t/data/re%20gion=eu%2F");
+        assert_eq!(
+            dir(Some("a//b=c%d é")),
+            "s3://b/w/t/data/re%20gion=a%2F%2Fb%3Dc%25d%20%C3%A9"
+        );
+        assert_eq!(
+            dir(Some("eu-west_1.x")),
+            "s3://b/w/t/data/re%20gion=eu-west_1.x"
+        );
+        assert_eq!(dir(None), "s3://b/w/t/data/re%20gion=null");
+        // `write.data.path` given with a trailing slash (Java strips it too).
+        let mut with_path = md.clone();
+        let mut props = with_path.properties().clone();
+        props.insert("write.data.path".into(), "s3://b/elsewhere/".into());
+        with_path = iceberg::spec::TableMetadataBuilder::new_from_metadata(with_path, None)
+            .set_properties(props)
+            .unwrap()
+            .build()
+            .unwrap()
+            .metadata;
+        let unpartitioned = PartitionSpec::unpartition_spec();
+        assert_eq!(
+            Locations::new(&with_path).dir(&unpartitioned, md.current_schema(), &Struct::empty()),
+            "s3://b/elsewhere"
+        );
+        assert_eq!(
+            Locations::new(&with_path).generate_location(None, "f.parquet"),
+            "s3://b/elsewhere/f.parquet"
+        );
     }
 
     /// A file of several row groups where one row group holds a value longer than Parquet's

@@ -358,20 +358,39 @@ impl Maintainer {
 }
 
 /// One spelling per stored object, for comparing locations written by different engines:
-/// `s3a://` and `s3n://` are `s3://`, `file:/x` and `file:///x` are `/x`.
+/// `s3a://` and `s3n://` are `s3://`, `file:/x` and `file:///x` are `/x`, and empty path
+/// segments are dropped (`a//b` is `a/b`), as the storage layer (opendal) drops them on every
+/// write, read, list and delete: a file recorded as `…/region=eu//f.parquet` (iceberg's own
+/// location generator wrote partition values raw) is listed as `…/region=eu/f.parquet`.
+/// Spellings compared equal only ever keep a file.
 pub(crate) fn same_object_key(path: &str) -> String {
-    for scheme in ["s3a://", "s3n://"] {
-        if let Some(rest) = path.strip_prefix(scheme) {
-            return format!("s3://{rest}");
+    let (scheme, rest) = if let Some(rest) = ["s3a://", "s3n://", "s3://"]
+        .iter()
+        .find_map(|s| path.strip_prefix(s))
+    {
+        ("s3://", rest)
+    } else if let Some(rest) = path.strip_prefix("file://") {
+        ("", rest)
+    } else if let Some(rest) = path.strip_prefix("file:") {
+        ("", rest)
+    } else if let Some((scheme, rest)) = path.split_once("://") {
+        return format!("{scheme}://{}", collapse_slashes(rest));
+    } else {
+        ("", path)
+    };
+    format!("{scheme}{}", collapse_slashes(rest))
+}
+
+/// `path` with every run of `/` as one `/`.
+fn collapse_slashes(path: &str) -> String {
+    let mut out = String::with_capacity(path.len());
+    for c in path.chars() {
+        if c == '/' && out.ends_with('/') {
+            continue;
         }
+        out.push(c);
     }
-    if let Some(rest) = path.strip_prefix("file://") {
-        return rest.to_string();
-    }
-    if let Some(rest) = path.strip_prefix("file:") {
-        return rest.to_string();
-    }
-    path.to_string()
+    out
 }
 
 /// A branch or tag, with a branch's own retention settings.
@@ -519,5 +538,28 @@ impl Report {
         tracing::info!(table = %self.table, files_before = self.files_before, files_after = self.files_after,
             groups = self.groups_compacted, expired = self.snapshots_expired, orphans = self.orphans_deleted,
             dry_run = self.dry_run, "maintained table");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::same_object_key;
+
+    #[test]
+    fn one_object_spelled_several_ways_compares_equal() {
+        let key = same_object_key("s3://b/t/data/region=eu/f.parquet");
+        for other in [
+            "s3a://b/t/data/region=eu/f.parquet",
+            "s3n://b/t/data/region=eu/f.parquet",
+            // iceberg's generator wrote `eu/` raw; the storage layer stored `…/eu/f.parquet`.
+            "s3://b/t/data/region=eu//f.parquet",
+            "s3://b//t///data/region=eu/f.parquet",
+        ] {
+            assert_eq!(same_object_key(other), key, "{other}");
+        }
+        assert_ne!(same_object_key("s3://b/t/data/f.parquet"), key);
+        assert_eq!(same_object_key("file:///tmp/w//f"), "/tmp/w/f");
+        assert_eq!(same_object_key("file:/tmp/w/f"), "/tmp/w/f");
+        assert_eq!(same_object_key("gs://b//x"), "gs://b/x");
     }
 }
