@@ -246,7 +246,7 @@ impl Maintainer {
                         }
                     }
                     if !report.refs_dropped.is_empty() {
-                        tracing::error!(table = %ident, refs = ?report.refs_dropped, "the catalog dropped refs created meanwhile on the expired snapshots; their files are kept");
+                        tracing::error!(table = %ident, refs = ?report.refs_dropped, "the catalog dropped refs created meanwhile on the expired snapshots; their files are kept by this run, a later orphan cleanup past its window deletes them: re-create the refs before then");
                     }
                 }
                 return Ok(());

@@ -202,7 +202,9 @@ pub struct Report {
     /// Branches and tags the catalog dropped with the expired snapshots: created by another
     /// writer between the expiry's plan and its commit on a snapshot it removed (a REST server
     /// applies the removal on the version current then and drops every ref naming a removed
-    /// snapshot). Their snapshots' files are kept, and orphan cleanup is skipped in this run.
+    /// snapshot). This run deletes none of their snapshots' files and skips orphan cleanup;
+    /// the next orphan cleanup deletes them once they are older than its window, so the ref
+    /// must be re-created (from the version named in the log) before then.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub refs_dropped: Vec<String>,
     /// Orphan files found (older than the window, unreferenced).
