@@ -1892,7 +1892,7 @@ fn scan_key(
             }
         }
         Some(_) => {}
-        None => merge_unknown(unknown, k, json_type(&v)),
+        None => merge_unknown(unknown, crate::evolve::bounded_field_name(k), json_type(&v)),
     }
 }
 
@@ -1950,6 +1950,17 @@ pub(crate) fn arrow_to_primitive(t: &DataType) -> Option<PrimitiveType> {
             precision: *p as u32,
             scale: *s as u32,
         },
+        // Review helper-50 #4: these had no type, so a new column of them was neither added
+        // nor refused and its values were dropped (a pandas categorical is a dictionary).
+        DataType::Dictionary(_, value) => return arrow_to_primitive(value),
+        DataType::Binary | DataType::LargeBinary | DataType::BinaryView => PrimitiveType::Binary,
+        DataType::FixedSizeBinary(n) if *n >= 0 => PrimitiveType::Fixed(*n as u64),
+        // Every u64 fits a decimal(20, 0), as JSON's integers beyond a long do.
+        DataType::UInt64 => PrimitiveType::Decimal {
+            precision: 20,
+            scale: 0,
+        },
+        DataType::Time32(_) | DataType::Time64(TimeUnit::Microsecond) => PrimitiveType::Time,
         _ => return None,
     })
 }
@@ -2129,11 +2140,21 @@ fn one_object_shaped(line: &[u8]) -> bool {
 }
 
 fn decode_jsonl(mut reader: Box<dyn Read + '_>, ctx: &mut Ctx<'_>) -> Result<(), DecodeFailure> {
+    let max_line = usize_limit(ctx.limits.max_line_bytes);
+    // Up to the first line end (a first record may be longer than the head), within a line's
+    // limit: a file of `\r`-ended lines whose first is over 64 KiB was read as one line.
     let mut head = Vec::new();
-    (&mut reader)
-        .take(LINE_END_HEAD)
-        .read_to_end(&mut head)
-        .map_err(io_failure)?;
+    loop {
+        let before = head.len();
+        (&mut reader)
+            .take(LINE_END_HEAD)
+            .read_to_end(&mut head)
+            .map_err(io_failure)?;
+        let ended = memchr::memchr2(b'\n', b'\r', &head[before..]).is_some();
+        if ended || head.len() - before < LINE_END_HEAD as usize || head.len() > max_line {
+            break;
+        }
+    }
     let sep = line_separator(&head);
     let mut reader = BufReader::with_capacity(1 << 20, std::io::Cursor::new(head).chain(reader));
     let schema = ctx.spec.schema.clone();
@@ -2150,7 +2171,6 @@ fn decode_jsonl(mut reader: Box<dyn Read + '_>, ctx: &mut Ctx<'_>) -> Result<(),
     let mut line_no = 0u64;
     let limit = ctx.spec.chunk_records;
     let mut strict = StrictDecoder::new(schema.clone());
-    let max_line = usize_limit(ctx.limits.max_line_bytes);
     let max_depth = ctx.limits.max_nesting_depth;
     loop {
         let start = chunk.buf.len();
@@ -2877,6 +2897,7 @@ fn unknown_key(
             .into_iter()
             .map(|(k, _)| k)
             .find(|k| !known.contains_key(k) && !ignored.contains(k))
+            .map(crate::evolve::bounded_field_name)
     })
 }
 
@@ -2906,6 +2927,7 @@ fn refused_key(data: &[u8], refused: &BTreeMap<String, String>) -> Option<String
     data.split(|b| *b == b'\n').find_map(|line| {
         top_members(line)
             .into_iter()
+            .map(|(k, null)| (crate::evolve::bounded_field_name(k), null))
             .find(|(k, null)| !null && refused.contains_key(k))
             .map(|(k, _)| k)
     })
@@ -4286,6 +4308,40 @@ mod tests {
         assert_eq!((seen, rows, rejected.len()), (8, 8, 0));
         assert_eq!(unknown["x"], Some(PrimitiveType::Long), "{unknown:?}");
         assert_eq!(unknown["s"], Some(PrimitiveType::String), "{unknown:?}");
+    }
+
+    /// Review helper-50 #1: unknown field names were kept whole, each line's another (up to
+    /// max_line_bytes), so a small gzip object of lines with long distinct names held
+    /// gigabytes. A name over the column-name limit is kept by its first 256 bytes and `…`.
+    #[test]
+    fn over_long_unknown_field_names_are_kept_bounded() {
+        let t = "\"t\":\"2026-11-30T10:00:00Z\"";
+        let long = "k".repeat(100_000);
+        let mut input = String::new();
+        for i in 0..20 {
+            input.push_str(&format!(
+                "{{\"id\":\"{i}\",\"{long}{i}\":1,\"short\":2,{t}}}\n"
+            ));
+        }
+        let (seen, rows, rejected, unknown) = run(input.as_bytes(), &spec(Format::Jsonl));
+        assert_eq!((seen, rows, rejected.len()), (20, 20, 0));
+        assert_eq!(
+            unknown.len(),
+            2,
+            "{:?}",
+            unknown.keys().map(|k| k.len()).collect::<Vec<_>>()
+        );
+        let bounded = format!("{}…", "k".repeat(256));
+        assert_eq!(unknown[&bounded], Some(PrimitiveType::Long));
+        assert_eq!(unknown["short"], Some(PrimitiveType::Long));
+        // Still over the limit: refused as a column like the whole name was.
+        assert!(bounded.len() > crate::evolve::MAX_COLUMN_NAME_BYTES);
+        // A multi-byte character across the limit is not cut.
+        let name = format!("{}é", "a".repeat(255));
+        assert_eq!(
+            crate::evolve::bounded_field_name(name),
+            format!("{}…", "a".repeat(255))
+        );
     }
 
     #[test]
@@ -6345,6 +6401,59 @@ not json\n\
         assert_eq!(values, vec![r#"{"city":"a"}"#, "null"]);
     }
 
+    /// Review helper-50 #4: a new Parquet column of a dictionary (a pandas categorical),
+    /// binary, u64 or time type had no type: it was neither added as a column nor refused, and
+    /// its values were dropped. Each now has the Iceberg type its values land in, and a column
+    /// of that type takes them.
+    #[test]
+    fn new_parquet_columns_of_dictionary_binary_u64_and_time_types_have_a_type() {
+        use arrow::array::{BinaryArray, DictionaryArray, Time64MicrosecondArray, UInt64Array};
+        use arrow::datatypes::Int32Type;
+        let s = spec(Format::Parquet);
+        let cases: Vec<(ArrayRef, PrimitiveType)> = vec![
+            (
+                Arc::new(DictionaryArray::<Int32Type>::from_iter(["a", "b", "a"])),
+                PrimitiveType::String,
+            ),
+            (
+                Arc::new(BinaryArray::from_iter_values([b"x", b"y", b"z"])),
+                PrimitiveType::Binary,
+            ),
+            (
+                Arc::new(UInt64Array::from(vec![1, u64::MAX, 3])),
+                PrimitiveType::Decimal {
+                    precision: 20,
+                    scale: 0,
+                },
+            ),
+            (
+                Arc::new(Time64MicrosecondArray::from(vec![1, 2, 3])),
+                PrimitiveType::Time,
+            ),
+        ];
+        for (col, ty) in cases {
+            let bytes = parquet_with("extra", col.clone());
+            let (_, _, rejected, unknown) = run(&bytes, &s);
+            assert!(rejected.is_empty(), "{rejected:?}");
+            assert_eq!(unknown["extra"], Some(ty.clone()), "{:?}", col.data_type());
+        }
+        // Once the column exists (as the evolution adds it), the values land in it.
+        let categorical = Arc::new(DictionaryArray::<Int32Type>::from_iter(["a", "b", "a"]));
+        let s = spec_with(Format::Parquet, Field::new("extra", DataType::Utf8, true));
+        let (seen, values, rejected) =
+            landed_as_json(&parquet_with("extra", categorical), &s, "extra");
+        assert_eq!((seen, rejected.len()), (3, 0), "{rejected:?}");
+        assert_eq!(values, vec!["\"a\"", "\"b\"", "\"a\""]);
+        let big = Arc::new(UInt64Array::from(vec![u64::MAX]));
+        let s = spec_with(
+            Format::Parquet,
+            Field::new("extra", DataType::Decimal128(20, 0), true),
+        );
+        let (seen, values, rejected) = landed_as_json(&parquet_with("extra", big), &s, "extra");
+        assert_eq!((seen, rejected.len()), (1, 0), "{rejected:?}");
+        assert_eq!(values, vec!["18446744073709551615"]);
+    }
+
     /// Review helper-35 #4: pandas and pyarrow write an all-None column with no type; every
     /// row was refused ("does not convert from Null").
     #[test]
@@ -6759,6 +6868,12 @@ not json\n\
         let one = "{\"id\":\"a\",\r\"n\":1,\"t\":\"2026-11-30T10:00:00Z\"}";
         let (seen, rows, rejected, _) = run(one.as_bytes(), &spec(Format::Jsonl));
         assert_eq!((seen, rows), (1, 1), "{rejected:?}");
+        // Review helper-50 #2: a first record longer than the 64 KiB head (its line end
+        // beyond it) was no evidence of `\r` line ends: the file was read as one line.
+        let long = "x".repeat(70_000);
+        let input = [line(&long, "1"), line("b", "2")].concat();
+        let (seen, rows, rejected, _) = run(input.as_bytes(), &spec(Format::Jsonl));
+        assert_eq!((seen, rows), (2, 2), "{rejected:?}");
     }
 
     /// A reader handing out `n` bytes at a time (S3 and gzip streams cut anywhere).

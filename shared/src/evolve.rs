@@ -285,7 +285,22 @@ pub(crate) fn evolve_ingest_schema(
 }
 
 /// The longest field name (bytes) evolution adds as a column.
-const MAX_COLUMN_NAME_BYTES: usize = 256;
+pub(crate) const MAX_COLUMN_NAME_BYTES: usize = 256;
+
+/// An input's field name as decoding keeps it: a name over [`MAX_COLUMN_NAME_BYTES`], which no
+/// evolution adds, by its first bytes (up to the limit, on a character boundary) and `…`, still
+/// over the limit and refused alike. Kept whole, every line of an object could bring another
+/// name of up to `max_line_bytes` into the unknown fields (and the snapshot summary).
+pub(crate) fn bounded_field_name(name: String) -> String {
+    if name.len() <= MAX_COLUMN_NAME_BYTES {
+        return name;
+    }
+    let mut end = MAX_COLUMN_NAME_BYTES;
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &name[..end])
+}
 
 /// New fields the evolution would add (with a type, not reserved, not dropped, not columns yet)
 /// that it must not, each with the reason a record bringing a value for it is quarantined: a name

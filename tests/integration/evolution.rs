@@ -521,6 +521,61 @@ async fn a_new_field_differing_from_a_column_only_in_case_is_refused() {
     assert!(names.contains(&"coupon".to_string()) && names.contains(&"note".to_string()));
 }
 
+/// Review helper-50 #1: field names over the column-name limit are kept bounded while decoding
+/// (their first 256 bytes and `…`), and a record bringing a value for one is still quarantined
+/// with the reason, its name shortened; the report and summary name it bounded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_with_over_long_field_names_are_quarantined_with_the_name_bounded() {
+    let env = TestEnv::new("sqlite").await;
+    let ingestor = env.ingestor().await;
+    env.put("orders/base.jsonl", orders(1, 1)).await;
+    env.ingest(&ingestor, "orders/base.jsonl").await.unwrap();
+    let long = "n".repeat(200_000);
+    let text = with_members(
+        &orders(4, 2),
+        &[
+            format!("\"{long}a\":1"),
+            format!("\"{}\":2", "m".repeat(300)),
+            format!("\"{long}b\":null"),
+            "\"ok\":3".to_string(),
+        ],
+    );
+    env.put("orders/long-names.jsonl", text).await;
+    let r = env
+        .ingest(&ingestor, "orders/long-names.jsonl")
+        .await
+        .unwrap();
+    // The two with a value for an over-long name are quarantined; a null one lands (no value
+    // is lost), as does the one with a new, fine column.
+    assert_eq!(
+        (r.records_committed, r.records_quarantined),
+        (2, 2),
+        "{:?}",
+        (r.records_committed, r.records_quarantined)
+    );
+    let q = quarantined(&env, &r).await;
+    let bounded = format!("field \"{}…\" is not added as a column", "n".repeat(256));
+    assert!(
+        q[0].1.starts_with(&bounded),
+        "{}",
+        &q[0].1[..300.min(q[0].1.len())]
+    );
+    assert!(q[0].1.len() < 1_000);
+    assert!(q[1].1.starts_with("field \"mmm"), "{}", q[1].1);
+    assert!(
+        r.unknown_fields.iter().all(|n| n.len() < 300),
+        "unknown names kept whole"
+    );
+    let t = ingestor.catalog().load_table(&env.ident()).await.unwrap();
+    let summary = t.metadata().current_snapshot().unwrap().summary();
+    let listed = summary
+        .additional_properties
+        .get(floe::summary::UNKNOWN_FIELDS)
+        .cloned()
+        .unwrap_or_default();
+    assert!(listed.len() < 2_000, "{}", listed.len());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn new_fields_no_column_may_be_made_of_quarantine_their_records_and_columns_are_bounded() {
     // Before: an empty or control-character key became a column, and an object of map-like

@@ -66,7 +66,10 @@ pub(crate) fn plain_schema(schema: &ArrowSchema) -> SchemaRef {
     ))
 }
 
-/// Appends `window_start` = `time_column` floored to `window_us` microseconds.
+/// Appends `window_start` = `time_column` floored to `window_us` microseconds. A row without a
+/// time belongs to no window and is left out, the same way by every run, refresh and the
+/// batch reconcile compares with (the batch counted such rows in a NULL window that
+/// incremental runs never touch).
 pub(crate) fn with_window_start(
     batch: &RecordBatch,
     time_column: &str,
@@ -129,9 +132,19 @@ pub(crate) fn with_window_start(
         DataType::Timestamp(TimeUnit::Microsecond, tz),
         true,
     ));
+    let timed = (floored.null_count() > 0).then(|| arrow::compute::is_not_null(&floored));
     columns.push(Arc::new(floored) as ArrayRef);
-    RecordBatch::try_new(Arc::new(ArrowSchema::new(fields)), columns)
-        .map_err(|e| Error::new(ErrorKind::Internal, format!("adding {WINDOW_START}: {e}")))
+    let out = RecordBatch::try_new(Arc::new(ArrowSchema::new(fields)), columns)
+        .map_err(|e| Error::new(ErrorKind::Internal, format!("adding {WINDOW_START}: {e}")))?;
+    match timed {
+        None => Ok(out),
+        Some(Ok(timed)) => arrow::compute::filter_record_batch(&out, &timed)
+            .map_err(|e| Error::new(ErrorKind::Internal, format!("rows without a time: {e}"))),
+        Some(Err(e)) => Err(Error::new(
+            ErrorKind::Internal,
+            format!("rows without a time: {e}"),
+        )),
+    }
 }
 
 /// The window starts (µs) present in `batch`'s `window_start` column.
@@ -541,6 +554,24 @@ mod tests {
         let e = with_window_start(&batch(vec![0, i64::MIN]), "event_time", 60_000_000).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::Transform);
         assert!(e.to_string().contains("no 60000000 µs window start"), "{e}");
+    }
+
+    /// Review helper-51 #1: a row without an event time belongs to no window. The batch (and a
+    /// refresh) counted such rows in a NULL window, which incremental runs never recompute:
+    /// reconcile differed. Every path now leaves them out alike.
+    #[test]
+    fn rows_without_a_time_belong_to_no_window() {
+        let schema = Arc::new(ArrowSchema::new(vec![Field::new(
+            "event_time",
+            DataType::Timestamp(TimeUnit::Microsecond, Some("+00:00".into())),
+            true,
+        )]));
+        let t = TimestampMicrosecondArray::from(vec![Some(0), None, Some(60_000_001), None])
+            .with_timezone("+00:00");
+        let b = RecordBatch::try_new(schema, vec![Arc::new(t)]).unwrap();
+        let b = with_window_start(&b, "event_time", 60_000_000).unwrap();
+        assert_eq!(b.num_rows(), 2);
+        assert_eq!(window_starts(&b), vec![0, 60_000_000]);
     }
 
     #[tokio::test]
