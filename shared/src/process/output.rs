@@ -120,6 +120,31 @@ impl Output {
         if unknown.is_empty() && widen.is_empty() {
             return Ok(());
         }
+        // A sink column the output no longer has, beside a new one of its type: a source column
+        // renamed (or replaced) under `SELECT *`. Added as another column, the old one would
+        // go null for new rows and the new one be null for the old: one column split in two.
+        let names: std::collections::HashSet<&str> =
+            schema.fields().iter().map(|f| f.name().as_str()).collect();
+        for old in current.as_struct().fields() {
+            if old.name.starts_with('_') || names.contains(old.name.as_str()) {
+                continue;
+            }
+            let twin = unknown.iter().find(|(_, ty)| {
+                ty.as_ref()
+                    .is_some_and(|p| *old.field_type == Type::Primitive(p.clone()))
+            });
+            if let Some((new, _)) = twin {
+                return Err(Error::new(
+                    ErrorKind::Transform,
+                    format!(
+                        "sink {}: the output no longer has column `{}` and brings a new column `{new}` of its type: a source column renamed or replaced? Select it under the sink's name (`{new} AS {}`), or drop the sink table, then `floe process refresh`",
+                        self.sink.identifier(),
+                        old.name,
+                        old.name
+                    ),
+                ));
+            }
+        }
         if self.writer.is_some() {
             return Err(Error::new(
                 ErrorKind::Transform,
