@@ -39,6 +39,14 @@ async fn ingest_objects(
     }
 }
 
+/// Orphan cleanup alone, as of `days` from now.
+fn orphans_in(days: i64) -> Options {
+    Options {
+        now: chrono::Utc::now() + chrono::Duration::days(days),
+        ..only(false, false, true)
+    }
+}
+
 /// Expiration alone, of every snapshot but the current one (no age, no dedup window).
 fn expire_all_but_the_current() -> Options {
     Options {
@@ -594,17 +602,10 @@ async fn partition_values_with_slashes_neither_break_readers_nor_become_orphans(
         let path = f.file.file_path();
         assert!(!path.split_once("://").unwrap().1.contains("//"), "{path}");
     }
-    let later = chrono::Utc::now() + chrono::Duration::days(30);
     let r = env
         .maintainer()
         .await
-        .run(
-            "orders",
-            &Options {
-                now: later,
-                ..only(false, false, true)
-            },
-        )
+        .run("orders", &orphans_in(30))
         .await
         .unwrap();
     assert!(
@@ -648,26 +649,15 @@ async fn orphan_cleanup_honours_the_window_and_dry_run() {
     assert!(maintainer.run("orders", &too_short).await.is_err());
 
     // Four days later: found. A dry run deletes nothing.
-    let later = chrono::Utc::now() + chrono::Duration::days(4);
     let dry = Options {
         dry_run: true,
-        now: later,
-        ..only(false, false, true)
+        ..orphans_in(4)
     };
     let r = maintainer.run("orders", &dry).await.unwrap();
     assert_eq!(r.orphans_found.len(), 1, "{r:?}");
     assert!(r.orphans_found[0].ends_with("orphan-from-a-crash.parquet"));
     assert!(env.get(&orphan).await.is_some(), "dry run deleted");
-    let r = maintainer
-        .run(
-            "orders",
-            &Options {
-                now: later,
-                ..only(false, false, true)
-            },
-        )
-        .await
-        .unwrap();
+    let r = maintainer.run("orders", &orphans_in(4)).await.unwrap();
     assert_eq!(r.orphans_deleted, 1);
     assert!(env.get(&orphan).await.is_none());
     // Everything the table references is still there.
