@@ -3073,6 +3073,11 @@ fn decode_parquet(mut reader: Box<dyn Read + '_>, ctx: &mut Ctx<'_>) -> Result<(
             .iter()
             .filter_map(|f| {
                 let target = ctx.spec.schema.field_with_name(f.name()).ok()?;
+                // A u64 column's type says nothing of its values: they go through the checked
+                // cast into the column as it is (a decimal(18, 0) is not made decimal(20, 0)).
+                if f.data_type() == &DataType::UInt64 {
+                    return None;
+                }
                 let (from, to) = (
                     arrow_to_primitive(target.data_type())?,
                     arrow_to_primitive(f.data_type())?,
@@ -4688,6 +4693,31 @@ mod tests {
             "{}",
             rejected[0].reason
         );
+    }
+
+    /// Review helper-52 #2: a Parquet u64 column widened a decimal(18, 0) column to
+    /// decimal(20, 0) by its type alone; its values go through the checked cast instead.
+    #[test]
+    fn parquet_u64_into_a_narrower_decimal_column_does_not_widen_it() {
+        use arrow::array::UInt64Array;
+        let s = spec_with(
+            Format::Parquet,
+            Field::new("n", DataType::Decimal128(18, 0), true),
+        );
+        let bytes = parquet_with("n", Arc::new(UInt64Array::from(vec![5, 7])));
+        let mut widen = BTreeMap::new();
+        let mut rows = 0;
+        decode(&bytes[..], &s, &mut |p| {
+            match p {
+                Piece::Widen(w) => widen.extend(w),
+                Piece::Batch(b) => rows += b.num_rows(),
+                _ => {}
+            }
+            true
+        })
+        .unwrap();
+        assert!(widen.is_empty(), "{widen:?}");
+        assert_eq!(rows, 2);
     }
 
     #[test]

@@ -336,7 +336,14 @@ pub(crate) fn refuse_new_columns(
         {
             continue;
         }
-        let why = if name.is_empty()
+        let why = if ty == &Some(PrimitiveType::Time) {
+            // Iceberg has the type, but Spark refuses every query on a table holding one.
+            format!(
+                "field `{name}` is not added as a column: a time-of-day column makes the table \
+                 unreadable for Spark; add it yourself (as a string, or as time if no reader is \
+                 Spark)"
+            )
+        } else if name.is_empty()
             || name.len() > MAX_COLUMN_NAME_BYTES
             || name.chars().any(char::is_control)
         {
@@ -375,13 +382,15 @@ pub(crate) fn refuse_new_columns(
 
 /// Top-level columns an earlier schema of the table had and the current one lacks: dropped
 /// (`floe schema drop-column`, or another engine's drop or rename).
-pub(crate) fn dropped_columns(metadata: &TableMetadata) -> std::collections::BTreeSet<&str> {
+/// An over-long name is there as written and as decoding keeps it ([`bounded_field_name`]).
+pub(crate) fn dropped_columns(metadata: &TableMetadata) -> std::collections::BTreeSet<String> {
     let current = metadata.current_schema();
     metadata
         .schemas_iter()
         .flat_map(|s| s.as_struct().fields().iter())
         .map(|f| f.name.as_str())
         .filter(|n| current.field_by_name(n).is_none())
+        .flat_map(|n| [n.to_string(), bounded_field_name(n.to_string())])
         .collect()
 }
 
@@ -517,6 +526,45 @@ mod tests {
 
     fn day(s: &str) -> NaiveDate {
         NaiveDate::parse_from_str(s, "%Y-%m-%d").unwrap()
+    }
+
+    /// Review helper-52 #1 and #3: a new time column is refused (Spark reads no table holding
+    /// one), and a dropped column with an over-long name is still known as dropped under the
+    /// name decoding keeps ([`bounded_field_name`]).
+    #[test]
+    fn time_columns_are_refused_and_long_dropped_names_stay_dropped() {
+        let long = "d".repeat(300);
+        let md: TableMetadata = serde_json::from_value(serde_json::json!({
+            "format-version": 2, "table-uuid": "9c12d441-03fe-4693-9a96-a0705ddf69c4",
+            "location": "memory:///w/d", "last-sequence-number": 0, "last-updated-ms": 1000,
+            "last-column-id": 2, "current-schema-id": 1,
+            "schemas": [
+                {"type": "struct", "schema-id": 0, "fields": [
+                    {"id": 1, "name": "id", "required": false, "type": "string"},
+                    {"id": 2, "name": long, "required": false, "type": "long"}]},
+                {"type": "struct", "schema-id": 1, "fields": [
+                    {"id": 1, "name": "id", "required": false, "type": "string"}]}],
+            "default-spec-id": 0, "partition-specs": [{"spec-id": 0, "fields": []}],
+            "last-partition-id": 999, "default-sort-order-id": 0,
+            "sort-orders": [{"order-id": 0, "fields": []}],
+            "properties": {}, "snapshots": [], "snapshot-log": [], "metadata-log": [],
+            "refs": {}
+        }))
+        .unwrap();
+        let unknown = std::collections::BTreeMap::from([
+            ("at".to_string(), Some(PrimitiveType::Time)),
+            (bounded_field_name(long.clone()), Some(PrimitiveType::Long)),
+            ("fine".to_string(), Some(PrimitiveType::Long)),
+        ]);
+        let refused = refuse_new_columns(&md, &unknown, 10, 100);
+        assert_eq!(
+            refused.keys().collect::<Vec<_>>(),
+            vec!["at"],
+            "{refused:?}"
+        );
+        assert!(refused["at"].contains("Spark"), "{refused:?}");
+        assert!(dropped_columns(&md).contains(&bounded_field_name(long.clone())));
+        assert!(dropped_columns(&md).contains(&long));
     }
 
     #[test]

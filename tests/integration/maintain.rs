@@ -371,6 +371,43 @@ async fn rest_expiration_deletes_nothing_when_a_commit_came_between_plan_and_rem
     assert_eq!(py["rows"], 90, "{py}");
 }
 
+/// Review helper-52 #4: an expiry that finds its snapshots already gone (another run's, or an
+/// earlier attempt of its own whose answer was lost, which on REST may have dropped a ref with
+/// them) does not know what went with them: the same run's orphan cleanup is skipped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn orphan_cleanup_waits_when_the_expiry_found_its_snapshots_gone() {
+    let env = TestEnv::new("sqlite").await;
+    let ingestor = env.ingestor().await;
+    ingest_objects(&env, &ingestor, "g", 3, 20, 1600).await;
+    let orphan = format!("warehouse/{}/orders/data/orphan-g.parquet", env.namespace);
+    env.put(&orphan, b"not referenced".to_vec()).await;
+    let other = env.maintainer().await;
+    let race: crate::faults::Race = Box::new(move || {
+        Box::pin(async move {
+            let r = other
+                .run("orders", &expire_all_but_the_current())
+                .await
+                .unwrap();
+            assert_eq!(r.snapshots_expired, 2, "{r:?}");
+        })
+    });
+    let maintainer = racing_maintainer(&env, race).await;
+    let opts = Options {
+        orphans: true,
+        ..Options {
+            now: chrono::Utc::now() + chrono::Duration::days(30),
+            ..expire_all_but_the_current()
+        }
+    };
+    let r = maintainer.run("orders", &opts).await.unwrap();
+    assert!(r.orphans_found.is_empty(), "{r:?}");
+    assert!(env.get(&orphan).await.is_some(), "deleted in the same run");
+    // The next run, with nothing left to expire, cleans up.
+    let r = env.maintainer().await.run("orders", &opts).await.unwrap();
+    assert_eq!(r.orphans_found.len(), 1, "{r:?}");
+    assert_eq!(env.count_rows(ingestor.catalog().as_ref()).await, 60);
+}
+
 /// Review helper-32 #1: another engine commits an equality delete while a compaction runs,
 /// after the run checked for them: the next group, loaded after it, was rewritten without
 /// applying it, and its new files (numbered after the delete) brought the deleted rows back.

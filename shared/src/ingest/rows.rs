@@ -184,10 +184,7 @@ pub(super) async fn write_object(
         chunk_records,
         allow_unknown,
         // Columns the table dropped: inputs still carrying them are not refused for it.
-        ignored: crate::evolve::dropped_columns(table.metadata())
-            .into_iter()
-            .map(str::to_string)
-            .collect(),
+        ignored: crate::evolve::dropped_columns(table.metadata()),
         refused: refused.cloned().unwrap_or_default(),
         debezium: route.cdc == Some(crate::config::Cdc::Debezium),
     };

@@ -238,9 +238,15 @@ impl Maintainer {
                 if applied_on.is_some() && *applied_on == planned_on => {}
             Outcome::Committed { applied_on, .. } => {
                 tracing::warn!(table = %ident, planned_on = ?planned_on, applied_on = ?applied_on, "the expiry was applied on another version than planned (a commit came between); its files are left to orphan cleanup");
+                // Until what the catalog dropped with it is known, this run's orphan cleanup
+                // stays away from the files.
+                report.expiry_unsettled = true;
                 if let Some(on) = applied_on {
                     match refs_dropped(&table, on, &removed).await {
-                        Ok(refs) => report.refs_dropped = refs,
+                        Ok(refs) => {
+                            report.refs_dropped = refs;
+                            report.expiry_unsettled = false;
+                        }
                         Err(e) => {
                             tracing::error!(table = %ident, error = %e, "whether the catalog dropped refs with the expired snapshots is unknown: the version it applied the expiry on cannot be read");
                         }
@@ -253,6 +259,7 @@ impl Maintainer {
             }
             Outcome::Skipped(why) => {
                 tracing::info!(table = %ident, ?why, "the planned snapshots were already gone; their files are left to orphan cleanup");
+                report.expiry_unsettled = true;
                 return Ok(());
             }
         }

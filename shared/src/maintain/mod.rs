@@ -207,6 +207,10 @@ pub struct Report {
     /// must be re-created (from the version named in the log) before then.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub refs_dropped: Vec<String>,
+    /// The expiry was applied on another version than planned, or found its snapshots gone,
+    /// and what the catalog dropped with it is unknown: this run's orphan cleanup is skipped.
+    #[serde(skip)]
+    pub(crate) expiry_unsettled: bool,
     /// Orphan files found (older than the window, unreferenced).
     pub orphans_found: Vec<String>,
     /// Orphan files deleted.
@@ -346,8 +350,8 @@ impl Maintainer {
         if opts.expire && Instant::now() < opts.deadline {
             self.expire(&ident, opts, &mut report).await?;
         }
-        if opts.orphans && !report.refs_dropped.is_empty() {
-            tracing::error!(table = %ident, refs = ?report.refs_dropped, "orphan cleanup skipped: refs were dropped with expired snapshots, whose files are kept");
+        if opts.orphans && (!report.refs_dropped.is_empty() || report.expiry_unsettled) {
+            tracing::warn!(table = %ident, refs = ?report.refs_dropped, "orphan cleanup skipped: the expiry landed on another version than planned, or found its snapshots gone (refs may have been dropped with them)");
         } else if opts.orphans && Instant::now() < opts.deadline {
             self.remove_orphans(&ident, opts, &mut report).await?;
         }
