@@ -1247,22 +1247,58 @@ fn reads_text(t: &DataType) -> bool {
 /// truncating it (`1.5` became 1), truncates extra decimals, its decimal parser wraps on huge
 /// exponents and reads some garbage (`"e5"`) as 0, and it reads any number in a timestamp column
 /// as microseconds (epoch seconds landed in January 1970, nanoseconds in the year 56901).
+///
+/// Likewise at any depth: inside a struct, list or map arrow converted loosely (`[1.5]` into a
+/// `list<long>` landed as `[1]`).
 fn json_schema(schema: &SchemaRef) -> SchemaRef {
-    if !schema.fields().iter().any(|f| reads_text(f.data_type())) {
+    if !schema
+        .fields()
+        .iter()
+        .any(|f| nests(f.data_type(), &reads_text))
+    {
         return schema.clone();
     }
     let fields: Vec<Field> = schema
         .fields()
         .iter()
         .map(|f| {
-            if reads_text(f.data_type()) {
-                f.as_ref().clone().with_data_type(DataType::Utf8)
-            } else {
-                f.as_ref().clone()
-            }
+            f.as_ref()
+                .clone()
+                .with_data_type(json_read_type(f.data_type()))
         })
         .collect();
     Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()))
+}
+
+/// Whether `t`, or a type nested in it, is one `leaf` holds for.
+fn nests(t: &DataType, leaf: &dyn Fn(&DataType) -> bool) -> bool {
+    match t {
+        DataType::Struct(fields) => fields.iter().any(|f| nests(f.data_type(), leaf)),
+        DataType::List(f) | DataType::LargeList(f) | DataType::Map(f, _) => {
+            nests(f.data_type(), leaf)
+        }
+        t => leaf(t),
+    }
+}
+
+/// `t` as [`json_schema`] reads it: integer, decimal, timestamp and date values as text, at any
+/// depth of structs, lists and maps.
+fn json_read_type(t: &DataType) -> DataType {
+    let field = |f: &arrow::datatypes::FieldRef| {
+        Arc::new(
+            f.as_ref()
+                .clone()
+                .with_data_type(json_read_type(f.data_type())),
+        )
+    };
+    match t {
+        DataType::Struct(fields) => DataType::Struct(fields.iter().map(field).collect()),
+        DataType::List(f) => DataType::List(field(f)),
+        DataType::LargeList(f) => DataType::LargeList(field(f)),
+        DataType::Map(f, sorted) => DataType::Map(field(f), *sorted),
+        t if reads_text(t) => DataType::Utf8,
+        t => t.clone(),
+    }
 }
 
 /// `e` with "expected string" said as "expected an integer" (or "a number") when the field is an
@@ -1304,31 +1340,108 @@ fn exact_numbers(
     schema: &SchemaRef,
     lines: Option<&[u8]>,
 ) -> Result<RecordBatch, ArrowError> {
-    if !schema.fields().iter().any(|f| {
-        reads_text(f.data_type()) || f.data_type() == &DataType::Date32 || is_float(f.data_type())
-    }) {
+    if !schema
+        .fields()
+        .iter()
+        .any(|f| nests(f.data_type(), &parsed_by_floe))
+    {
         return Ok(batch);
     }
     let columns = schema
         .fields()
         .iter()
         .zip(batch.columns())
-        .map(|(field, column)| match field.data_type() {
-            DataType::Date32 if column.data_type() == &DataType::Utf8 => {
-                dates(field, column, lines)
-            }
-            DataType::Date32 => dates_in_range(field, column),
-            t if is_float(t) => finite_floats(field, column),
-            _ if column.data_type() != &DataType::Utf8 => Ok(column.clone()),
-            DataType::Timestamp(TimeUnit::Microsecond, tz) => timestamps(field, tz, column),
-            t if is_exact(t) => numbers(field, column),
-            _ => Ok(column.clone()),
-        })
+        .map(|(field, column)| exact_column(field, column, lines))
         .collect::<Result<Vec<_>, _>>()?;
     if Arc::ptr_eq(batch.schema_ref(), schema) {
         return Ok(batch);
     }
     RecordBatch::try_new(schema.clone(), columns)
+}
+
+/// Values [`exact_column`] parses (read as text) or checks (dates, floats).
+fn parsed_by_floe(t: &DataType) -> bool {
+    reads_text(t) || t == &DataType::Date32 || is_float(t)
+}
+
+/// `column` (read with [`json_read_type`] of `field`'s type) as `field`'s type: see
+/// [`exact_numbers`]; a struct's fields, a list's elements and a map's entries likewise (their
+/// values are no row's own: `lines` is for top-level values).
+fn exact_column(
+    field: &Field,
+    column: &ArrayRef,
+    lines: Option<&[u8]>,
+) -> Result<ArrayRef, ArrowError> {
+    use arrow::array::{LargeListArray, ListArray, MapArray, StructArray};
+    let nested = |t: &DataType| nests(t, &parsed_by_floe);
+    let any = column.as_any();
+    match field.data_type() {
+        DataType::Struct(to) if nested(field.data_type()) => {
+            let Some(s) = any.downcast_ref::<StructArray>() else {
+                return Ok(column.clone());
+            };
+            let children = to
+                .iter()
+                .zip(s.columns())
+                .map(|(f, c)| exact_column(f, c, None))
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(Arc::new(StructArray::try_new(
+                to.clone(),
+                children,
+                s.nulls().cloned(),
+            )?))
+        }
+        DataType::List(to) if nested(to.data_type()) => {
+            let Some(l) = any.downcast_ref::<ListArray>() else {
+                return Ok(column.clone());
+            };
+            let values = exact_column(to, l.values(), None)?;
+            Ok(Arc::new(ListArray::try_new(
+                to.clone(),
+                l.offsets().clone(),
+                values,
+                l.nulls().cloned(),
+            )?))
+        }
+        DataType::LargeList(to) if nested(to.data_type()) => {
+            let Some(l) = any.downcast_ref::<LargeListArray>() else {
+                return Ok(column.clone());
+            };
+            let values = exact_column(to, l.values(), None)?;
+            Ok(Arc::new(LargeListArray::try_new(
+                to.clone(),
+                l.offsets().clone(),
+                values,
+                l.nulls().cloned(),
+            )?))
+        }
+        DataType::Map(to, sorted) if nested(to.data_type()) => {
+            let Some(m) = any.downcast_ref::<MapArray>() else {
+                return Ok(column.clone());
+            };
+            let entries: ArrayRef = Arc::new(m.entries().clone());
+            let entries = exact_column(to, &entries, None)?;
+            let entries = entries
+                .as_any()
+                .downcast_ref::<StructArray>()
+                .cloned()
+                .ok_or_else(|| ArrowError::JsonError("map entries are no struct".into()))?;
+            Ok(Arc::new(MapArray::try_new(
+                to.clone(),
+                m.offsets().clone(),
+                entries,
+                m.nulls().cloned(),
+                *sorted,
+            )?))
+        }
+        DataType::Date32 if column.data_type() == &DataType::Utf8 => dates(field, column, lines),
+        DataType::Date32 => dates_in_range(field, column),
+        t if is_float(t) => finite_floats(field, column),
+        _ if column.data_type() != &DataType::Utf8 => Ok(column.clone()),
+        DataType::Timestamp(TimeUnit::Microsecond, tz) => timestamps(field, tz, column),
+        t if is_exact(t) => numbers(field, column),
+        _ => Ok(column.clone()),
+    }
 }
 
 fn is_float(t: &DataType) -> bool {
@@ -4718,6 +4831,63 @@ mod tests {
         .unwrap();
         assert!(widen.is_empty(), "{widen:?}");
         assert_eq!(rows, 2);
+    }
+
+    /// Review helper-50 #3: integer, decimal and timestamp values inside a struct, list or map
+    /// were converted by arrow the loose way (`[1.5]` into `list<long>` landed as `[1]`, 1.9
+    /// into a struct's int as 1): they are read as text and parsed exactly at any depth.
+    #[test]
+    fn nested_numbers_are_read_exactly() {
+        let t = "\"t\":\"2026-11-30T10:00:00Z\"";
+        let item = Arc::new(Field::new("item", DataType::Int64, true));
+        let s = spec_with(Format::Jsonl, Field::new("l", DataType::List(item), true));
+        let input = format!(
+            "{{\"id\":\"a\",\"l\":[1,2],{t}}}\n{{\"id\":\"b\",\"l\":[1.5],{t}}}\n{{\"id\":\"c\",\"l\":[3e0,null],{t}}}\n"
+        );
+        let (seen, values, rejected) = landed_as_json(input.as_bytes(), &s, "l");
+        assert_eq!((seen, rejected.len()), (3, 1), "{rejected:?}");
+        assert_eq!(rejected[0].record, 2, "{rejected:?}");
+        assert_eq!(values, vec!["[1,2]", "[3,null]"]);
+        let fields = arrow::datatypes::Fields::from(vec![
+            Field::new("n", DataType::Int32, true),
+            Field::new("d", DataType::Decimal128(9, 2), true),
+            Field::new(
+                "at",
+                DataType::Timestamp(TimeUnit::Microsecond, Some("+00:00".into())),
+                true,
+            ),
+            Field::new("x", DataType::Float64, true),
+        ]);
+        let s = spec_with(
+            Format::Jsonl,
+            Field::new("s", DataType::Struct(fields), true),
+        );
+        let input = format!(
+            "{{\"id\":\"a\",\"s\":{{\"n\":7,\"d\":1.25,\"at\":\"2026-11-30T10:00:00+01:00\",\"x\":0.5}},{t}}}\n\
+             {{\"id\":\"b\",\"s\":{{\"n\":1.9}},{t}}}\n\
+             {{\"id\":\"c\",\"s\":{{\"d\":1.255}},{t}}}\n\
+             {{\"id\":\"d\",\"s\":{{\"x\":1e400}},{t}}}\n\
+             {{\"id\":\"e\",\"s\":null,{t}}}\n"
+        );
+        let (seen, values, rejected) = landed_as_json(input.as_bytes(), &s, "s");
+        // (A decimal with more places rounds half up, as at the top level.)
+        assert_eq!((seen, rejected.len()), (5, 2), "{rejected:?}");
+        assert_eq!(
+            rejected.iter().map(|r| r.record).collect::<Vec<_>>(),
+            vec![2, 4]
+        );
+        assert!(
+            rejected[0].reason.contains("1.9 is not an integer"),
+            "{rejected:?}"
+        );
+        assert_eq!(values.len(), 3, "{values:?}");
+        assert!(
+            values[0].contains("\"n\":7") && values[0].contains("1.25"),
+            "{values:?}"
+        );
+        assert!(values[0].contains("2026-11-30T09:00:00"), "{values:?}");
+        assert!(values[1].contains("1.26"), "{values:?}");
+        assert_eq!(values[2], "null");
     }
 
     #[test]
