@@ -21,6 +21,8 @@ pub(super) struct Output {
     writer: Option<crate::write::Sink>,
     evolved: Option<iceberg::spec::Schema>,
     arrow: SchemaRef,
+    /// The source's renamed top-level columns: current name → earlier names (same field id).
+    renamed: BTreeMap<String, Vec<String>>,
 }
 
 impl Output {
@@ -33,7 +35,31 @@ impl Output {
             writer: None,
             evolved: None,
             arrow: Arc::new(arrow),
+            renamed: BTreeMap::new(),
         })
+    }
+
+    /// Checks each run's output against the columns `source` renamed (a field id under another
+    /// name in an earlier schema): under `SELECT *` a rename reaches the output as a new column
+    /// beside the sink's old one, which would go null from then on — one column split in two.
+    /// Such an output is refused (a refresh, which rewrites every row, is not checked).
+    pub(super) fn refusing_renames_of(mut self, source: &Table) -> Self {
+        let md = source.metadata();
+        let current = md.current_schema();
+        for schema in md.schemas_iter() {
+            for old in schema.as_struct().fields() {
+                let Some(now) = current.field_by_id(old.id) else {
+                    continue;
+                };
+                if now.name != old.name && current.field_by_name(&old.name).is_none() {
+                    let names = self.renamed.entry(now.name.clone()).or_default();
+                    if !names.contains(&old.name) {
+                        names.push(old.name.clone());
+                    }
+                }
+            }
+        }
+        self
     }
 
     pub(super) async fn write(&mut self, batches: Vec<RecordBatch>) -> Result<()> {
@@ -85,6 +111,31 @@ impl Output {
             .evolved
             .clone()
             .unwrap_or_else(|| self.sink.metadata().current_schema().as_ref().clone());
+        // A source column renamed: the output's new name beside the sink's old one, which the
+        // output no longer has (nested and widened columns too).
+        for f in schema.fields() {
+            if current.field_by_name(f.name()).is_some() {
+                continue;
+            }
+            let Some(olds) = self.renamed.get(f.name()) else {
+                continue;
+            };
+            let lost = olds.iter().find(|old| {
+                current.field_by_name(old).is_some()
+                    && schema.fields().iter().all(|o| o.name() != *old)
+            });
+            if let Some(old) = lost {
+                return Err(Error::new(
+                    ErrorKind::Transform,
+                    format!(
+                        "sink {}: source column `{old}` was renamed `{}`: the output has the new name and the sink the old one (added, it would split one column in two). Select it under the sink's name (`{} AS {old}`), or drop the sink table, then `floe process refresh`",
+                        self.sink.identifier(),
+                        f.name(),
+                        f.name()
+                    ),
+                ));
+            }
+        }
         let mut unknown = BTreeMap::new();
         let mut widen = BTreeMap::new();
         for f in schema.fields() {
@@ -119,31 +170,6 @@ impl Output {
         }
         if unknown.is_empty() && widen.is_empty() {
             return Ok(());
-        }
-        // A sink column the output no longer has, beside a new one of its type: a source column
-        // renamed (or replaced) under `SELECT *`. Added as another column, the old one would
-        // go null for new rows and the new one be null for the old: one column split in two.
-        let names: std::collections::HashSet<&str> =
-            schema.fields().iter().map(|f| f.name().as_str()).collect();
-        for old in current.as_struct().fields() {
-            if old.name.starts_with('_') || names.contains(old.name.as_str()) {
-                continue;
-            }
-            let twin = unknown.iter().find(|(_, ty)| {
-                ty.as_ref()
-                    .is_some_and(|p| *old.field_type == Type::Primitive(p.clone()))
-            });
-            if let Some((new, _)) = twin {
-                return Err(Error::new(
-                    ErrorKind::Transform,
-                    format!(
-                        "sink {}: the output no longer has column `{}` and brings a new column `{new}` of its type: a source column renamed or replaced? Select it under the sink's name (`{new} AS {}`), or drop the sink table, then `floe process refresh`",
-                        self.sink.identifier(),
-                        old.name,
-                        old.name
-                    ),
-                ));
-            }
         }
         if self.writer.is_some() {
             return Err(Error::new(

@@ -734,7 +734,7 @@ impl Processor {
         // The joined tables at their current snapshots, recorded with the output.
         let joined = self.joined(p, true).await?;
         let writer_id = format!("process-{}", uuid::Uuid::now_v7());
-        let mut out = Output::new(&pos.sink, &writer_id)?;
+        let mut out = Output::new(&pos.sink, &writer_id)?.refusing_renames_of(&pos.source);
         let mut added_deletes = Vec::new();
         let mut delete_specs = HashMap::new();
         let (added, removed, schema) = match p.mode {

@@ -211,7 +211,7 @@ impl Processor {
             None => BTreeMap::new(),
         };
         let writer_id = format!("process-{}", uuid::Uuid::now_v7());
-        let mut sink_out = Output::new(&pos.sink, &writer_id)?;
+        let mut sink_out = Output::new(&pos.sink, &writer_id)?.refusing_renames_of(&pos.source);
         let mut tomb_out = match &pos.tombstones {
             Some(t) => Some(Output::new(t, &writer_id)?),
             None => None,
