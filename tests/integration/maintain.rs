@@ -408,6 +408,68 @@ async fn orphan_cleanup_waits_when_the_expiry_found_its_snapshots_gone() {
     assert_eq!(env.count_rows(ingestor.catalog().as_ref()).await, 60);
 }
 
+/// Review helper-55 #2: a compaction group that fails (here a file another engine registered
+/// that is no Parquet) stopped the table's whole maintenance, and the tables after it in the
+/// payload: expiration and orphan cleanup never ran again. The failure is now reported (and
+/// counted as a metric) and the other operations run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_compaction_leaves_the_other_operations_running() {
+    let env = TestEnv::new("sqlite").await;
+    let ingestor = env.ingestor().await;
+    // Five files: a group under the configured `min_input_files` too (the payload below).
+    ingest_objects(&env, &ingestor, "x", 5, 20, 1700).await;
+    let maintainer = env.maintainer().await;
+    let committer = maintainer.committer().clone();
+    let table = committer.load(&env.ident()).await.unwrap();
+    let live = floe::scan::live_files(&table).await.unwrap();
+    let f = &live[0].file;
+    let key = format!(
+        "warehouse/{}/orders/data/from-another-engine.orc",
+        env.namespace
+    );
+    env.put(&key, b"ORC not parquet".to_vec()).await;
+    let other = iceberg::spec::DataFileBuilder::default()
+        .content(f.content_type())
+        .file_path(format!("s3://{}/{key}", env.bucket))
+        .file_format(f.file_format())
+        .partition(f.partition().clone())
+        .partition_spec_id(live[0].spec_id)
+        .record_count(f.record_count())
+        .file_size_in_bytes(15)
+        .build()
+        .unwrap();
+    let change = Change::replace(vec![other], vec![f.file_path().to_string()], HashMap::new());
+    let limits = CommitLimits {
+        max_attempts: 5,
+        deadline: Instant::now() + Duration::from_secs(60),
+        skew: Duration::ZERO,
+    };
+    committer
+        .commit(&env.ident(), &limits, move |_| {
+            Ok(Plan::Apply(change.clone()))
+        })
+        .await
+        .unwrap();
+    let opts = Options {
+        compact: true,
+        min_input_files: 2,
+        ..expire_all_but_the_current()
+    };
+    let r = maintainer.run("orders", &opts).await.unwrap();
+    assert!(r.compaction_failed.is_some(), "{r:?}");
+    assert_eq!(r.groups_compacted, 0, "{r:?}");
+    assert!(r.snapshots_expired >= 3, "expiration did not run: {r:?}");
+    // The function's invocation still fails (its error alarm sees it), after every table ran.
+    let e = maintainer
+        .handle_payload(
+            &serde_json::json!({"tables": ["orders"], "operations": ["compact"]}),
+            Instant::now() + Duration::from_secs(60),
+        )
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("compaction of"), "{e}");
+}
+
 /// Review helper-32 #1: another engine commits an equality delete while a compaction runs,
 /// after the run checked for them: the next group, loaded after it, was rewritten without
 /// applying it, and its new files (numbered after the delete) brought the deleted rows back.

@@ -175,6 +175,9 @@ pub struct Report {
     /// Why compaction did not run, when it did not.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub compaction_skipped: Option<String>,
+    /// Why compaction failed, when it did (the table's other operations still ran).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub compaction_failed: Option<String>,
     /// Whether nothing was changed on purpose.
     pub dry_run: bool,
     /// Live data files before.
@@ -341,7 +344,16 @@ impl Maintainer {
         let t = self.committer.load(&ident).await?;
         (report.files_before, report.bytes_before) = totals(&t);
         if opts.compact {
-            self.compact(&ident, opts, &mut report, &run).await?;
+            // A group that fails (another engine's ORC file, a record count that does not
+            // match, races lost past the attempts) leaves the table as it was: the rest of the
+            // table's maintenance still runs, and the report and metrics say compaction failed.
+            if let Err(e) = self.compact(&ident, opts, &mut report, &run).await {
+                if e.kind() == ErrorKind::Config {
+                    return Err(e);
+                }
+                tracing::error!(table = %ident, error = %e, "compaction failed; the other operations go on");
+                report.compaction_failed = Some(e.to_string());
+            }
         }
         if opts.rewrite_manifests && Instant::now() < opts.deadline {
             self.rewrite_manifests(&ident, opts, &mut report, &run)
@@ -487,6 +499,7 @@ impl Maintainer {
 
     async fn maintain_tables(&self, tables: Vec<String>, opts: &Options) -> Result<Vec<Report>> {
         let mut reports = Vec::new();
+        let mut failed: Option<Error> = None;
         for table in tables {
             if !self.config.all_tables().contains(&table) {
                 return Err(Error::new(
@@ -507,9 +520,31 @@ impl Maintainer {
                 tracing::info!(table = %ident, "not created yet; nothing to maintain");
                 continue;
             }
-            let r = self.run(&table, opts).await?;
-            r.emit();
-            reports.push(r);
+            // One table's failure must not leave the tables after it unmaintained: each is
+            // run, and the invocation fails at the end (the function's error alarm sees it).
+            match self.run(&table, opts).await {
+                Ok(r) => {
+                    r.emit();
+                    reports.push(r);
+                }
+                Err(e) => {
+                    tracing::error!(table = %ident, error = %e, "maintenance failed; the next tables go on");
+                    failed.get_or_insert(e);
+                }
+            }
+        }
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        if let Some(r) = reports.iter().find(|r| r.compaction_failed.is_some()) {
+            return Err(Error::new(
+                ErrorKind::Internal,
+                format!(
+                    "compaction of {} failed ({}); every table's other operations ran",
+                    r.table,
+                    r.compaction_failed.as_deref().unwrap_or_default()
+                ),
+            ));
         }
         Ok(reports)
     }
@@ -525,6 +560,10 @@ impl Report {
                 Metric::count("DataFilesBefore", self.files_before as f64),
                 Metric::count("DataFilesAfter", self.files_after as f64),
                 Metric::count("CompactionGroups", self.groups_compacted as f64),
+                Metric::count(
+                    "CompactionFailures",
+                    f64::from(u8::from(self.compaction_failed.is_some())),
+                ),
                 Metric {
                     name: "CompactionBytesRead",
                     value: self.compaction_bytes_read as f64,
