@@ -47,6 +47,40 @@ fn orphans_in(days: i64) -> Options {
     }
 }
 
+/// Another engine re-registers `file` as `path` (`size` bytes, the rest of its entry kept): one
+/// commit replacing the entry.
+async fn reregister(
+    env: &TestEnv,
+    committer: &floe::commit::Committer,
+    file: &floe::scan::LiveFile,
+    path: &str,
+    size: u64,
+) {
+    let f = &file.file;
+    let entry = iceberg::spec::DataFileBuilder::default()
+        .content(f.content_type())
+        .file_path(path.to_string())
+        .file_format(f.file_format())
+        .partition(f.partition().clone())
+        .partition_spec_id(file.spec_id)
+        .record_count(f.record_count())
+        .file_size_in_bytes(size)
+        .build()
+        .unwrap();
+    let change = Change::replace(vec![entry], vec![f.file_path().to_string()], HashMap::new());
+    let limits = CommitLimits {
+        max_attempts: 5,
+        deadline: Instant::now() + Duration::from_secs(60),
+        skew: Duration::ZERO,
+    };
+    committer
+        .commit(&env.ident(), &limits, move |_| {
+            Ok(Plan::Apply(change.clone()))
+        })
+        .await
+        .unwrap();
+}
+
 /// Expiration alone, of every snapshot but the current one (no age, no dedup window).
 fn expire_all_but_the_current() -> Options {
     Options {
@@ -422,34 +456,13 @@ async fn a_failing_compaction_leaves_the_other_operations_running() {
     let committer = maintainer.committer().clone();
     let table = committer.load(&env.ident()).await.unwrap();
     let live = floe::scan::live_files(&table).await.unwrap();
-    let f = &live[0].file;
     let key = format!(
         "warehouse/{}/orders/data/from-another-engine.orc",
         env.namespace
     );
     env.put(&key, b"ORC not parquet".to_vec()).await;
-    let other = iceberg::spec::DataFileBuilder::default()
-        .content(f.content_type())
-        .file_path(format!("s3://{}/{key}", env.bucket))
-        .file_format(f.file_format())
-        .partition(f.partition().clone())
-        .partition_spec_id(live[0].spec_id)
-        .record_count(f.record_count())
-        .file_size_in_bytes(15)
-        .build()
-        .unwrap();
-    let change = Change::replace(vec![other], vec![f.file_path().to_string()], HashMap::new());
-    let limits = CommitLimits {
-        max_attempts: 5,
-        deadline: Instant::now() + Duration::from_secs(60),
-        skew: Duration::ZERO,
-    };
-    committer
-        .commit(&env.ident(), &limits, move |_| {
-            Ok(Plan::Apply(change.clone()))
-        })
-        .await
-        .unwrap();
+    let path = format!("s3://{}/{key}", env.bucket);
+    reregister(&env, &committer, &live[0], &path, 15).await;
     let opts = Options {
         compact: true,
         min_input_files: 2,
@@ -996,28 +1009,8 @@ async fn orphan_cleanup_treats_s3a_and_s3_as_the_same_object() {
     let f = &live[0].file;
     assert!(f.file_path().starts_with("s3://"));
     // Another engine (Hadoop's S3A) re-registers the same file under its own spelling.
-    let alias = iceberg::spec::DataFileBuilder::default()
-        .content(f.content_type())
-        .file_path(f.file_path().replacen("s3://", "s3a://", 1))
-        .file_format(f.file_format())
-        .partition(f.partition().clone())
-        .partition_spec_id(live[0].spec_id)
-        .record_count(f.record_count())
-        .file_size_in_bytes(f.file_size_in_bytes())
-        .build()
-        .unwrap();
-    let change = Change::replace(vec![alias], vec![f.file_path().to_string()], HashMap::new());
-    let limits = CommitLimits {
-        max_attempts: 5,
-        deadline: Instant::now() + Duration::from_secs(60),
-        skew: Duration::ZERO,
-    };
-    committer
-        .commit(&env.ident(), &limits, move |_| {
-            Ok(Plan::Apply(change.clone()))
-        })
-        .await
-        .unwrap();
+    let alias = f.file_path().replacen("s3://", "s3a://", 1);
+    reregister(&env, &committer, &live[0], &alias, f.file_size_in_bytes()).await;
     // Expire the snapshot that named it `s3://`, then look for orphans a month later.
     let month = Options {
         now: chrono::Utc::now() + chrono::Duration::days(30),
