@@ -1389,7 +1389,7 @@ fn exact_column(
     column: &ArrayRef,
     lines: Option<&[u8]>,
 ) -> Result<ArrayRef, ArrowError> {
-    use arrow::array::{LargeListArray, ListArray, MapArray, StructArray};
+    use arrow::array::{MapArray, StructArray};
     let nested = |t: &DataType| nests(t, &parsed_by_floe);
     let any = column.as_any();
     match field.data_type() {
@@ -1408,30 +1408,8 @@ fn exact_column(
                 s.nulls().cloned(),
             )?))
         }
-        DataType::List(to) if nested(to.data_type()) => {
-            let Some(l) = any.downcast_ref::<ListArray>() else {
-                return Ok(column.clone());
-            };
-            let values = exact_column(to, l.values(), None)?;
-            Ok(Arc::new(ListArray::try_new(
-                to.clone(),
-                l.offsets().clone(),
-                values,
-                l.nulls().cloned(),
-            )?))
-        }
-        DataType::LargeList(to) if nested(to.data_type()) => {
-            let Some(l) = any.downcast_ref::<LargeListArray>() else {
-                return Ok(column.clone());
-            };
-            let values = exact_column(to, l.values(), None)?;
-            Ok(Arc::new(LargeListArray::try_new(
-                to.clone(),
-                l.offsets().clone(),
-                values,
-                l.nulls().cloned(),
-            )?))
-        }
+        DataType::List(to) if nested(to.data_type()) => exact_list::<i32>(to, column),
+        DataType::LargeList(to) if nested(to.data_type()) => exact_list::<i64>(to, column),
         DataType::Map(to, sorted) if nested(to.data_type()) => {
             let Some(m) = any.downcast_ref::<MapArray>() else {
                 return Ok(column.clone());
@@ -1459,6 +1437,26 @@ fn exact_column(
         t if is_exact(t) => numbers(field, column),
         _ => Ok(column.clone()),
     }
+}
+
+/// A list column's elements through [`exact_column`] (`to` is the element field).
+fn exact_list<O: arrow::array::OffsetSizeTrait>(
+    to: &arrow::datatypes::FieldRef,
+    column: &ArrayRef,
+) -> Result<ArrayRef, ArrowError> {
+    let Some(l) = column
+        .as_any()
+        .downcast_ref::<arrow::array::GenericListArray<O>>()
+    else {
+        return Ok(column.clone());
+    };
+    let values = exact_column(to, l.values(), None)?;
+    Ok(Arc::new(arrow::array::GenericListArray::<O>::try_new(
+        to.clone(),
+        l.offsets().clone(),
+        values,
+        l.nulls().cloned(),
+    )?))
 }
 
 fn is_float(t: &DataType) -> bool {

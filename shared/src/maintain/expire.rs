@@ -240,19 +240,22 @@ impl Maintainer {
                 tracing::warn!(table = %ident, planned_on = ?planned_on, applied_on = ?applied_on, "the expiry was applied on another version than planned (a commit came between); its files are left to orphan cleanup");
                 // Until what the catalog dropped with it is known, this run's orphan cleanup
                 // stays away from the files.
-                report.expiry_unsettled = true;
-                if let Some(on) = applied_on {
-                    match refs_dropped(&table, on, &removed).await {
-                        Ok(refs) => {
-                            report.refs_dropped = refs;
-                            report.expiry_unsettled = false;
-                        }
-                        Err(e) => {
-                            tracing::error!(table = %ident, error = %e, "whether the catalog dropped refs with the expired snapshots is unknown: the version it applied the expiry on cannot be read");
-                        }
+                let dropped = match applied_on {
+                    Some(on) => refs_dropped(&table, on, &removed).await,
+                    None => Err(Error::new(
+                        ErrorKind::Catalog,
+                        "the catalog's answer named no version it was applied on",
+                    )),
+                };
+                match dropped {
+                    Ok(refs) if refs.is_empty() => {}
+                    Ok(refs) => {
+                        tracing::error!(table = %ident, refs = ?refs, "the catalog dropped refs created meanwhile on the expired snapshots; their files are kept by this run, a later orphan cleanup past its window deletes them: re-create the refs before then");
+                        report.refs_dropped = refs;
                     }
-                    if !report.refs_dropped.is_empty() {
-                        tracing::error!(table = %ident, refs = ?report.refs_dropped, "the catalog dropped refs created meanwhile on the expired snapshots; their files are kept by this run, a later orphan cleanup past its window deletes them: re-create the refs before then");
+                    Err(e) => {
+                        tracing::error!(table = %ident, error = %e, "whether the catalog dropped refs with the expired snapshots is unknown: the version it applied the expiry on cannot be read");
+                        report.expiry_unsettled = true;
                     }
                 }
                 return Ok(());
@@ -323,24 +326,9 @@ impl Maintainer {
 /// The branches and tags of the version at `on` (the one a catalog applied an expiry on) that
 /// named a snapshot in `removed`: the catalog dropped them with the snapshots.
 async fn refs_dropped(table: &Table, on: &str, removed: &[i64]) -> Result<Vec<String>> {
-    let read = |e| Error::iceberg(format!("reading {on}"), e).with_retryable(true);
-    let bytes = table
-        .file_io()
-        .new_input(on)
-        .map_err(read)?
-        .read()
+    let md = TableMetadata::read_from(table.file_io(), on)
         .await
-        .map_err(read)?;
-    let bytes = if bytes.starts_with(&[0x1F, 0x8B]) {
-        let mut text = Vec::new();
-        std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&bytes[..]), &mut text)
-            .map_err(|e| Error::new(ErrorKind::Internal, format!("{on}: {e}")))?;
-        text
-    } else {
-        bytes.to_vec()
-    };
-    let md: TableMetadata = serde_json::from_slice(&bytes)
-        .map_err(|e| Error::new(ErrorKind::Internal, format!("table metadata at {on}: {e}")))?;
+        .map_err(|e| Error::iceberg(format!("reading {on}"), e).with_retryable(true))?;
     let mut names: Vec<String> = refs(&md)
         .into_iter()
         .filter(|r| removed.contains(&r.snapshot_id))

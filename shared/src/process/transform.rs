@@ -132,19 +132,17 @@ pub(crate) fn with_window_start(
         DataType::Timestamp(TimeUnit::Microsecond, tz),
         true,
     ));
-    let timed = (floored.null_count() > 0).then(|| arrow::compute::is_not_null(&floored));
+    let untimed = floored.null_count() > 0;
     columns.push(Arc::new(floored) as ArrayRef);
     let out = RecordBatch::try_new(Arc::new(ArrowSchema::new(fields)), columns)
         .map_err(|e| Error::new(ErrorKind::Internal, format!("adding {WINDOW_START}: {e}")))?;
-    match timed {
-        None => Ok(out),
-        Some(Ok(timed)) => arrow::compute::filter_record_batch(&out, &timed)
-            .map_err(|e| Error::new(ErrorKind::Internal, format!("rows without a time: {e}"))),
-        Some(Err(e)) => Err(Error::new(
-            ErrorKind::Internal,
-            format!("rows without a time: {e}"),
-        )),
+    if !untimed {
+        return Ok(out);
     }
+    let timed = arrow::compute::is_not_null(out.column(out.num_columns() - 1))
+        .and_then(|timed| arrow::compute::filter_record_batch(&out, &timed))
+        .map_err(|e| Error::new(ErrorKind::Internal, format!("rows without a time: {e}")))?;
+    Ok(timed)
 }
 
 /// The window starts (µs) present in `batch`'s `window_start` column.
